@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the real control-plane binaries the tests and `imp dev cluster` run:
+# kube-apiserver, kube-controller-manager and kubectl from the k8s.io/kubernetes Go module, and
+# etcd from go.etcd.io/etcd/server/v3. Results land in a git-ignored cache keyed by version, so a
+# second run is a no-op. k8s.io/kubernetes is not meant to be a dependency: it requires its staging
+# modules at v0.0.0, so the throwaway module below maps each to the published v0.<minor>.<patch>.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.8}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cache="${IMP_CACHE:-$root/.cache}"
+kube_out="$cache/bin/kube-$KUBE_VERSION"
+etcd_out="$cache/bin/etcd-$ETCD_VERSION"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+build_kube() {
+  if [[ -x "$kube_out/kube-apiserver" && -x "$kube_out/kube-controller-manager" && -x "$kube_out/kubectl" ]]; then
+    return 0
+  fi
+  local work="$cache/build/kube-$KUBE_VERSION"
+  rm -rf "$work" && mkdir -p "$work" "$kube_out"
+  cd "$work"
+  go mod init imp.dev/build/kube >/dev/null 2>&1
+  local staging="v0.${KUBE_VERSION#v1.}"
+  local modfile
+  modfile="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  {
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    grep -E '^\s+k8s\.io/[a-z0-9-]+ v0\.0\.0$' "$modfile" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+  } >>go.mod
+  cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  go mod tidy -e >/dev/null 2>&1 || true
+  local start=$SECONDS
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+  for cmd in kube-apiserver kube-controller-manager kubectl; do
+    go build -trimpath -ldflags "$ldflags" -o "$kube_out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+    mv "$kube_out/$cmd.tmp" "$kube_out/$cmd"
+  done
+  echo "built kube $KUBE_VERSION binaries in $((SECONDS - start)) s" >&2
+}
+
+build_etcd() {
+  if [[ -x "$etcd_out/etcd" ]]; then return 0; fi
+  local work="$cache/build/etcd-$ETCD_VERSION"
+  rm -rf "$work" && mkdir -p "$work" "$etcd_out"
+  cd "$work"
+  go mod init imp.dev/build/etcd >/dev/null 2>&1
+  echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>go.mod
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
+  go mod tidy -e >/dev/null 2>&1 || true
+  local start=$SECONDS
+  go build -trimpath -ldflags "-s -w" -o "$etcd_out/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$etcd_out/etcd.tmp" "$etcd_out/etcd"
+  echo "built etcd $ETCD_VERSION in $((SECONDS - start)) s" >&2
+}
+
+build_etcd
+build_kube
+echo "$kube_out"
+echo "$etcd_out"

@@ -1,0 +1,5 @@
+export * from "./errors.ts";
+export * from "./clock.ts";
+export * from "./backoff.ts";
+export * from "./deadline.ts";
+export * from "./logger.ts";
