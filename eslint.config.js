@@ -2,7 +2,7 @@
 // part through that part's public entry (index.ts), so the folder layout stays the diagram.
 import tseslint from "typescript-eslint";
 
-const parts = ["api", "kube", "operator", "agent", "github", "cli", "shared"];
+const parts = ["api", "kube", "operator", "agent", "github", "cli", "shared", "devcluster"];
 
 export default tseslint.config(
   { ignores: ["node_modules/**", "dist/**", ".cache/**", "guest/**", "**/gen/**", "bin/**"] },
