@@ -1,0 +1,74 @@
+import type { Pki } from "./pki.ts";
+
+/**
+ * Command lines of the three control-plane components, as pure functions so the flags can be
+ * read and tested in one place. Everything listens on 127.0.0.1 only.
+ */
+
+export interface EtcdPorts {
+  readonly client: number;
+  readonly peer: number;
+}
+
+export function etcdArgs(dataDir: string, ports: EtcdPorts): string[] {
+  const client = `http://127.0.0.1:${ports.client}`;
+  const peer = `http://127.0.0.1:${ports.peer}`;
+  return [
+    "--name=imp-dev",
+    `--data-dir=${dataDir}`,
+    `--listen-client-urls=${client}`,
+    `--advertise-client-urls=${client}`,
+    `--listen-peer-urls=${peer}`,
+    `--initial-advertise-peer-urls=${peer}`,
+    `--initial-cluster=imp-dev=${peer}`,
+    "--initial-cluster-state=new",
+    // A dev/test store: losing it on power loss is fine, and fsync dominates start-up and test time.
+    "--unsafe-no-fsync",
+    "--log-level=warn",
+  ];
+}
+
+export interface ApiServerArgsInput {
+  readonly port: number;
+  readonly etcdClientPort: number;
+  readonly pki: Pki;
+  readonly certDir: string;
+}
+
+export function apiServerArgs(input: ApiServerArgsInput): string[] {
+  const { pki } = input;
+  return [
+    "--bind-address=127.0.0.1",
+    "--advertise-address=127.0.0.1",
+    `--secure-port=${input.port}`,
+    `--etcd-servers=http://127.0.0.1:${input.etcdClientPort}`,
+    `--cert-dir=${input.certDir}`,
+    `--tls-cert-file=${pki.servingCert}`,
+    `--tls-private-key-file=${pki.servingKey}`,
+    `--client-ca-file=${pki.caCert}`,
+    "--authorization-mode=RBAC",
+    "--service-cluster-ip-range=10.0.0.0/24",
+    `--service-account-key-file=${pki.serviceAccountPub}`,
+    `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+    "--service-account-issuer=https://kubernetes.default.svc",
+    "--allow-privileged=true",
+    "--profiling=false",
+    "--v=1",
+  ];
+}
+
+export function controllerManagerArgs(kubeconfigPath: string, pki: Pki): string[] {
+  return [
+    `--kubeconfig=${kubeconfigPath}`,
+    `--authentication-kubeconfig=${kubeconfigPath}`,
+    `--authorization-kubeconfig=${kubeconfigPath}`,
+    // Only what Imp relies on: ownerReference garbage collection and namespace deletion.
+    "--controllers=garbagecollector,namespace,serviceaccount",
+    "--leader-elect=false",
+    "--bind-address=127.0.0.1",
+    "--secure-port=0",
+    `--service-account-private-key-file=${pki.serviceAccountKey}`,
+    `--root-ca-file=${pki.caCert}`,
+    "--v=1",
+  ];
+}
