@@ -28,6 +28,8 @@ export interface RetryOptions {
   readonly signal?: AbortSignal;
   readonly isRetryable?: (err: unknown) => boolean;
   readonly onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
+  /** Overrides the delay for one retry (e.g. to honour a server's Retry-After); gets the policy's delay. */
+  readonly delayFor?: (err: unknown, attempt: number, policyDelayMs: number) => number;
 }
 
 /** Runs `fn` until it succeeds, throws a non-retryable error, or the policy's attempts run out. */
@@ -40,7 +42,8 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, options: Ret
       return await fn(attempt);
     } catch (err) {
       if (attempt >= policy.maxAttempts || !shouldRetry(err) || options.signal?.aborted) throw err;
-      const delay = backoffDelay(policy, attempt);
+      const policyDelay = backoffDelay(policy, attempt);
+      const delay = options.delayFor === undefined ? policyDelay : options.delayFor(err, attempt, policyDelay);
       options.onRetry?.(err, attempt, delay);
       await options.clock.sleep(delay, options.signal);
     }
