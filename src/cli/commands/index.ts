@@ -1,5 +1,7 @@
 import type { Command } from "commander";
+import { registerDev } from "./dev.ts";
 
 /** Adds every command group to the program. One line per group; groups live in sibling files. */
-export function registerCommands(_program: Command): void {
+export function registerCommands(program: Command): void {
+  registerDev(program);
 }
