@@ -1,0 +1,216 @@
+import {
+  CustomObjectsApi,
+  Observable,
+  PatchStrategy,
+  Watch,
+  type ConfigurationOptions,
+  type KubeConfig,
+  type ObservableMiddleware,
+  type RequestContext,
+  type ResponseContext,
+} from "@kubernetes/client-node";
+import { classifyApiError } from "./api-errors.ts";
+import { apiVersionOf, collectionPath, describeObject, type KubeObject, type ResourceDescriptor } from "./resource.ts";
+import type {
+  DeleteOptions,
+  ListOptions,
+  ListResult,
+  MergePatch,
+  ObjectRef,
+  ResourceClient,
+  WatchEventType,
+  WatchOptions,
+} from "./resource-client.ts";
+import { terminalError } from "../shared/index.ts";
+
+export interface KubeResourceClientOptions {
+  /** Deadline for each non-watch call (STYLE 25). */
+  readonly callTimeoutMs?: number;
+  /** Recorded as `managedFields[].manager` on writes. */
+  readonly fieldManager?: string;
+}
+
+export const DEFAULT_CALL_TIMEOUT_MS = 15_000;
+export const DEFAULT_FIELD_MANAGER = "imp";
+
+/**
+ * `ResourceClient` over client-node's `CustomObjectsApi`, for any kind including core ones.
+ *
+ * Why CustomObjectsApi for core kinds: it is the only generated API that takes group/version/plural
+ * as data and reaches `/status`; `KubernetesObjectApi` needs a discovery round trip per kind and has
+ * no status subresource. CustomObjectsApi always builds `/apis/{group}/...`, so a request middleware
+ * maps the empty core group (`/apis//v1/`) to `/api/v1/`. The same middleware sets the merge-patch
+ * content type (the generated default is JSON patch) and the per-call deadline.
+ */
+export function createResourceClient<T extends KubeObject>(
+  kubeConfig: KubeConfig,
+  resource: ResourceDescriptor,
+  options: KubeResourceClientOptions = {},
+): ResourceClient<T> {
+  const api = kubeConfig.makeApiClient(CustomObjectsApi);
+  const watcher = new Watch(kubeConfig);
+  const timeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  const fieldManager = options.fieldManager ?? DEFAULT_FIELD_MANAGER;
+  const { group, version, plural } = resource;
+  const apiVersion = apiVersionOf(resource);
+
+  const describe = (ref: ObjectRef): string =>
+    describeObject(resource, resource.namespaced ? `${ref.namespace ?? "?"}/${ref.name}` : ref.name);
+  const namespaceOf = (ref: ObjectRef): string => {
+    if (!resource.namespaced) return "";
+    if (ref.namespace === undefined || ref.namespace === "") {
+      throw terminalError("MissingNamespace", `Cannot address ${describe(ref)}: a namespaced kind needs a namespace`);
+    }
+    return ref.namespace;
+  };
+  const call = async <R>(action: string, object: string, signal: AbortSignal | undefined, run: (o: ConfigurationOptions) => Promise<R>): Promise<R> => {
+    try {
+      return await run(requestOptions(timeoutMs, signal));
+    } catch (err) {
+      throw classifyApiError(err, action, object);
+    }
+  };
+
+  return {
+    resource,
+
+    get: (ref, signal) =>
+      call("get", describe(ref), signal, (o) =>
+        resource.namespaced
+          ? api.getNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name }, o)
+          : api.getClusterCustomObject({ group, version, plural, name: ref.name }, o),
+      ) as Promise<T>,
+
+    async list(listOptions: ListOptions = {}): Promise<ListResult<T>> {
+      const what = `${resource.kind} list${listOptions.namespace === undefined ? "" : ` in ${listOptions.namespace}`}`;
+      const query = {
+        group,
+        version,
+        plural,
+        ...(listOptions.labelSelector === undefined ? {} : { labelSelector: listOptions.labelSelector }),
+        ...(listOptions.fieldSelector === undefined ? {} : { fieldSelector: listOptions.fieldSelector }),
+      };
+      const body = (await call("list", what, listOptions.signal, (o) =>
+        resource.namespaced && listOptions.namespace !== undefined
+          ? api.listNamespacedCustomObject({ ...query, namespace: listOptions.namespace }, o)
+          : api.listClusterCustomObject(query, o),
+      )) as { items?: T[]; metadata?: { resourceVersion?: string } };
+      // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
+      const items = (body.items ?? []).map((item) => ({ ...item, apiVersion, kind: resource.kind }));
+      return { items, resourceVersion: body.metadata?.resourceVersion ?? "" };
+    },
+
+    create(obj, signal) {
+      const ref = { namespace: obj.metadata?.namespace, name: obj.metadata?.name ?? obj.metadata?.generateName ?? "" };
+      const body = { ...obj, apiVersion, kind: resource.kind };
+      return call("create", describe(ref), signal, (o) =>
+        resource.namespaced
+          ? api.createNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), body, fieldManager }, o)
+          : api.createClusterCustomObject({ group, version, plural, body, fieldManager }, o),
+      ) as Promise<T>;
+    },
+
+    async delete(ref, deleteOptions: DeleteOptions = {}) {
+      const body = {
+        ...(deleteOptions.propagationPolicy === undefined ? {} : { propagationPolicy: deleteOptions.propagationPolicy }),
+        ...(deleteOptions.uid === undefined ? {} : { preconditions: { uid: deleteOptions.uid } }),
+      };
+      await call("delete", describe(ref), deleteOptions.signal, (o) =>
+        resource.namespaced
+          ? api.deleteNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body }, o)
+          : api.deleteClusterCustomObject({ group, version, plural, name: ref.name, body }, o),
+      );
+    },
+
+    patch: (ref, patch, signal) =>
+      call("patch", describe(ref), signal, (o) =>
+        resource.namespaced
+          ? api.patchNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body: patch, fieldManager }, o)
+          : api.patchClusterCustomObject({ group, version, plural, name: ref.name, body: patch, fieldManager }, o),
+      ) as Promise<T>,
+
+    patchStatus: (ref, patch: MergePatch, signal) =>
+      call("patch status of", describe(ref), signal, (o) =>
+        resource.namespaced
+          ? api.patchNamespacedCustomObjectStatus({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body: patch, fieldManager }, o)
+          : api.patchClusterCustomObjectStatus({ group, version, plural, name: ref.name, body: patch, fieldManager }, o),
+      ) as Promise<T>,
+
+    watch: (watchOptions, onEvent) => runWatch(watcher, resource, watchOptions, onEvent as (t: WatchEventType, o: unknown) => void),
+  };
+}
+
+/** Per-call options: core-group path fix, merge-patch content type, deadline joined with the caller's signal. */
+function requestOptions(timeoutMs: number, signal: AbortSignal | undefined): ConfigurationOptions {
+  const deadline = AbortSignal.timeout(timeoutMs);
+  const middleware: ObservableMiddleware = {
+    pre(context: RequestContext): Observable<RequestContext> {
+      context.setUrl(context.getUrl().replace("/apis//", "/api/"));
+      if (String(context.getHttpMethod()) === "PATCH") context.setHeaderParam("Content-Type", PatchStrategy.MergePatch);
+      context.setSignal(signal === undefined ? deadline : AbortSignal.any([deadline, signal]));
+      return new Observable(Promise.resolve(context));
+    },
+    post: (context: ResponseContext): Observable<ResponseContext> => new Observable(Promise.resolve(context)),
+  };
+  return { middleware: [middleware], middlewareMergeStrategy: "append" };
+}
+
+/**
+ * One watch request through client-node's `Watch`, as a promise. client-node ends a watch after
+ * 30 s without bytes and ignores unparseable lines; callers therefore keep `timeoutSeconds` below 30
+ * so the server closes quiet watches first, and treat every end as "resume from the last version".
+ */
+function runWatch(
+  watcher: Watch,
+  resource: ResourceDescriptor,
+  options: WatchOptions,
+  onEvent: (type: WatchEventType, obj: unknown) => void,
+): Promise<void> {
+  const what = `${resource.kind} watch`;
+  const query = {
+    resourceVersion: options.resourceVersion,
+    allowWatchBookmarks: true,
+    timeoutSeconds: options.timeoutSeconds,
+    labelSelector: options.labelSelector,
+    fieldSelector: options.fieldSelector,
+  };
+  return new Promise<void>((resolve, reject) => {
+    let settled = false;
+    let controller: AbortController | undefined;
+    const finish = (err?: unknown, fromHandler = false): void => {
+      if (settled) return;
+      settled = true;
+      options.signal.removeEventListener("abort", onAbort);
+      controller?.abort();
+      if (err === undefined || err === null) resolve();
+      else reject(fromHandler ? err : classifyApiError(err, "watch", what));
+    };
+    const onAbort = (): void => finish();
+    if (options.signal.aborted) {
+      resolve();
+      return;
+    }
+    options.signal.addEventListener("abort", onAbort, { once: true });
+    const onLine = (type: string, obj: unknown): void => {
+      if (settled) return;
+      if (type === "ERROR") {
+        // A Status object: 410 Expired when the resume version was compacted away.
+        const status = obj as { code?: unknown };
+        finish({ code: typeof status.code === "number" ? status.code : 500, body: obj });
+        return;
+      }
+      try {
+        onEvent(type as WatchEventType, obj);
+      } catch (err) {
+        finish(err, true);
+      }
+    };
+    watcher.watch(collectionPath(resource, options.namespace), query, onLine, (err: unknown) => finish(err)).then(
+      (c) => {
+        controller = c;
+        if (settled) c.abort();
+      },
+      (err: unknown) => finish(err),
+    );
+  });
+}

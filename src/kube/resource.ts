@@ -1,0 +1,72 @@
+/**
+ * What the runtime needs to know about a kind, and nothing more. `src/api` builds these from its
+ * TypeBox definitions; core kinds use `group: ""`. The runtime never depends on concrete types.
+ */
+export interface ResourceDescriptor {
+  /** API group; `""` for the core group (`/api/v1`). */
+  readonly group: string;
+  readonly version: string;
+  /** Lower-case plural as served in the URL path, e.g. `configmaps`, `impvms`. */
+  readonly plural: string;
+  readonly kind: string;
+  readonly namespaced: boolean;
+}
+
+/** Object metadata fields the runtime reads or writes; everything else passes through untouched. */
+export interface ObjectMeta {
+  name?: string;
+  generateName?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  finalizers?: string[];
+  ownerReferences?: ReadonlyArray<Record<string, unknown>>;
+  [extra: string]: unknown;
+}
+
+/** The shape every Kubernetes object shares. Kind-specific fields are carried by `T extends KubeObject`. */
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+}
+
+/** `group/version`, or just `version` for the core group, as written in `apiVersion`. */
+export function apiVersionOf(resource: ResourceDescriptor): string {
+  return resource.group === "" ? resource.version : `${resource.group}/${resource.version}`;
+}
+
+/** The collection URL path, e.g. `/api/v1/namespaces/ns/configmaps` or `/apis/imp.dev/v1alpha1/impnodes`. */
+export function collectionPath(resource: ResourceDescriptor, namespace?: string): string {
+  const root = resource.group === "" ? `/api/${resource.version}` : `/apis/${resource.group}/${resource.version}`;
+  const scoped = resource.namespaced && namespace !== undefined ? `/namespaces/${encodeURIComponent(namespace)}` : "";
+  return `${root}${scoped}/${resource.plural}`;
+}
+
+/**
+ * Queue and cache key: `namespace/name` for namespaced objects, `name` for cluster-scoped ones
+ * (the same convention as client-go's `MetaNamespaceKeyFunc`).
+ */
+export type ObjectKey = string;
+
+export function keyOf(obj: KubeObject): ObjectKey {
+  const name = obj.metadata?.name ?? "";
+  const namespace = obj.metadata?.namespace;
+  return namespace === undefined || namespace === "" ? name : `${namespace}/${name}`;
+}
+
+/** Splits a key back into namespace and name; `namespace` is undefined for cluster-scoped keys. */
+export function parseKey(key: ObjectKey): { readonly namespace: string | undefined; readonly name: string } {
+  const slash = key.indexOf("/");
+  return slash < 0 ? { namespace: undefined, name: key } : { namespace: key.slice(0, slash), name: key.slice(slash + 1) };
+}
+
+/** A describing label for messages: `ConfigMap ns/name`. */
+export function describeObject(resource: ResourceDescriptor, key: ObjectKey): string {
+  return `${resource.kind} ${key}`;
+}

@@ -1,0 +1,169 @@
+import { backoffDelay, systemClock, type BackoffPolicy, type Clock } from "../shared/index.ts";
+
+/**
+ * Per-key failure backoff for reconcile errors: 100 ms doubling to 5 min, no attempt limit (the
+ * queue never gives up on a key; terminal errors are the way out). Jitter is off so the schedule
+ * is predictable; keys fail at different times anyway.
+ */
+export const DEFAULT_RECONCILE_BACKOFF: BackoffPolicy = {
+  baseMs: 100,
+  factor: 2,
+  capMs: 5 * 60_000,
+  jitter: 0,
+  maxAttempts: Infinity,
+};
+
+export interface WorkQueueOptions {
+  readonly clock?: Clock;
+  readonly backoff?: BackoffPolicy;
+  readonly random?: () => number;
+}
+
+/**
+ * A rate-limited work queue of keys with client-go's guarantees (STYLE 7):
+ * - a key is queued at most once however often it is added (dirty set);
+ * - a key is never handed out while a previous `get()` of it has not been `done()`; adding it in
+ *   that window re-queues it exactly once, after `done()`;
+ * - `addRateLimited` delays by the key's own exponential backoff, `forget` resets it;
+ * - `addAfter` uses the injected Clock, and keeps only the earliest pending time per key.
+ * After `shutDown()` adds are ignored, waiting `get()`s return undefined, queued keys are dropped
+ * and `drained()` resolves once every handed-out key is `done()`.
+ */
+export class WorkQueue {
+  readonly #clock: Clock;
+  readonly #backoff: BackoffPolicy;
+  readonly #random: () => number;
+  readonly #stop = new AbortController();
+  #queue: string[] = [];
+  readonly #dirty = new Set<string>();
+  readonly #processing = new Set<string>();
+  readonly #failures = new Map<string, number>();
+  /** Earliest pending `addAfter` time per key. */
+  readonly #waiting = new Map<string, number>();
+  #getters: Array<(key: string | undefined) => void> = [];
+  #drainWaiters: Array<() => void> = [];
+
+  constructor(options: WorkQueueOptions = {}) {
+    this.#clock = options.clock ?? systemClock;
+    this.#backoff = options.backoff ?? DEFAULT_RECONCILE_BACKOFF;
+    this.#random = options.random ?? Math.random;
+  }
+
+  /** Queues `key` unless it is already queued. Idempotent; a no-op after shutdown. */
+  add(key: string): void {
+    if (this.#stop.signal.aborted || this.#dirty.has(key)) return;
+    this.#dirty.add(key);
+    if (this.#processing.has(key)) return; // re-queued by done()
+    this.#enqueue(key);
+  }
+
+  /** Queues `key` after `ms` on the injected clock. A later, longer delay does not postpone an earlier one. */
+  addAfter(key: string, ms: number): void {
+    if (this.#stop.signal.aborted) return;
+    if (ms <= 0) {
+      this.add(key);
+      return;
+    }
+    const readyAt = this.#clock.now() + ms;
+    const pending = this.#waiting.get(key);
+    if (pending !== undefined && pending <= readyAt) return;
+    this.#waiting.set(key, readyAt);
+    this.#clock.sleep(ms, this.#stop.signal).then(
+      () => {
+        if (this.#waiting.get(key) !== readyAt) return; // superseded by an earlier addAfter
+        this.#waiting.delete(key);
+        this.add(key);
+      },
+      () => undefined, // aborted by shutDown(): the pending add is meant to be dropped
+    );
+  }
+
+  /** Queues `key` after its next backoff delay and counts a failure for it. */
+  addRateLimited(key: string): void {
+    const failures = (this.#failures.get(key) ?? 0) + 1;
+    this.#failures.set(key, failures);
+    this.addAfter(key, backoffDelay(this.#backoff, failures, this.#random));
+  }
+
+  /** Resets `key`'s backoff; call after a success or when giving up on the key. */
+  forget(key: string): void {
+    this.#failures.delete(key);
+  }
+
+  /** Failures counted for `key` since the last `forget`. */
+  numRequeues(key: string): number {
+    return this.#failures.get(key) ?? 0;
+  }
+
+  /**
+   * Next key to work on; waits while the queue is empty. Resolves undefined once shut down. The
+   * caller owns the key until it calls `done(key)`.
+   */
+  get(): Promise<string | undefined> {
+    if (this.#stop.signal.aborted) return Promise.resolve(undefined);
+    const key = this.#queue.shift();
+    if (key !== undefined) return Promise.resolve(this.#take(key));
+    return new Promise((resolve) => this.#getters.push(resolve));
+  }
+
+  /** Marks `key` finished; if it was added meanwhile it goes back into the queue. */
+  done(key: string): void {
+    this.#processing.delete(key);
+    if (this.#dirty.has(key) && !this.#stop.signal.aborted) this.#enqueue(key);
+    if (this.#processing.size === 0) {
+      for (const wake of this.#drainWaiters.splice(0)) wake();
+    }
+  }
+
+  /** Keys ready to be handed out (the `queue depth` metric). */
+  get length(): number {
+    return this.#queue.length;
+  }
+
+  /** Keys waiting for an `addAfter`/`addRateLimited` delay. */
+  get delayedCount(): number {
+    return this.#waiting.size;
+  }
+
+  get processingCount(): number {
+    return this.#processing.size;
+  }
+
+  get shuttingDown(): boolean {
+    return this.#stop.signal.aborted;
+  }
+
+  /** Stops the queue: see the class contract. Idempotent. */
+  shutDown(): void {
+    if (this.#stop.signal.aborted) return;
+    this.#stop.abort();
+    this.#queue = [];
+    this.#dirty.clear();
+    this.#waiting.clear();
+    for (const wake of this.#getters.splice(0)) wake(undefined);
+  }
+
+  /** Resolves once no key is being processed (immediately if none is). */
+  drained(): Promise<void> {
+    if (this.#processing.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drainWaiters.push(resolve));
+  }
+
+  /** `shutDown()` then wait for in-flight keys. */
+  async shutDownWithDrain(): Promise<void> {
+    this.shutDown();
+    await this.drained();
+  }
+
+  #enqueue(key: string): void {
+    const getter = this.#getters.shift();
+    if (getter === undefined) this.#queue.push(key);
+    else getter(this.#take(key));
+  }
+
+  #take(key: string): string {
+    this.#dirty.delete(key);
+    this.#processing.add(key);
+    return key;
+  }
+}
