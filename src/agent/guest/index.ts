@@ -1,0 +1,7 @@
+export { GuestClient, type GuestClientEvents, type GuestClientOptions, type RequestOptions } from "./client.ts";
+export { encodeFrame, FrameDecoder, MAX_FRAME_BYTES, parseGuestFrame } from "./frame.ts";
+export * from "./messages.ts";
+/** The guest agent's vsock port (docs/guest-protocol.md). */
+export const GUEST_VSOCK_PORT = 10700;
+/** Name of the virtio-serial port the guest agent serves. */
+export const GUEST_SERIAL_PORT_NAME = "imp.agent";

@@ -1,0 +1,2 @@
+// Public entry of the node agent part. Other parts import only from here.
+export * from "./guest/index.ts";
