@@ -3,4 +3,4 @@ export { FsContentStore } from "./content-store.ts";
 export type { ContentStore, ExpectedBlob, StoredBlob, WriteOptions } from "./content-store.ts";
 export { ImageRefs } from "./image-refs.ts";
 export type { ImageRecord } from "./image-refs.ts";
-export { isSha256Digest, sha256Hex } from "./digest.ts";
+export { checkSize, isSha256Digest, sha256Hex } from "./digest.ts";

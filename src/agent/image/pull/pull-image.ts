@@ -1,0 +1,168 @@
+/**
+ * `ImagePuller.pull(reference)`: resolve the reference to the node's platform manifest, then fetch the
+ * config and layers into the content store (layers concurrently, bounded), each verified by digest and
+ * size while it streams. The index (if any) and manifest bytes are stored too, so the build side can
+ * re-read exactly what was pulled. A puller keeps registry tokens cached across pulls.
+ */
+import { Readable } from "node:stream";
+import type { BackoffPolicy, Clock } from "../../../shared/index.ts";
+import { describeError, systemClock, terminalError } from "../../../shared/index.ts";
+import type { ContentStore } from "../store/index.ts";
+import { ImageRefs } from "../store/index.ts";
+import { parseManifestDocument, type ManifestDocument } from "./media-types.ts";
+import { formatPlatform, nodePlatform, selectPlatform } from "./platform.ts";
+import { formatReference, parseReference, type ImageReference } from "./reference.ts";
+import { RegistryAuth } from "./registry-auth.ts";
+import { RegistryClient, type FetchedManifest } from "./registry-client.ts";
+import type { CredentialLookup, Descriptor, ImageConfig, Platform, PulledImage, PullOptions } from "./types.ts";
+import { mapBounded } from "./pool.ts";
+
+export interface PullerOptions {
+  readonly credentials?: CredentialLookup;
+  readonly clock?: Clock;
+  readonly fetch?: typeof fetch;
+  /** Registries spoken to over plain HTTP; default: loopback ones only. */
+  readonly plainHttp?: (registry: string) => boolean;
+  /** Completes references that name no registry; unset means such references are rejected. */
+  readonly defaultRegistry?: string;
+  readonly retryPolicy?: BackoffPolicy;
+  readonly retryAfterCapMs?: number;
+  readonly idleTimeoutMs?: number;
+  /** Largest total of config + layer sizes we agree to pull. */
+  readonly maxImageBytes?: number;
+  /** Record each pulled reference under `<store root>/refs` for `imp image ls` (default true). */
+  readonly recordRefs?: boolean;
+}
+
+const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
+const DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 ** 3;
+
+export class ImagePuller {
+  readonly #options: PullerOptions;
+  readonly auth: RegistryAuth;
+
+  constructor(options: PullerOptions = {}) {
+    this.#options = options;
+    const clock = options.clock ?? systemClock;
+    this.auth = new RegistryAuth({
+      clock,
+      ...(options.credentials === undefined ? {} : { credentials: options.credentials }),
+      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+      ...(options.plainHttp === undefined ? {} : { plainHttp: options.plainHttp }),
+    });
+  }
+
+  async pull(reference: string, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
+    const ref = parseReference(reference, this.#options.defaultRegistry);
+    const name = formatReference(ref);
+    const platform = options.platform ?? nodePlatform();
+    const client = this.#client(options);
+    const signal = options.signal;
+    const store = options.store;
+
+    const top = await client.getManifest(ref.registry, ref.repository, ref.digest ?? (ref.tag as string), signal);
+    let doc = parseManifestDocument(top.bytes, top.contentType, name);
+    let manifest: FetchedManifest = top;
+    let indexDigest: string | undefined;
+    let chosenPlatform: Platform | undefined;
+    if (doc.kind === "index") {
+      indexDigest = top.digest;
+      const entry = selectPlatform(doc.manifests, platform, name);
+      chosenPlatform = entry.platform;
+      manifest = await client.getManifest(ref.registry, ref.repository, entry.digest, signal);
+      if (manifest.bytes.byteLength !== entry.size) {
+        throw terminalError("SizeMismatch", `Cannot pull ${name}: manifest ${entry.digest} has ${manifest.bytes.byteLength} bytes, the index says ${entry.size}`);
+      }
+      doc = parseManifestDocument(manifest.bytes, manifest.contentType, `${name} (${formatPlatform(entry.platform)})`);
+      if (doc.kind !== "manifest") throw terminalError("InvalidManifest", `Cannot pull ${name}: the index entry for ${formatPlatform(platform)} is itself an index`);
+      await storeBytes(store, top);
+    }
+    const image = doc as ManifestDocument & { kind: "manifest" };
+    this.#checkTotal(name, image);
+    await storeBytes(store, manifest);
+
+    if (image.config.size > MAX_CONFIG_BYTES) throw terminalError("ConfigTooLarge", `Cannot pull ${name}: config of ${image.config.size} bytes is over ${MAX_CONFIG_BYTES}`);
+    await client.fetchBlob(ref.registry, ref.repository, image.config, store, signal === undefined ? {} : { signal });
+    const config = parseConfig(await store.readBytes(image.config.digest, MAX_CONFIG_BYTES), name);
+    const imagePlatform = chosenPlatform ?? platformOfConfig(config, platform);
+    if (imagePlatform.os !== platform.os || imagePlatform.architecture !== platform.architecture) {
+      throw terminalError("NoMatchingPlatform", `Cannot pull ${name}: the image is for ${formatPlatform(imagePlatform)}, this node is ${formatPlatform(platform)}`);
+    }
+
+    const layers = image.layers.map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType }));
+    options.onProgress?.({ kind: "resolved", reference: name, manifestDigest: manifest.digest, layers });
+    const unique = [...new Map(image.layers.map((l) => [l.digest, l])).values()];
+    await mapBounded(unique, options.concurrency ?? 3, (layer, sig) => this.#fetchLayer(client, ref, layer, store, options, sig), signal);
+
+    const pulled: PulledImage = {
+      reference: name,
+      manifestDigest: manifest.digest,
+      ...(indexDigest === undefined ? {} : { indexDigest }),
+      platform: imagePlatform,
+      configDigest: image.config.digest,
+      config,
+      layers,
+    };
+    if (this.#options.recordRefs ?? true) await new ImageRefs(store.root).put({ ...pulled, pulledAt: new Date((this.#options.clock ?? systemClock).now()).toISOString() });
+    return pulled;
+  }
+
+  async #fetchLayer(client: RegistryClient, ref: ImageReference, layer: Descriptor, store: ContentStore, options: Omit<PullOptions, "auth">, signal: AbortSignal): Promise<void> {
+    const progress = options.onProgress;
+    if (await store.has(layer.digest)) {
+      progress?.({ kind: "layer-cached", digest: layer.digest, size: layer.size });
+      return;
+    }
+    progress?.({ kind: "layer-start", digest: layer.digest, size: layer.size });
+    await client.fetchBlob(ref.registry, ref.repository, layer, store, {
+      signal,
+      onBytes: (received) => progress?.({ kind: "layer-bytes", digest: layer.digest, received, size: layer.size }),
+    });
+    progress?.({ kind: "layer-done", digest: layer.digest, size: layer.size });
+  }
+
+  #client(options: Omit<PullOptions, "auth">): RegistryClient {
+    const o = this.#options;
+    return new RegistryClient({
+      auth: this.auth,
+      clock: o.clock ?? systemClock,
+      ...(o.fetch === undefined ? {} : { fetch: o.fetch }),
+      ...(o.plainHttp === undefined ? {} : { plainHttp: o.plainHttp }),
+      ...(o.retryPolicy === undefined ? {} : { retryPolicy: o.retryPolicy }),
+      ...(o.retryAfterCapMs === undefined ? {} : { retryAfterCapMs: o.retryAfterCapMs }),
+      ...(o.idleTimeoutMs === undefined ? {} : { idleTimeoutMs: o.idleTimeoutMs }),
+      onRetry: (what, attempt, delayMs, error) => options.onProgress?.({ kind: "retry", what, attempt, delayMs, error: describeError(error) }),
+    });
+  }
+
+  #checkTotal(name: string, image: ManifestDocument & { kind: "manifest" }): void {
+    const total = image.config.size + image.layers.reduce((sum, l) => sum + l.size, 0);
+    const max = this.#options.maxImageBytes ?? DEFAULT_MAX_IMAGE_BYTES;
+    if (total > max) throw terminalError("ImageTooLarge", `Cannot pull ${name}: ${total} bytes is more than the limit of ${max}`);
+  }
+}
+
+/** One-off pull with a fresh token cache; long-lived callers (the agent) keep an `ImagePuller`. */
+export async function pullImage(reference: string, options: PullOptions & Omit<PullerOptions, "credentials">): Promise<PulledImage> {
+  const { auth, ...rest } = options;
+  return new ImagePuller({ ...rest, ...(auth === undefined ? {} : { credentials: auth }) }).pull(reference, rest);
+}
+
+async function storeBytes(store: ContentStore, fetched: FetchedManifest): Promise<void> {
+  await store.write({ digest: fetched.digest, size: fetched.bytes.byteLength }, Readable.from([Buffer.from(fetched.bytes)]));
+}
+
+function parseConfig(bytes: Buffer, name: string): ImageConfig {
+  try {
+    const parsed: unknown = JSON.parse(bytes.toString("utf8"));
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed as ImageConfig;
+  } catch {
+    // fall through to the error below
+  }
+  throw terminalError("InvalidConfig", `Cannot pull ${name}: the image config is not a JSON object`);
+}
+
+function platformOfConfig(config: ImageConfig, fallback: Platform): Platform {
+  if (typeof config.architecture !== "string" || typeof config.os !== "string") return fallback;
+  return { os: config.os, architecture: config.architecture };
+}
