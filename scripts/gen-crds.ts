@@ -1,0 +1,17 @@
+/**
+ * `npm run gen:crds`: writes deploy/crds/*.yaml from the TypeBox definitions in src/api and removes
+ * generated files of kinds that no longer exist. The drift test fails until this has been run.
+ */
+import { mkdir, readdir, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { CRD_DIR, renderCrdFiles } from "../src/api/index.ts";
+
+const root = join(import.meta.dirname, "..");
+const dir = join(root, CRD_DIR);
+const files = renderCrdFiles();
+await mkdir(dir, { recursive: true });
+for (const name of await readdir(dir)) {
+  if (name.endsWith(".yaml") && !files.has(name)) await rm(join(dir, name));
+}
+for (const [name, content] of files) await writeFile(join(dir, name), content);
+process.stdout.write(`wrote ${files.size} CRDs to ${CRD_DIR}/\n`);

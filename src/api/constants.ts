@@ -1,0 +1,88 @@
+/**
+ * Names shared by every part that talks about Imp objects: the API group and version, each kind's
+ * REST names, and the labels, annotations, finalizers and Secret keys Imp writes. Use these instead
+ * of string literals so a rename is one edit and a typo is a type error.
+ */
+
+export const GROUP = "imp.dev";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}` as const;
+/** `kubectl get imp` lists every Imp object. */
+export const CATEGORY = "imp";
+
+/** REST identity of one kind: what a client needs to build a URL or a watch. */
+export interface KindNames {
+  readonly kind: string;
+  readonly listKind: string;
+  readonly plural: string;
+  readonly singular: string;
+  readonly shortNames: readonly string[];
+  readonly scope: "Cluster" | "Namespaced";
+}
+
+function names(kind: string, plural: string, shortNames: readonly string[], scope: KindNames["scope"]): KindNames {
+  return { kind, listKind: `${kind}List`, plural, singular: kind.toLowerCase(), shortNames, scope };
+}
+
+export const IMP_VM_CLASS = names("ImpVMClass", "impvmclasses", ["ivmc"], "Cluster");
+export const IMP_VM_TEMPLATE = names("ImpVMTemplate", "impvmtemplates", ["ivmt"], "Namespaced");
+export const IMP_VM = names("ImpVM", "impvms", ["ivm"], "Namespaced");
+export const IMP_VM_RUNNER_POOL = names("ImpVMRunnerPool", "impvmrunnerpools", ["irp"], "Namespaced");
+export const IMP_NODE = names("ImpNode", "impnodes", ["inode"], "Cluster");
+
+/** Every kind, in the order their CRDs are installed (referenced kinds first). */
+export const ALL_KINDS: readonly KindNames[] = [IMP_VM_CLASS, IMP_VM_TEMPLATE, IMP_VM, IMP_VM_RUNNER_POOL, IMP_NODE];
+
+/** `<plural>.<group>`: the name of a kind's CustomResourceDefinition object. */
+export const crdName = (k: KindNames): string => `${k.plural}.${GROUP}`;
+
+/** Labels Imp sets. Values are object names, so they fit the 63-character label value limit. */
+export const LABELS = {
+  /** On ImpVMs created by a pool: the pool's name. Shown as the POOL printer column. */
+  pool: "imp.dev/pool",
+  /** On ImpVMs and their setup Secrets: the node the VM is bound to (set with status.nodeName). */
+  node: "imp.dev/node",
+  /** On setup Secrets: the ImpVM they belong to. */
+  vm: "imp.dev/vm",
+  /** On objects Imp creates: which Imp component manages them (`operator`, `agent`). */
+  managedBy: "app.kubernetes.io/managed-by",
+} as const;
+
+/** Annotations Imp sets. */
+export const ANNOTATIONS = {
+  /** On setup Secrets: the exec id the setup is bound to (see DESIGN §3, ambiguous handoff). */
+  execId: "imp.dev/exec-id",
+  /** On ImpVMs: the reason a controller asked for termination (for `kubectl describe`). */
+  terminationReason: "imp.dev/termination-reason",
+} as const;
+
+/** Finalizers: one per external system that must be cleaned up before the object may go. */
+export const FINALIZERS = {
+  /** Agent: the VMM process is gone and node resources (tap, disks, sockets) are freed. */
+  vmTeardown: "imp.dev/vm-teardown",
+  /** Operator: the GitHub runner registration of this VM is removed. */
+  runnerRegistration: "imp.dev/runner-registration",
+} as const;
+
+/** The setup Secret of a runner VM: owned by the ImpVM, holds the one-time JIT runner config. */
+export const SETUP_SECRET = {
+  /** Secret `type`, so setup Secrets can be told apart from user Secrets. */
+  type: "imp.dev/runner-setup",
+  /** Data key holding the encoded JIT config. */
+  jitConfigKey: "jitconfig",
+} as const;
+
+/** Deterministic setup Secret name for a VM: the name is the idempotency key (DESIGN §3 step 2). */
+export const setupSecretName = (vmName: string): string => `${vmName}-setup`;
+
+/** Keys of the GitHub App credentials Secret referenced by `ImpVMRunnerPool.spec.github.credentialsSecretRef`. */
+export const GITHUB_APP_SECRET_KEYS = {
+  appId: "appId",
+  installationId: "installationId",
+  privateKey: "privateKey",
+} as const;
+
+/** Longest ImpVM name: it is the guest hostname and the GitHub runner name, so a DNS label. */
+export const MAX_VM_NAME_LENGTH = 63;
+/** Longest pool name: `generateName: <pool>-` plus 5 random characters must still fit a VM name. */
+export const MAX_POOL_NAME_LENGTH = MAX_VM_NAME_LENGTH - 6;

@@ -1,0 +1,19 @@
+/**
+ * The Imp API (group imp.dev, version v1alpha1): TypeScript types and TypeBox schemas of every
+ * kind, the CRDs generated from them, names (labels, finalizers, …) and `installCrds`.
+ * Other parts import only from here.
+ */
+export * from "./constants.ts";
+export * from "./schema/common.ts";
+export * from "./schema/kind.ts";
+export * from "./schema/impvmclass.ts";
+export * from "./schema/impvmtemplate.ts";
+export * from "./schema/impvm.ts";
+export * from "./schema/impvmrunnerpool.ts";
+export * from "./schema/impnode.ts";
+export { KIND_DEFINITIONS } from "./schema/index.ts";
+export { buildCrd, buildAllCrds, type CrdManifest, type CrdVersion } from "./crd.ts";
+export { CRD_DIR, crdFileName, renderCrdFiles, renderCrdYaml } from "./render.ts";
+export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from "./structural.ts";
+export { installCrds, serverMessage, type InstallCrdsOptions, type InstalledCrd } from "./install.ts";
+export { parseDurationMs, parseSizeMiB } from "./units.ts";

@@ -1,0 +1,110 @@
+/**
+ * Applies the Imp CRDs to a cluster and waits until the API server serves them. Used by the CLI,
+ * the demo and the integration tests. Idempotent: existing CRDs are replaced with the current
+ * definition, so running it again after an upgrade updates the schemas.
+ */
+import { ApiException, ApiextensionsV1Api, loadYaml, type KubeConfig, type V1CustomResourceDefinition } from "@kubernetes/client-node";
+import { conflictError, retry, retryableError, systemClock, terminalError, waitFor, type Clock } from "../shared/index.ts";
+import { buildAllCrds, type CrdManifest } from "./crd.ts";
+
+export interface InstallCrdsOptions {
+  /** How long to wait for every CRD to be Established. Default 60 s. */
+  readonly timeoutMs?: number;
+  readonly signal?: AbortSignal;
+  readonly clock?: Clock;
+  /** CRDs to apply; default every Imp CRD. */
+  readonly crds?: readonly CrdManifest[];
+}
+
+/** Result per CRD: whether it was created or replaced. */
+export interface InstalledCrd {
+  readonly name: string;
+  readonly action: "created" | "replaced";
+}
+
+/**
+ * Creates or replaces each Imp CRD, then waits until all report `Established=True`. Throws a
+ * terminal error when the API server rejects a CRD (the message carries the server's reason) or
+ * its names conflict with another CRD, and a retryable "Timeout" error when they are not
+ * Established within `timeoutMs`.
+ */
+export async function installCrds(kubeConfig: KubeConfig, options: InstallCrdsOptions = {}): Promise<InstalledCrd[]> {
+  const api = kubeConfig.makeApiClient(ApiextensionsV1Api);
+  const clock = options.clock ?? systemClock;
+  const crds = options.crds ?? buildAllCrds();
+  const results: InstalledCrd[] = [];
+  for (const crd of crds) {
+    const action = await retry(() => applyOne(api, crd), { clock, ...(options.signal ? { signal: options.signal } : {}) });
+    results.push({ name: crd.metadata.name, action });
+  }
+  await waitFor(
+    `wait for the Imp CRDs to be Established`,
+    async () => {
+      for (const crd of crds) if (!(await isEstablished(api, crd.metadata.name))) return undefined;
+      return true;
+    },
+    { timeoutMs: options.timeoutMs ?? 60_000, intervalMs: 200, ...(options.signal ? { signal: options.signal } : {}) },
+  );
+  return results;
+}
+
+/** The client serializes by its model's field names, so wire-named JSON goes through its deserializer first. */
+function toClientModel(crd: CrdManifest): V1CustomResourceDefinition {
+  return loadYaml<V1CustomResourceDefinition>(JSON.stringify(crd));
+}
+
+async function applyOne(api: ApiextensionsV1Api, crd: CrdManifest): Promise<"created" | "replaced"> {
+  const name = crd.metadata.name;
+  const body = toClientModel(crd);
+  try {
+    let existing: V1CustomResourceDefinition | undefined;
+    try {
+      existing = await api.readCustomResourceDefinition({ name });
+    } catch (err) {
+      if (!(err instanceof ApiException && err.code === 404)) throw err;
+    }
+    if (existing === undefined) {
+      await api.createCustomResourceDefinition({ body });
+      return "created";
+    }
+    body.metadata = { ...body.metadata, resourceVersion: existing.metadata?.resourceVersion ?? "" };
+    await api.replaceCustomResourceDefinition({ name, body });
+    return "replaced";
+  } catch (err) {
+    throw classify(err, name);
+  }
+}
+
+async function isEstablished(api: ApiextensionsV1Api, name: string): Promise<boolean> {
+  const crd = await api.readCustomResourceDefinition({ name });
+  const conditions = crd.status?.conditions ?? [];
+  const namesAccepted = conditions.find((c) => c.type === "NamesAccepted");
+  if (namesAccepted?.status === "False") {
+    throw terminalError("CrdNamesConflict", `Cannot install CRD ${name}: names not accepted: ${namesAccepted.message ?? namesAccepted.reason ?? ""}`);
+  }
+  return conditions.some((c) => c.type === "Established" && c.status === "True");
+}
+
+function classify(err: unknown, name: string): Error {
+  if (!(err instanceof ApiException)) return retryableError("CrdApplyFailed", `Cannot apply CRD ${name}: ${String(err)}`, { cause: err });
+  const detail = serverMessage(err);
+  if (err.code === 409) return conflictError("CrdConflict", `Cannot apply CRD ${name}: changed concurrently: ${detail}`, { cause: err });
+  if (err.code === 429 || err.code >= 500) return retryableError("CrdApplyFailed", `Cannot apply CRD ${name}: server answered ${err.code}: ${detail}`, { cause: err });
+  return terminalError("CrdRejected", `Cannot apply CRD ${name}: rejected with ${err.code}: ${detail}`, { cause: err });
+}
+
+/** The `message` of a Kubernetes Status body, which names the offending field. */
+export function serverMessage(err: ApiException<unknown>): string {
+  const body: unknown = err.body;
+  if (typeof body === "string") {
+    try {
+      const parsed: unknown = JSON.parse(body);
+      if (typeof parsed === "object" && parsed !== null && "message" in parsed) return String(parsed.message);
+    } catch {
+      return body;
+    }
+    return body;
+  }
+  if (typeof body === "object" && body !== null && "message" in body) return String(body.message);
+  return err.message;
+}

@@ -1,0 +1,186 @@
+/**
+ * ImpVM (namespaced): one short-lived microVM running one workload. The spec is immutable: a VM is
+ * never re-run with different inputs, a new ImpVM takes its place. The status is written by the
+ * scheduler (binding), the operator (runner identity, setup) and the node's agent (everything from
+ * Preparing to a terminal phase).
+ */
+import { Type, type Static } from "@sinclair/typebox";
+import { IMP_VM, MAX_VM_NAME_LENGTH } from "../constants.ts";
+import { VMMS } from "./impvmclass.ts";
+import { ImpVMTemplateSpec } from "./impvmtemplate.ts";
+import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
+import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
+
+/** Pending → Scheduled → Preparing → Booting → Running → Succeeded | Failed, plus Terminating on delete. */
+export const VM_PHASES = ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded", "Failed", "Terminating"] as const;
+export type VMPhase = (typeof VM_PHASES)[number];
+/** Phases after which nothing about the VM changes again. */
+export const TERMINAL_VM_PHASES = ["Succeeded", "Failed"] as const satisfies readonly VMPhase[];
+/** Phases in which the VM holds capacity on its node, so status.nodeName must be set. */
+export const BOUND_VM_PHASES = ["Scheduled", "Preparing", "Booting", "Running"] as const satisfies readonly VMPhase[];
+
+export const LIFECYCLES = ["ephemeral"] as const;
+export type Lifecycle = (typeof LIFECYCLES)[number];
+
+/**
+ * Where the one-time runner setup is: `Pending` (not minted), `Minted` (Secret exists = registered),
+ * `Sent` (Exec sent, outcome unknown), `Delivered` (the guest started the process with it),
+ * `Failed` (never delivered; the VM is terminal), `Deleted` (Secret removed after the VM ended).
+ */
+export const SETUP_STATES = ["Pending", "Minted", "Sent", "Delivered", "Failed", "Deleted"] as const;
+export type SetupState = (typeof SETUP_STATES)[number];
+
+const quoted = (xs: readonly string[]): string => `[${xs.map((x) => `'${x}'`).join(", ")}]`;
+
+export const ImpVMSpec = Type.Object(
+  {
+    templateRef: Type.Optional(objectRef("ImpVMTemplate in the VM's namespace. Exactly one of templateRef and template.")),
+    template: Type.Optional(Type.Object(ImpVMTemplateSpec.properties, { description: "Inline template. Exactly one of templateRef and template." })),
+    workload: Type.Optional(Workload),
+    nodeName: Type.Optional(
+      Type.String({ maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Pin the VM to this node; the scheduler still checks capacity." }),
+    ),
+    lifecycle: StringEnum(LIFECYCLES, { default: "ephemeral", description: "`ephemeral`: runs once, never restarted." }),
+  },
+  {
+    description: "Desired VM. Immutable after creation.",
+    ...cel(
+      {
+        rule: "has(self.templateRef) != has(self.template)",
+        message: "exactly one of templateRef or template must be set",
+        fieldPath: ".templateRef",
+      },
+      {
+        rule: "!has(self.template) || has(self.template.workload) || has(self.workload)",
+        message: "workload is required when the inline template has none",
+        fieldPath: ".workload",
+        reason: "FieldValueRequired",
+      },
+      { rule: "self == oldSelf", message: "spec is immutable; create a new ImpVM instead" },
+    ),
+  },
+);
+export type ImpVMSpec = Static<typeof ImpVMSpec>;
+
+/** When the VM entered each phase (absent if it never did). */
+export const PhaseTimestamps = Type.Object(
+  {
+    pending: Type.Optional(Timestamp("Accepted by the operator.")),
+    scheduled: Type.Optional(Timestamp("Bound to a node.")),
+    preparing: Type.Optional(Timestamp("Agent started preparing disks.")),
+    booting: Type.Optional(Timestamp("VMM process started.")),
+    running: Type.Optional(Timestamp("Workload process started in the guest.")),
+    succeeded: Type.Optional(Timestamp("Workload exited 0.")),
+    failed: Type.Optional(Timestamp("VM failed.")),
+    terminating: Type.Optional(Timestamp("Deletion began.")),
+  },
+  { description: "When the VM entered each phase." },
+);
+export type PhaseTimestamps = Static<typeof PhaseTimestamps>;
+
+export const ImpVMStatus = Type.Object(
+  {
+    phase: Type.Optional(StringEnum(VM_PHASES, { description: "Lifecycle phase." })),
+    reason: Type.Optional(Type.String({ maxLength: 128, pattern: "^[A-Za-z][A-Za-z0-9]*$", description: "CamelCase reason for the phase, e.g. NodeLost, Expired, BootTimeout." })),
+    message: Type.Optional(Type.String({ maxLength: 4096, description: "Human-readable detail for the phase." })),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
+    conditions: Type.Optional(Conditions),
+    nodeName: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Node the VM is bound to. Set once by the scheduler." }),
+    ),
+    vmm: Type.Optional(StringEnum(VMMS, { description: "VMM the agent started." })),
+    phaseTimestamps: Type.Optional(PhaseTimestamps),
+    prepareDurationMs: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "Preparing → Booting, in ms." })),
+    bootDurationMs: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "Booting → guest agent answered, in ms." })),
+    exitCode: Type.Optional(Type.Integer({ minimum: 0, maximum: 255, description: "Exit code of the workload (128+n for signal n)." })),
+    guestIP: Type.Optional(Type.String({ maxLength: 45, description: "Guest address on its tap network.", ...cel({ rule: "isIP(self)", message: "must be an IP address" }) })),
+    execId: Type.Optional(
+      Type.String({
+        maxLength: 128,
+        pattern: "^[A-Za-z0-9._-]+$",
+        description: "Idempotency id of the workload Exec, derived from the ImpVM uid. Set once.",
+        ...cel({ rule: "self == oldSelf", message: "execId is set once" }),
+      }),
+    ),
+    runner: Type.Optional(
+      Type.Object(
+        {
+          id: Type.Integer({ minimum: 1, format: "int64", description: "GitHub runner id." }),
+          name: Type.String({ minLength: 1, maxLength: 64, description: "GitHub runner name (the ImpVM name)." }),
+        },
+        { description: "GitHub runner registered for this VM. Set once.", ...cel({ rule: "self == oldSelf", message: "runner is set once" }) },
+      ),
+    ),
+    setup: Type.Optional(
+      Type.Object(
+        {
+          state: StringEnum(SETUP_STATES, { description: "Where the one-time setup is." }),
+          secretName: Type.Optional(Type.String({ maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Setup Secret (owned by this ImpVM)." })),
+          deliveredAt: Type.Optional(Timestamp("When the guest confirmed the Exec.")),
+        },
+        { description: "Delivery state of the one-time runner setup." },
+      ),
+    ),
+    teardown: Type.Optional(
+      Type.Object(
+        {
+          processGone: Type.Boolean({ description: "The agent verified no VMM process of this VM exists." }),
+          resourcesReleased: Type.Boolean({ description: "Tap, disks, sockets and cgroup are removed." }),
+          completedAt: Type.Optional(Timestamp("When both became true.")),
+        },
+        { description: "Node-side cleanup, checked separately from finalizer removal." },
+      ),
+    ),
+  },
+  {
+    description: "Observed VM state.",
+    ...cel(
+      {
+        rule: `!has(oldSelf.phase) || !(oldSelf.phase in ${quoted(TERMINAL_VM_PHASES)}) || (has(self.phase) && self.phase == oldSelf.phase)`,
+        message: "phase Succeeded and Failed are final",
+        fieldPath: ".phase",
+      },
+      {
+        rule: "!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",
+        message: "nodeName is set once; a VM never moves to another node",
+        fieldPath: ".nodeName",
+      },
+      {
+        rule: `!has(self.phase) || !(self.phase in ${quoted(BOUND_VM_PHASES)}) || has(self.nodeName)`,
+        message: "nodeName is required in phases Scheduled, Preparing, Booting and Running",
+        fieldPath: ".nodeName",
+        reason: "FieldValueRequired",
+      },
+      {
+        rule: "!has(self.phase) || self.phase != 'Succeeded' || (has(self.exitCode) && self.exitCode == 0)",
+        message: "phase Succeeded requires exitCode 0",
+        fieldPath: ".exitCode",
+      },
+    ),
+  },
+);
+export type ImpVMStatus = Static<typeof ImpVMStatus>;
+export type ImpVM = ImpObject<"ImpVM", ImpVMSpec, ImpVMStatus>;
+
+export const impVMDefinition: KindDefinition = {
+  names: IMP_VM,
+  description: "ImpVM is one short-lived Imp microVM running one workload, then ending.",
+  spec: ImpVMSpec,
+  status: ImpVMStatus,
+  nameSchema: {
+    maxLength: MAX_VM_NAME_LENGTH,
+    pattern: DNS_LABEL_PATTERN,
+    description: "A DNS label: the VM's name is its guest hostname and its GitHub runner name.",
+  },
+  printerColumns: [
+    { name: "Phase", type: "string", jsonPath: ".status.phase" },
+    { name: "Node", type: "string", jsonPath: ".status.nodeName" },
+    { name: "Pool", type: "string", jsonPath: ".metadata.labels.imp\\.dev/pool" },
+    { name: "Reason", type: "string", jsonPath: ".status.reason", priority: 1 },
+    { name: "Boot-ms", type: "integer", jsonPath: ".status.bootDurationMs", priority: 1 },
+    { name: "Exit", type: "integer", jsonPath: ".status.exitCode", priority: 1 },
+    { name: "IP", type: "string", jsonPath: ".status.guestIP", priority: 1 },
+    AGE_COLUMN,
+  ],
+  selectableFields: [".status.nodeName", ".status.phase"],
+};

@@ -1,0 +1,129 @@
+/**
+ * ImpVMRunnerPool (namespaced): keeps GitHub Actions runners available as ImpVMs — `minIdle` idle
+ * runners, never more than `maxConcurrent` VMs — each registered just in time with a one-time setup.
+ */
+import { Type, type Static } from "@sinclair/typebox";
+import { IMP_VM_RUNNER_POOL, MAX_POOL_NAME_LENGTH } from "../constants.ts";
+import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, EnvList, objectRef, SecretKeySelector, StringEnum } from "./common.ts";
+import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
+
+/** Where runners are registered: one repository, an organization, or an enterprise. */
+export const GITHUB_SCOPES = ["repo", "org", "enterprise"] as const;
+export type GitHubScope = (typeof GITHUB_SCOPES)[number];
+
+const GITHUB_NAME = "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$";
+
+export const GitHubSettings = Type.Object(
+  {
+    credentialsSecretRef: objectRef("Secret with keys `appId`, `installationId` and `privateKey` (PEM) of the GitHub App. Read only by the operator."),
+    apiURL: Type.String({
+      maxLength: 256,
+      pattern: "^https?://[^\\s/]+(/[^\\s]*)?$",
+      default: "https://api.github.com",
+      description: "GitHub REST API base URL (GitHub Enterprise Server: `https://<host>/api/v3`).",
+    }),
+    scope: StringEnum(GITHUB_SCOPES, { description: "Register runners for a repository, an organization or an enterprise." }),
+    repository: Type.Optional(
+      Type.String({ maxLength: 140, pattern: "^[A-Za-z0-9-]+/[A-Za-z0-9._-]+$", description: "`owner/name`; required for scope `repo`." }),
+    ),
+    organization: Type.Optional(Type.String({ maxLength: 39, pattern: GITHUB_NAME, description: "Organization login; required for scope `org`." })),
+    enterprise: Type.Optional(Type.String({ maxLength: 100, pattern: GITHUB_NAME, description: "Enterprise slug; required for scope `enterprise`." })),
+    runnerGroup: Type.String({ minLength: 1, maxLength: 128, default: "Default", description: "Runner group (org and enterprise scopes)." }),
+    labels: Type.Array(Type.String({ minLength: 1, maxLength: 256, pattern: "^[^,\\s]+$" }), {
+      minItems: 1,
+      maxItems: 32,
+      description: "Labels the runners carry; workflows select them with `runs-on`.",
+      "x-kubernetes-list-type": "set",
+    }),
+  },
+  {
+    description: "GitHub App credentials and where runners register.",
+    ...cel(
+      { rule: "self.scope != 'repo' || has(self.repository)", message: "repository is required when scope is repo", fieldPath: ".repository", reason: "FieldValueRequired" },
+      { rule: "self.scope != 'org' || has(self.organization)", message: "organization is required when scope is org", fieldPath: ".organization", reason: "FieldValueRequired" },
+      { rule: "self.scope != 'enterprise' || has(self.enterprise)", message: "enterprise is required when scope is enterprise", fieldPath: ".enterprise", reason: "FieldValueRequired" },
+      {
+        rule: "[has(self.repository), has(self.organization), has(self.enterprise)].filter(x, x).size() == 1",
+        message: "set only the one of repository, organization, enterprise that matches scope",
+        fieldPath: ".scope",
+      },
+    ),
+  },
+);
+export type GitHubSettings = Static<typeof GitHubSettings>;
+
+export const WebhookSettings = Type.Object(
+  {
+    enabled: Type.Boolean({ default: false, description: "Scale up on `workflow_job` webhooks in addition to polling." }),
+    secretRef: Type.Optional(Type.Object(SecretKeySelector.properties, { description: "Secret key holding the webhook secret (HMAC SHA-256)." })),
+  },
+  {
+    description: "GitHub webhook delivery for faster scale-up.",
+    ...cel({ rule: "!self.enabled || has(self.secretRef)", message: "secretRef is required when the webhook is enabled", fieldPath: ".secretRef", reason: "FieldValueRequired" }),
+  },
+);
+export type WebhookSettings = Static<typeof WebhookSettings>;
+
+export const ImpVMRunnerPoolSpec = Type.Object(
+  {
+    templateName: Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "ImpVMTemplate in the pool's namespace." }),
+    github: GitHubSettings,
+    minIdle: Type.Integer({ minimum: 0, maximum: 1000, default: 0, description: "Idle runners kept ready." }),
+    maxConcurrent: Type.Integer({ minimum: 1, maximum: 1000, default: 10, description: "Upper bound on the pool's non-terminal VMs." }),
+    scaleUpStep: Type.Integer({ minimum: 1, maximum: 100, default: 5, description: "Most VMs created in one reconcile." }),
+    webhook: Type.Optional(WebhookSettings),
+    runnerCommand: Type.Array(Type.String({ minLength: 1, maxLength: 4096 }), {
+      minItems: 1,
+      maxItems: 32,
+      description: "Runner start command in the guest; the one-time setup arrives in its environment as IMP_RUNNER_JITCONFIG.",
+    }),
+    runnerEnv: Type.Optional(EnvList),
+  },
+  {
+    description: "Desired runner pool.",
+    ...cel({ rule: "self.maxConcurrent >= self.minIdle", message: "maxConcurrent must be at least minIdle", fieldPath: ".maxConcurrent" }),
+  },
+);
+export type ImpVMRunnerPoolSpec = Static<typeof ImpVMRunnerPoolSpec>;
+
+const Count = (description: string) => Type.Integer({ minimum: 0, maximum: 100000, description });
+
+export const ImpVMRunnerPoolStatus = Type.Object(
+  {
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
+    desired: Type.Optional(Count("VMs the pool wants (busy + minIdle, capped by maxConcurrent).")),
+    current: Type.Optional(Count("Non-terminal VMs of the pool.")),
+    idle: Type.Optional(Count("Runners registered and waiting for a job.")),
+    busy: Type.Optional(Count("Runners running a job.")),
+    starting: Type.Optional(Count("VMs not yet running their runner.")),
+    failed: Type.Optional(Count("Terminal failed VMs not yet cleaned up.")),
+    lastScaleTime: Type.Optional(Type.String({ format: "date-time", description: "Last time VMs were created or deleted." })),
+    conditions: Type.Optional(Conditions),
+  },
+  { description: "Observed pool state." },
+);
+export type ImpVMRunnerPoolStatus = Static<typeof ImpVMRunnerPoolStatus>;
+export type ImpVMRunnerPool = ImpObject<"ImpVMRunnerPool", ImpVMRunnerPoolSpec, ImpVMRunnerPoolStatus>;
+
+export const impVMRunnerPoolDefinition: KindDefinition = {
+  names: IMP_VM_RUNNER_POOL,
+  description: "ImpVMRunnerPool keeps just-in-time GitHub Actions runners available, each in its own Imp microVM.",
+  spec: ImpVMRunnerPoolSpec,
+  status: ImpVMRunnerPoolStatus,
+  nameSchema: {
+    maxLength: MAX_POOL_NAME_LENGTH,
+    pattern: DNS_LABEL_PATTERN,
+    description: "A DNS label short enough that `<pool>-<5 random>` VM names still fit 63 characters.",
+  },
+  printerColumns: [
+    { name: "Template", type: "string", jsonPath: ".spec.templateName", priority: 1 },
+    { name: "Min-Idle", type: "integer", jsonPath: ".spec.minIdle" },
+    { name: "Max", type: "integer", jsonPath: ".spec.maxConcurrent" },
+    { name: "Idle", type: "integer", jsonPath: ".status.idle" },
+    { name: "Busy", type: "integer", jsonPath: ".status.busy" },
+    { name: "Starting", type: "integer", jsonPath: ".status.starting" },
+    { name: "Failed", type: "integer", jsonPath: ".status.failed" },
+    { name: "Ready", type: "string", jsonPath: ".status.conditions[?(@.type==\"Ready\")].status" },
+    AGE_COLUMN,
+  ],
+};
