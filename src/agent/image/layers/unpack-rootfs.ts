@@ -1,0 +1,82 @@
+/**
+ * Unpacks an image's layers, in order, into a fresh directory and injects the guest agent at
+ * `/.imp/imp-guest`. The result is a directory plus the records (device nodes, xattrs) that only
+ * the ext4 step can materialise, and totals for sizing the filesystem.
+ */
+import { constants } from "node:fs";
+import { chmod, chown, copyFile, mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { terminalError } from "../../../shared/index.ts";
+import { applyLayer, type LayerBlob } from "./apply-layer.ts";
+import { ConfinedTree, type SpecialNode, type Xattrs } from "./confined-tree.ts";
+import { LayerBudget, type LayerLimits } from "./limits.ts";
+
+/** Where the guest agent lives inside every image; the kernel boots it with `init=/.imp/imp-guest`. */
+export const GUEST_AGENT_DIR = ".imp";
+export const GUEST_AGENT_NAME = "imp-guest";
+export const GUEST_AGENT_INIT = `/${GUEST_AGENT_DIR}/${GUEST_AGENT_NAME}`;
+
+export interface UnpackOptions {
+  /** An empty directory to unpack into; the caller owns it and removes it on failure. */
+  readonly target: string;
+  /** In application order: the image's layers, then extra layers (e.g. the runner layer). */
+  readonly layers: readonly LayerBlob[];
+  /** Host path of the guest agent binary to copy to `/.imp/imp-guest`. */
+  readonly guestAgentPath: string;
+  readonly limits: LayerLimits;
+  readonly signal?: AbortSignal;
+  /** Called after each layer is applied. */
+  readonly onLayer?: (digest: string, index: number) => void;
+}
+
+export interface UnpackedRootfs {
+  readonly dir: string;
+  readonly specials: ReadonlyMap<string, SpecialNode>;
+  readonly xattrs: ReadonlyMap<string, Xattrs>;
+  /** Entries and file bytes summed over all layers: an upper bound of what the final tree holds. */
+  readonly entries: number;
+  readonly fileBytes: number;
+  readonly droppedXattrs: number;
+}
+
+/** Unpacks every layer and injects the guest agent. Throws on the first unsafe or malformed entry. */
+export async function unpackRootfs(options: UnpackOptions): Promise<UnpackedRootfs> {
+  const tree = new ConfinedTree(options.target);
+  await chown(options.target, 0, 0);
+  await chmod(options.target, 0o755);
+  const budget = new LayerBudget(options.limits);
+  let fileBytes = 0;
+  let droppedXattrs = 0;
+  for (const [index, layer] of options.layers.entries()) {
+    options.signal?.throwIfAborted();
+    const stats = await applyLayer(tree, layer, budget, options.signal);
+    fileBytes += stats.fileBytes;
+    droppedXattrs += stats.droppedXattrs;
+    options.onLayer?.(layer.digest, index);
+  }
+  await injectGuestAgent(tree, options.guestAgentPath);
+  await tree.finish();
+  return { dir: options.target, specials: tree.specials(), xattrs: tree.xattrs(), entries: budget.entries + 2, fileBytes, droppedXattrs };
+}
+
+/**
+ * Replaces whatever the image has at `/.imp` (a directory, a file, or a symlink that could redirect
+ * the write) with a fresh root-owned directory holding only the guest agent.
+ */
+async function injectGuestAgent(tree: ConfinedTree, source: string): Promise<void> {
+  const dir = [GUEST_AGENT_DIR];
+  await tree.remove(dir);
+  const abs = tree.abs(dir);
+  await mkdir(abs, { mode: 0o755 });
+  await chown(abs, 0, 0);
+  await chmod(abs, 0o755);
+  const dest = join(abs, GUEST_AGENT_NAME);
+  try {
+    // COPYFILE_EXCL: `dest` cannot exist in the directory just made; fail rather than write through anything.
+    await copyFile(source, dest, constants.COPYFILE_EXCL);
+  } catch (err) {
+    throw terminalError("GuestAgentMissing", `Cannot inject the guest agent from ${source}: ${(err as Error).message}`, { cause: err, context: { source } });
+  }
+  await chown(dest, 0, 0);
+  await chmod(dest, 0o755);
+}

@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { defaultLayerLimits, unpackRootfs } from "../../../src/agent/image/layers/index.ts";
+import { ImpError } from "../../../src/shared/index.ts";
+import { maliciousCorpus } from "../../fixtures/malicious-layers/corpus.ts";
+import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
+import { snapshot } from "./fs-snapshot.ts";
+
+describe("unpackRootfs() with the malicious-layer corpus", () => {
+  let work: string;
+  let guest: string;
+  before(async () => {
+    work = await mkdtemp(join(tmpdir(), "imp-malicious-"));
+    guest = join(work, "imp-guest");
+    await writeFile(guest, "#!/bin/sh\n", { mode: 0o755 });
+  });
+  after(async () => rm(work, { recursive: true, force: true }));
+
+  for (const [index, testCase] of maliciousCorpus("/CANARY").entries()) {
+    const verdict = testCase.expectCode === undefined ? "succeeds without touching the canary" : `fails with ${testCase.expectCode}`;
+    it(`${testCase.name}: ${verdict}`, async () => {
+      const dir = join(work, `case-${index}`);
+      const canary = join(dir, "canary");
+      const target = join(dir, "target");
+      await mkdir(canary, { recursive: true });
+      await mkdir(target);
+      await writeFile(join(canary, "secret"), "do not touch", { mode: 0o600 });
+      // Rebuild the case with the real canary path now that it exists.
+      const real = maliciousCorpus(canary)[index];
+      assert.ok(real);
+      const layers = await Promise.all(real.layers.map((entries) => layerOf(entries)));
+      const before = await snapshot(canary);
+      const siblings = (await readdir(dir)).sort();
+
+      const run = unpackRootfs({ target, layers, guestAgentPath: guest, limits: { ...defaultLayerLimits(), ...real.limits } });
+      if (real.expectCode === undefined) {
+        await run;
+      } else {
+        await assert.rejects(run, (err: unknown) => {
+          assert.ok(err instanceof ImpError, `expected an ImpError, got ${String(err)}`);
+          assert.equal(err.code, real.expectCode, err.message);
+          assert.match(err.message, /^Cannot /);
+          return true;
+        });
+      }
+      assert.deepEqual(await snapshot(canary), before, "the canary outside the target changed");
+      assert.deepEqual((await readdir(dir)).sort(), siblings, "something appeared beside the target");
+    });
+  }
+
+  it("never creates a device node on the host (a placeholder stands in until the ext4 step)", async () => {
+    const target = join(work, "dev-target");
+    await mkdir(target);
+    const layer = await layerOf([{ name: "dev/sda", type: "block-device", devmajor: 8, devminor: 0, mode: 0o666 }]);
+    const result = await unpackRootfs({ target, layers: [layer], guestAgentPath: guest, limits: defaultLayerLimits() });
+    const info = await lstat(join(target, "dev/sda"));
+    assert.equal(info.isFile(), true);
+    assert.equal(info.mode & 0o7777, 0);
+    assert.deepEqual(result.specials.get("dev/sda"), { mode: 0o666, uid: 0, gid: 0, mtime: result.specials.get("dev/sda")?.mtime, kind: "block", major: 8, minor: 0 });
+  });
+
+  it("replaces an image's /.imp symlink with a real directory holding only the guest agent", async () => {
+    const target = join(work, "imp-target");
+    await mkdir(target);
+    const layer = await layerOf([{ name: ".imp", type: "symlink", linkname: "/etc" }, { name: "etc", type: "directory" }]);
+    await unpackRootfs({ target, layers: [layer], guestAgentPath: guest, limits: defaultLayerLimits() });
+    assert.equal((await lstat(join(target, ".imp"))).isDirectory(), true);
+    assert.deepEqual(await readdir(join(target, ".imp")), ["imp-guest"]);
+    assert.equal((await lstat(join(target, ".imp/imp-guest"))).mode & 0o7777, 0o755);
+  });
+});
