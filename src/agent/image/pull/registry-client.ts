@@ -95,8 +95,13 @@ export class RegistryClient {
         }
         if (res.body === null) throw retryableError("EmptyBody", `Cannot ${what}: the response has no body`);
         const source = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>, { signal: sig });
-        source.on("data", () => timer.refresh());
-        await store.write(blob, source, { signal: sig, ...(options.onBytes === undefined ? {} : { onBytes: options.onBytes }) }).catch((err: unknown) => {
+        const watched = (async function* () {
+          for await (const chunk of source) {
+            timer.refresh();
+            yield chunk as Uint8Array;
+          }
+        })();
+        await store.write(blob, watched, { signal: sig, ...(options.onBytes === undefined ? {} : { onBytes: options.onBytes }) }).catch((err: unknown) => {
           throw idle.signal.aborted ? idle.signal.reason : err;
         });
       } finally {
