@@ -1,18 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { createMergePatch } from "./merge-patch.ts";
-
-/** RFC 7386 MergePatch, to check that patches really turn `before` into `after`. */
-function applyMergePatch(target: unknown, patch: unknown): unknown {
-  if (typeof patch !== "object" || patch === null || Array.isArray(patch)) return patch;
-  const result: Record<string, unknown> =
-    typeof target === "object" && target !== null && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
-  for (const [key, value] of Object.entries(patch)) {
-    if (value === null) delete result[key];
-    else result[key] = applyMergePatch(result[key], value);
-  }
-  return result;
-}
+import { applyMergePatch, createMergePatch } from "./merge-patch.ts";
 
 const cases: ReadonlyArray<{ name: string; before: object; after: object; patch: object | undefined }> = [
   { name: "no change", before: { a: 1, b: { c: [1, 2] } }, after: { a: 1, b: { c: [1, 2] } }, patch: undefined },

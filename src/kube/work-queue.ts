@@ -40,7 +40,7 @@ export class WorkQueue {
   readonly #failures = new Map<string, number>();
   /** Earliest pending `addAfter` time per key. */
   readonly #waiting = new Map<string, number>();
-  #getters: Array<(key: string | undefined) => void> = [];
+  #getters: Array<() => void> = [];
   #drainWaiters: Array<() => void> = [];
 
   constructor(options: WorkQueueOptions = {}) {
@@ -99,11 +99,15 @@ export class WorkQueue {
    * Next key to work on; waits while the queue is empty. Resolves undefined once shut down. The
    * caller owns the key until it calls `done(key)`.
    */
-  get(): Promise<string | undefined> {
-    if (this.#stop.signal.aborted) return Promise.resolve(undefined);
-    const key = this.#queue.shift();
-    if (key !== undefined) return Promise.resolve(this.#take(key));
-    return new Promise((resolve) => this.#getters.push(resolve));
+  async get(): Promise<string | undefined> {
+    for (;;) {
+      if (this.#stop.signal.aborted) return undefined;
+      const key = this.#queue.shift();
+      if (key !== undefined) return this.#take(key);
+      // Woken by #enqueue or shutDown; the key is taken only when this worker runs, so adds that
+      // happen before then still de-duplicate against the queued key.
+      await new Promise<void>((resolve) => this.#getters.push(resolve));
+    }
   }
 
   /** Marks `key` finished; if it was added meanwhile it goes back into the queue. */
@@ -140,7 +144,7 @@ export class WorkQueue {
     this.#queue = [];
     this.#dirty.clear();
     this.#waiting.clear();
-    for (const wake of this.#getters.splice(0)) wake(undefined);
+    for (const wake of this.#getters.splice(0)) wake();
   }
 
   /** Resolves once no key is being processed (immediately if none is). */
@@ -156,9 +160,8 @@ export class WorkQueue {
   }
 
   #enqueue(key: string): void {
-    const getter = this.#getters.shift();
-    if (getter === undefined) this.#queue.push(key);
-    else getter(this.#take(key));
+    this.#queue.push(key);
+    this.#getters.shift()?.();
   }
 
   #take(key: string): string {

@@ -1,0 +1,219 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { Writable } from "node:stream";
+import { Registry } from "prom-client";
+import { FakeClock, conflictError, createLogger, retryableError, terminalError } from "../shared/index.ts";
+import { Controller, ownerKeys, type ReconcileContext } from "./controller.ts";
+import { CONFLICT_IMMEDIATE_RETRIES, decideRequeue, done, requeueAfter, type ReconcileResult } from "./reconcile-result.ts";
+
+const backoff = { baseMs: 100, factor: 2, capMs: 10_000, jitter: 0, maxAttempts: Infinity };
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    if (check()) return;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  assert.fail(`timed out waiting until ${what}`);
+}
+
+async function counterValue(registry: Registry, result: string): Promise<number> {
+  const metric = await registry.getSingleMetric("imp_controller_reconcile_total")?.get();
+  return metric?.values.find((v) => v.labels["result"] === result && v.labels["controller"] === "test")?.value ?? NaN;
+}
+
+function setup(reconcile: (ctx: ReconcileContext) => Promise<ReconcileResult>, workers = 2) {
+  const clock = new FakeClock();
+  const registry = new Registry();
+  const lines: Array<Record<string, unknown>> = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const line of chunk.toString().split("\n")) if (line !== "") lines.push(JSON.parse(line) as Record<string, unknown>);
+      cb();
+    },
+  });
+  const logger = createLogger({ level: "debug", destination });
+  const controller = new Controller({ name: "test", reconcile, registry, clock, backoff, workers, logger });
+  const stop = new AbortController();
+  const running = controller.start(stop.signal);
+  return { clock, registry, controller, stop, running, lines };
+}
+
+describe("decideRequeue()", () => {
+  const table = [
+    { name: "done forgets", attempt: { ok: true, result: done } as const, conflicts: 0, outcome: "success", action: "forget" },
+    { name: "requeueAfter schedules", attempt: { ok: true, result: requeueAfter(5_000) } as const, conflicts: 0, outcome: "requeue_after", action: "forgetAndAddAfter" },
+    { name: "terminal forgets", attempt: { ok: false, error: terminalError("Invalid", "x") } as const, conflicts: 0, outcome: "terminal", action: "forget" },
+    { name: "conflict requeues at once", attempt: { ok: false, error: conflictError("Conflict", "x") } as const, conflicts: 0, outcome: "conflict", action: "addNow" },
+    { name: "repeated conflict backs off", attempt: { ok: false, error: conflictError("Conflict", "x") } as const, conflicts: CONFLICT_IMMEDIATE_RETRIES, outcome: "conflict", action: "addRateLimited" },
+    { name: "retryable backs off", attempt: { ok: false, error: retryableError("NetworkError", "x") } as const, conflicts: 0, outcome: "error", action: "addRateLimited" },
+    { name: "unknown errors back off", attempt: { ok: false, error: new Error("bug") } as const, conflicts: 0, outcome: "error", action: "addRateLimited" },
+  ];
+  for (const row of table) {
+    it(`${row.name}`, () => {
+      const decision = decideRequeue(row.attempt, row.conflicts);
+      assert.equal(decision.outcome, row.outcome);
+      assert.equal(decision.action.kind, row.action);
+    });
+  }
+});
+
+describe("Controller", () => {
+  it("reconciles an enqueued key once and counts a success", async () => {
+    const seen: string[] = [];
+    const { registry, controller, stop, running } = setup(async (ctx) => {
+      seen.push(ctx.key);
+      return done;
+    });
+    controller.enqueue("ns/a");
+    controller.enqueue("ns/a");
+    await until(() => seen.length === 1, "the key is reconciled");
+    await until(() => controller.queueLength === 0, "the queue is empty");
+    stop.abort();
+    await running;
+    assert.deepEqual(seen, ["ns/a"]);
+    assert.equal(await counterValue(registry, "success"), 1);
+    assert.equal(await counterValue(registry, "error"), 0, "result series are pre-registered at zero");
+  });
+
+  it("reconciles again after requeueAfter, on the clock", async () => {
+    let calls = 0;
+    const { clock, controller, stop, running } = setup(async () => {
+      calls += 1;
+      return calls === 1 ? requeueAfter(30_000) : done;
+    });
+    controller.enqueue("k");
+    await until(() => calls === 1 && clock.pendingSleeps === 1, "the requeue is scheduled");
+    await clock.advance(29_999);
+    assert.equal(calls, 1);
+    await clock.advance(1);
+    await until(() => calls === 2, "the key is reconciled again");
+    stop.abort();
+    await running;
+  });
+
+  it("retries retryable errors with growing backoff and forgets after success", async () => {
+    const times: number[] = [];
+    const failures: number[] = [];
+    const { clock, registry, controller, stop, running } = setup(async (ctx) => {
+      times.push(clock.now());
+      failures.push(ctx.failures);
+      if (times.length <= 3) throw retryableError("NetworkError", "Cannot reach the API: refused");
+      return done;
+    });
+    const start = clock.now();
+    controller.enqueue("k");
+    while (times.length < 4) {
+      await until(() => clock.pendingSleeps > 0 || times.length >= 4, "a retry is scheduled");
+      if (times.length >= 4) break;
+      await clock.advance(50);
+    }
+    assert.deepEqual(times.map((t) => t - start), [0, 100, 300, 700]);
+    assert.deepEqual(failures, [0, 1, 2, 3]);
+    assert.equal(await counterValue(registry, "error"), 3);
+    assert.equal(await counterValue(registry, "success"), 1);
+    stop.abort();
+    await running;
+  });
+
+  it("does not retry terminal errors", async () => {
+    let calls = 0;
+    const { clock, registry, controller, stop, running, lines } = setup(async () => {
+      calls += 1;
+      throw terminalError("Invalid", "Cannot reconcile ImpVM ns/a: spec.vcpu must be positive");
+    });
+    controller.enqueue("ns/a");
+    await until(() => calls === 1, "the key is reconciled");
+    await clock.advance(600_000);
+    assert.equal(calls, 1);
+    assert.equal(await counterValue(registry, "terminal"), 1);
+    const logged = lines.find((l) => l["msg"] === "reconcile failed terminally; not retrying");
+    assert.ok(logged, "the terminal error is logged");
+    assert.equal(logged["controller"], "test");
+    assert.equal(logged["key"], "ns/a");
+    assert.equal(typeof logged["reconcileID"], "string");
+    stop.abort();
+    await running;
+  });
+
+  it("requeues conflicts at once, without waiting on the clock", async () => {
+    let calls = 0;
+    const { registry, controller, stop, running } = setup(async () => {
+      calls += 1;
+      if (calls === 1) throw conflictError("Conflict", "Cannot patch ConfigMap ns/a: modified");
+      return done;
+    });
+    controller.enqueue("ns/a");
+    await until(() => calls === 2, "the key is retried");
+    assert.equal(await counterValue(registry, "conflict"), 1);
+    stop.abort();
+    await running;
+  });
+
+  it("never runs one key concurrently and re-runs it once when it was enqueued meanwhile", async () => {
+    let active = 0;
+    let maxActive = 0;
+    let calls = 0;
+    let release: () => void = () => undefined;
+    const { controller, stop, running } = setup(async () => {
+      calls += 1;
+      active += 1;
+      maxActive = Math.max(maxActive, active);
+      if (calls === 1) await new Promise<void>((resolve) => (release = resolve));
+      active -= 1;
+      return done;
+    }, 4);
+    controller.enqueue("k");
+    await until(() => calls === 1, "the first reconcile runs");
+    controller.enqueue("k");
+    controller.enqueue("k");
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    assert.equal(calls, 1);
+    release();
+    await until(() => calls === 2, "the key runs again after the first finished");
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    assert.equal(calls, 2);
+    assert.equal(maxActive, 1);
+    stop.abort();
+    await running;
+  });
+
+  it("start() resolves only after in-flight reconciles return", async () => {
+    let release: () => void = () => undefined;
+    let finished = false;
+    let started = false;
+    const { controller, stop, running } = setup(async (ctx) => {
+      started = true;
+      await new Promise<void>((resolve) => (release = resolve));
+      finished = ctx.signal.aborted;
+      return done;
+    });
+    controller.enqueue("k");
+    await until(() => started, "the reconcile is running");
+    let stopped = false;
+    const watcher = running.then(() => (stopped = true));
+    stop.abort();
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    assert.equal(stopped, false);
+    release();
+    await watcher;
+    assert.equal(finished, true, "the reconcile saw the stop signal");
+  });
+});
+
+describe("ownerKeys()", () => {
+  it("maps a child to its owners of one kind in the child's namespace", () => {
+    const child = {
+      metadata: {
+        name: "vm-1-setup",
+        namespace: "ci",
+        ownerReferences: [
+          { kind: "ImpVM", name: "vm-1", apiVersion: "imp.dev/v1alpha1", uid: "u1" },
+          { kind: "Other", name: "x", apiVersion: "v1", uid: "u2" },
+        ],
+      },
+    };
+    assert.deepEqual(ownerKeys("ImpVM")(child), ["ci/vm-1"]);
+    assert.deepEqual(ownerKeys("Other", false)(child), ["x"]);
+  });
+});

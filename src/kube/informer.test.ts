@@ -1,0 +1,164 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { FakeClock, retryableError } from "../shared/index.ts";
+import { FakeResourceClient } from "./fake-resource-client.ts";
+import { Informer } from "./informer.ts";
+import type { KubeObject, ResourceDescriptor } from "./resource.ts";
+
+const configMaps: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
+type ConfigMap = KubeObject & { data?: Record<string, string> };
+const policy = { baseMs: 1_000, factor: 2, capMs: 30_000, jitter: 0, maxAttempts: Infinity };
+
+const cm = (name: string, value = "v"): ConfigMap => ({ metadata: { name, namespace: "ns" }, data: { value } });
+
+/** Runs pending continuations until `check` holds (bounded, so a broken test fails instead of hanging). */
+async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    if (check()) return;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  assert.fail(`timed out waiting until ${what}`);
+}
+
+function setup(resyncPeriodMs = 0) {
+  const clock = new FakeClock();
+  const client = new FakeResourceClient<ConfigMap>(configMaps);
+  const informer = new Informer<ConfigMap>({ client, clock, backoff: policy, resyncPeriodMs });
+  const events: string[] = [];
+  informer.addEventHandler({
+    onAdd: (o) => events.push(`add ${o.metadata?.name}`),
+    onUpdate: (old, o) => events.push(`update ${o.metadata?.name}${old === o ? " (resync)" : ""}`),
+    onDelete: (o) => events.push(`delete ${o.metadata?.name}`),
+  });
+  const stop = new AbortController();
+  const running = informer.start(stop.signal);
+  return { clock, client, informer, events, stop, running };
+}
+
+describe("Informer", () => {
+  it("lists, reports synced and delivers existing objects as adds", async () => {
+    const client0 = new FakeResourceClient<ConfigMap>(configMaps);
+    await client0.create(cm("a"));
+    const informer = new Informer<ConfigMap>({ client: client0, clock: new FakeClock(), backoff: policy });
+    const added: string[] = [];
+    informer.addEventHandler({ onAdd: (o) => added.push(o.metadata?.name ?? "") });
+    assert.equal(informer.hasSynced(), false);
+    const stop = new AbortController();
+    const running = informer.start(stop.signal);
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    assert.equal(informer.hasSynced(), true);
+    assert.deepEqual(added, ["a"]);
+    assert.equal(informer.get("ns/a")?.data?.["value"], "v");
+    stop.abort();
+    await running;
+  });
+
+  it("applies watch events to the cache and tells handlers", async () => {
+    const { client, informer, events, stop, running } = setup();
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    await until(() => client.openWatches === 1, "the watch is open");
+    await client.create(cm("a"));
+    await client.patch({ namespace: "ns", name: "a" }, { data: { value: "w" } });
+    await client.delete({ namespace: "ns", name: "a" });
+    await client.create(cm("b"));
+    assert.deepEqual(events, ["add a", "update a", "delete a", "add b"]);
+    assert.deepEqual(informer.list().map((o) => o.metadata?.name), ["b"]);
+    assert.notEqual(informer.lastEventAt(), undefined);
+    stop.abort();
+    await running;
+  });
+
+  describe("when the watch drops", () => {
+    it("reconnects after 1 s from the last version and sees changes made meanwhile", async () => {
+      const { clock, client, informer, events, stop, running } = setup();
+      await informer.waitForSync(AbortSignal.timeout(5_000));
+      await until(() => client.openWatches === 1, "the watch is open");
+      client.dropWatches(retryableError("NetworkError", "connection reset"));
+      await until(() => clock.pendingSleeps === 1, "the informer backs off");
+      await client.create(cm("made-while-down"));
+      await clock.advance(999);
+      assert.equal(client.openWatches, 0, "no reconnect before the 1 s backoff");
+      await clock.advance(1);
+      await until(() => client.openWatches === 1, "the watch is reopened");
+      assert.deepEqual(events, ["add made-while-down"]);
+      assert.equal(client.calls.list, 1, "a resumable watch needs no relist");
+      stop.abort();
+      await running;
+    });
+
+    it("backs off 1 s, 2 s, 4 s on repeated failures and resets after an event", async () => {
+      const { clock, client, informer, stop, running } = setup();
+      await informer.waitForSync(AbortSignal.timeout(5_000));
+      await until(() => client.openWatches === 1, "the watch is open");
+      client.failNext("watch", retryableError("NetworkError", "refused"));
+      client.failNext("watch", retryableError("NetworkError", "refused"));
+      client.dropWatches(retryableError("NetworkError", "reset"));
+      const reconnectDelays: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        await until(() => clock.pendingSleeps === 1, "the informer backs off");
+        const before = client.calls.watch;
+        const from = clock.now();
+        while (client.calls.watch === before) await clock.advance(100);
+        reconnectDelays.push(clock.now() - from);
+      }
+      assert.deepEqual(reconnectDelays, [1_000, 2_000, 4_000]);
+      await until(() => client.openWatches === 1, "the watch is open again");
+      await client.create(cm("event"));
+      client.dropWatches(retryableError("NetworkError", "reset"));
+      await until(() => clock.pendingSleeps === 1, "the informer backs off");
+      const from = clock.now();
+      const before = client.calls.watch;
+      while (client.calls.watch === before) await clock.advance(100);
+      assert.equal(clock.now() - from, 1_000, "an event resets the backoff");
+      stop.abort();
+      await running;
+    });
+  });
+
+  describe("when the resume version has expired (410 Gone)", () => {
+    it("relists and turns the difference into adds, updates and deletes", async () => {
+      const { clock, client, informer, events, stop, running } = setup();
+      await client.create(cm("kept"));
+      await client.create(cm("changed"));
+      await client.create(cm("removed"));
+      await informer.waitForSync(AbortSignal.timeout(5_000));
+      await until(() => client.openWatches === 1, "the watch is open");
+      events.length = 0;
+      client.dropWatches(retryableError("NetworkError", "reset"));
+      await until(() => clock.pendingSleeps === 1, "the informer backs off");
+      await client.patch({ namespace: "ns", name: "changed" }, { data: { value: "new" } });
+      await client.delete({ namespace: "ns", name: "removed" });
+      await client.create(cm("added"));
+      client.compact();
+      await clock.advance(1_000);
+      await until(() => client.openWatches === 1, "the watch is reopened after the relist");
+      assert.equal(client.calls.list, 2);
+      assert.deepEqual(events.sort(), ["add added", "delete removed", "update changed"]);
+      assert.deepEqual(informer.list().map((o) => o.metadata?.name).sort(), ["added", "changed", "kept"]);
+      stop.abort();
+      await running;
+    });
+  });
+
+  it("re-delivers every cached object as an update each resync period", async () => {
+    const { clock, client, informer, events, stop, running } = setup(60_000);
+    await client.create(cm("a"));
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    events.length = 0;
+    await clock.advance(60_000);
+    assert.deepEqual(events, ["update a (resync)"]);
+    stop.abort();
+    await running;
+  });
+
+  it("resolves start() once stopped and closes the watch", async () => {
+    const { client, informer, stop, running } = setup();
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    await until(() => client.openWatches === 1, "the watch is open");
+    stop.abort();
+    await running;
+    assert.equal(client.openWatches, 0);
+    assert.equal(informer.isWatching(), false);
+  });
+});

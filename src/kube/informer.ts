@@ -1,0 +1,251 @@
+import {
+  RECONNECT_BACKOFF,
+  backoffDelay,
+  describeError,
+  silentLogger,
+  systemClock,
+  type BackoffPolicy,
+  type Clock,
+  type Logger,
+} from "../shared/index.ts";
+import { isGone } from "./api-errors.ts";
+import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
+import type { ResourceClient, WatchEventType } from "./resource-client.ts";
+
+/** Callbacks run synchronously on the informer's loop; keep them cheap (enqueue a key). */
+export interface EventHandlers<T> {
+  onAdd?(obj: T): void;
+  /** Also called with `old === obj` on every resync. */
+  onUpdate?(old: T, obj: T): void;
+  /** `obj` is the last state the cache knew. */
+  onDelete?(obj: T): void;
+}
+
+export interface InformerOptions<T extends KubeObject> {
+  readonly client: Pick<ResourceClient<T>, "resource" | "list" | "watch">;
+  readonly namespace?: string;
+  readonly labelSelector?: string;
+  readonly fieldSelector?: string;
+  /** Re-deliver every cached object as an update this often; 0 disables. */
+  readonly resyncPeriodMs?: number;
+  /** Below client-node's 30 s inactivity timeout so the server ends quiet watches first. */
+  readonly watchTimeoutSeconds?: number;
+  readonly backoff?: BackoffPolicy;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+  readonly random?: () => number;
+}
+
+export const DEFAULT_WATCH_TIMEOUT_SECONDS = 25;
+/** A clean watch end sooner than this, with no events, counts as a failure for backoff. */
+const MIN_HEALTHY_WATCH_MS = 1_000;
+
+/**
+ * A list+watch cache of one kind (STYLE 32): lists, then watches from the list's resourceVersion;
+ * a watch that ends cleanly is resumed from the last version seen; a failed one is retried after
+ * a backoff (1 s doubling to 30 s, reset by any event); `410 Gone` triggers a relist whose diff
+ * against the cache is delivered as adds, updates and deletes, so nothing missed while
+ * disconnected is lost. Imp owns this loop rather than client-node's informer (see ADR 0002).
+ */
+export class Informer<T extends KubeObject> {
+  readonly #options: InformerOptions<T>;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #cache = new Map<ObjectKey, T>();
+  readonly #handlers = new Set<EventHandlers<T>>();
+  readonly #syncWaiters: Array<() => void> = [];
+  #synced = false;
+  #started = false;
+  #resourceVersion = "";
+  #lastEventAt: number | undefined;
+  #watching = false;
+  #failures = 0;
+  /** 410s since the last watch event: the first relists at once, repeats back off. */
+  #goneInARow = 0;
+
+  constructor(options: InformerOptions<T>) {
+    this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({ informer: options.client.resource.kind });
+  }
+
+  /** True once the first list has been delivered. Stays true through reconnects and relists. */
+  hasSynced(): boolean {
+    return this.#synced;
+  }
+
+  /** Resolves once synced; rejects with the signal's reason if it aborts first. */
+  waitForSync(signal: AbortSignal): Promise<void> {
+    if (this.#synced) return Promise.resolve();
+    signal.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      const onAbort = (): void => reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.#syncWaiters.push(() => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      });
+    });
+  }
+
+  /** Clock time of the last list, watch event or bookmark: the health signal. Undefined before the first list. */
+  lastEventAt(): number | undefined {
+    return this.#lastEventAt;
+  }
+
+  /** Whether a watch stream is currently open. */
+  isWatching(): boolean {
+    return this.#watching;
+  }
+
+  get(key: ObjectKey): T | undefined {
+    return this.#cache.get(key);
+  }
+
+  list(): T[] {
+    return [...this.#cache.values()];
+  }
+
+  /**
+   * Registers handlers; if already synced, the current contents are delivered as adds first.
+   * Returns a function that removes them.
+   */
+  addEventHandler(handlers: EventHandlers<T>): () => void {
+    this.#handlers.add(handlers);
+    if (this.#synced) for (const obj of this.#cache.values()) this.#call(handlers, "onAdd", obj);
+    return () => this.#handlers.delete(handlers);
+  }
+
+  /** Runs list+watch until `signal` aborts; resolves after the stream is closed. Callable once. */
+  async start(signal: AbortSignal): Promise<void> {
+    if (this.#started) throw new Error("Cannot start informer: already started");
+    this.#started = true;
+    await Promise.all([this.#runListWatch(signal), this.#runResync(signal)]);
+  }
+
+  async #runListWatch(signal: AbortSignal): Promise<void> {
+    let needList = true;
+    while (!signal.aborted) {
+      const watchStartedAt = this.#clock.now();
+      let sawEvent = false;
+      try {
+        if (needList) {
+          await this.#relist(signal);
+          needList = false;
+        }
+        this.#watching = true;
+        await this.#options.client.watch(
+          {
+            namespace: this.#options.namespace,
+            labelSelector: this.#options.labelSelector,
+            fieldSelector: this.#options.fieldSelector,
+            resourceVersion: this.#resourceVersion,
+            timeoutSeconds: this.#options.watchTimeoutSeconds ?? DEFAULT_WATCH_TIMEOUT_SECONDS,
+            signal,
+          },
+          (type, obj) => {
+            sawEvent = true;
+            this.#failures = 0;
+            this.#goneInARow = 0;
+            this.#apply(type, obj);
+          },
+        );
+        this.#watching = false;
+        if (sawEvent || this.#clock.now() - watchStartedAt >= MIN_HEALTHY_WATCH_MS) continue;
+        this.#logger.warn({ resourceVersion: this.#resourceVersion }, "watch ended at once without events");
+      } catch (err) {
+        this.#watching = false;
+        if (signal.aborted) break;
+        if (isGone(err)) {
+          this.#logger.info({ resourceVersion: this.#resourceVersion }, "watch resourceVersion expired; relisting");
+          needList = true;
+          this.#goneInARow += 1;
+          if (this.#goneInARow === 1) continue;
+        } else {
+          this.#logger.warn({ err: describeError(err), failures: this.#failures + 1 }, "list/watch failed");
+        }
+      }
+      this.#failures += 1;
+      const delay = backoffDelay(this.#options.backoff ?? RECONNECT_BACKOFF, this.#failures, this.#options.random);
+      await this.#clock.sleep(delay, signal).catch(() => undefined); // abort ends the loop below
+    }
+    this.#watching = false;
+  }
+
+  async #relist(signal: AbortSignal): Promise<void> {
+    const result = await this.#options.client.list({
+      namespace: this.#options.namespace,
+      labelSelector: this.#options.labelSelector,
+      fieldSelector: this.#options.fieldSelector,
+      signal,
+    });
+    const seen = new Set<ObjectKey>();
+    for (const obj of result.items) {
+      const key = keyOf(obj);
+      seen.add(key);
+      const old = this.#cache.get(key);
+      this.#cache.set(key, obj);
+      if (old === undefined) this.#emit("onAdd", obj);
+      else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion) this.#emit("onUpdate", old, obj);
+    }
+    for (const [key, old] of this.#cache) {
+      if (seen.has(key)) continue;
+      this.#cache.delete(key);
+      this.#emit("onDelete", old);
+    }
+    this.#resourceVersion = result.resourceVersion;
+    this.#lastEventAt = this.#clock.now();
+    this.#failures = 0;
+    if (!this.#synced) {
+      this.#synced = true;
+      for (const wake of this.#syncWaiters.splice(0)) wake();
+    }
+  }
+
+  #apply(type: WatchEventType, obj: T): void {
+    this.#lastEventAt = this.#clock.now();
+    const version = obj.metadata?.resourceVersion;
+    if (version !== undefined && version !== "") this.#resourceVersion = version;
+    if (type === "BOOKMARK") return;
+    const key = keyOf(obj);
+    const old = this.#cache.get(key);
+    if (type === "DELETED") {
+      this.#cache.delete(key);
+      this.#emit("onDelete", old ?? obj);
+      return;
+    }
+    this.#cache.set(key, obj);
+    if (old === undefined) this.#emit("onAdd", obj);
+    else this.#emit("onUpdate", old, obj);
+  }
+
+  async #runResync(signal: AbortSignal): Promise<void> {
+    const period = this.#options.resyncPeriodMs ?? 0;
+    if (period <= 0) return;
+    while (!signal.aborted) {
+      try {
+        await this.#clock.sleep(period, signal);
+      } catch {
+        return; // aborted
+      }
+      if (!this.#synced) continue;
+      for (const obj of this.#cache.values()) this.#emit("onUpdate", obj, obj);
+    }
+  }
+
+  #emit(which: "onAdd" | "onDelete", obj: T): void;
+  #emit(which: "onUpdate", old: T, obj: T): void;
+  #emit(which: keyof EventHandlers<T>, a: T, b?: T): void {
+    for (const handlers of this.#handlers) this.#call(handlers, which, a, b);
+  }
+
+  #call(handlers: EventHandlers<T>, which: keyof EventHandlers<T>, a: T, b?: T): void {
+    try {
+      if (which === "onUpdate") handlers.onUpdate?.(a, b ?? a);
+      else handlers[which]?.(a);
+    } catch (err) {
+      // A handler bug must not stop the cache; it is logged, never swallowed silently.
+      this.#logger.error({ err: describeError(err), handler: which }, "event handler threw");
+    }
+  }
+}

@@ -1,0 +1,58 @@
+import { classOf, type ErrorClass } from "../shared/index.ts";
+import type { ReconcileOutcome } from "./controller-metrics.ts";
+
+/** What a reconcile returns (STYLE 10). The loop owns every timer; reconcilers never sleep. */
+export type ReconcileResult = { readonly kind: "done" } | { readonly kind: "requeueAfter"; readonly ms: number };
+
+export const done: ReconcileResult = { kind: "done" };
+export const requeueAfter = (ms: number): ReconcileResult => ({ kind: "requeueAfter", ms });
+
+/** What the loop does with the key after one reconcile. */
+export type QueueAction =
+  | { readonly kind: "forget" }
+  | { readonly kind: "forgetAndAddAfter"; readonly ms: number }
+  | { readonly kind: "addNow" }
+  | { readonly kind: "addRateLimited" };
+
+export type ReconcileAttempt = { readonly ok: true; readonly result: ReconcileResult } | { readonly ok: false; readonly error: unknown };
+
+export interface RequeueDecision {
+  readonly outcome: ReconcileOutcome;
+  readonly action: QueueAction;
+}
+
+/**
+ * Conflicts are retried at once this many times in a row, then with the key's backoff, so a cache
+ * that stays stale cannot spin a worker.
+ */
+export const CONFLICT_IMMEDIATE_RETRIES = 3;
+
+/**
+ * The loop's whole error policy, pure (STYLE 26): success forgets the key's backoff; requeueAfter
+ * forgets it and schedules a fresh look; a terminal error forgets it (retrying cannot help; the
+ * next watch event brings the key back); a conflict re-reads at once (up to a limit); anything else
+ * backs off per key.
+ */
+export function decideRequeue(attempt: ReconcileAttempt, conflictsInARow: number): RequeueDecision {
+  if (attempt.ok) {
+    const { result } = attempt;
+    switch (result.kind) {
+      case "done":
+        return { outcome: "success", action: { kind: "forget" } };
+      case "requeueAfter":
+        return { outcome: "requeue_after", action: { kind: "forgetAndAddAfter", ms: Math.max(0, result.ms) } };
+    }
+  }
+  const errorClass: ErrorClass = classOf(attempt.error);
+  switch (errorClass) {
+    case "terminal":
+      return { outcome: "terminal", action: { kind: "forget" } };
+    case "conflict":
+      return {
+        outcome: "conflict",
+        action: conflictsInARow < CONFLICT_IMMEDIATE_RETRIES ? { kind: "addNow" } : { kind: "addRateLimited" },
+      };
+    case "retryable":
+      return { outcome: "error", action: { kind: "addRateLimited" } };
+  }
+}
