@@ -1,0 +1,299 @@
+// Package execmgr runs workload processes for the guest protocol: exec idempotent by id, output
+// pumping, exit reporting through the Reaper, signal forwarding, and shutdown of every exec.
+package execmgr
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"imp.dev/guest/internal/proto"
+)
+
+// Publisher delivers events to every connected host stream. It may block (bounded) for backpressure.
+type Publisher interface {
+	Publish(event any)
+}
+
+// Options configure a Manager.
+type Options struct {
+	// MaxExecs bounds how many exec ids are remembered. Default 1024.
+	MaxExecs int
+	// DrainTimeout bounds how long the exit event waits for the output pipes after the process
+	// exited (background processes may hold them open). Default 2 s.
+	DrainTimeout time.Duration
+}
+
+// Manager owns every exec of this boot. Safe for concurrent use.
+type Manager struct {
+	mu       sync.Mutex
+	execs    map[string]*execRecord
+	closing  bool
+	reaper   *Reaper
+	pub      Publisher
+	log      *slog.Logger
+	maxExecs int
+	drain    time.Duration
+}
+
+type execRecord struct {
+	state    string // proto.StateRunning | StateExited | StateFailed
+	pid      int
+	proc     *os.Process
+	exitCode int
+	signal   string
+	err      string
+	reaped   bool          // the leader was reaped: never signal its pid again (it may be reused)
+	done     chan struct{} // closed when state leaves running
+}
+
+// NewManager builds a Manager. The reaper must be running (Reaper.Run) for exits to be seen.
+func NewManager(reaper *Reaper, pub Publisher, log *slog.Logger, opts Options) *Manager {
+	if opts.MaxExecs <= 0 {
+		opts.MaxExecs = 1024
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 2 * time.Second
+	}
+	return &Manager{execs: map[string]*execRecord{}, reaper: reaper, pub: pub, log: log, maxExecs: opts.MaxExecs, drain: opts.DrainTimeout}
+}
+
+// Start starts the exec unless its id is known. The id is recorded before the process starts, and
+// the manager lock is held until the record is final, so concurrent requests with one id see
+// exactly one start. Returns the state and whether this call started the process. A process that
+// cannot be started is recorded as failed (not an error). Errors are protocol errors only
+// (too many execs, shutting down).
+func (m *Manager) Start(req *proto.ExecRequest) (proto.ExecState, bool, *proto.Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec, ok := m.execs[req.ExecID]; ok {
+		return rec.snapshot(req.ExecID), false, nil
+	}
+	if m.closing {
+		return proto.ExecState{}, false, proto.Errorf(0, proto.CodeShuttingDown, "the guest is shutting down")
+	}
+	if len(m.execs) >= m.maxExecs {
+		return proto.ExecState{}, false, proto.Errorf(0, proto.CodeTooManyExecs, "%d exec ids already recorded", m.maxExecs)
+	}
+	rec := &execRecord{state: proto.StateRunning, done: make(chan struct{})}
+	m.execs[req.ExecID] = rec // recorded before the process exists: the ambiguous-handoff rule
+	// Log only what cannot carry the secret: never env values, never argv beyond argv[0].
+	m.log.Info("exec starting", "execId", req.ExecID, "argv0", req.Argv[0], "args", len(req.Argv), "envKeys", len(req.Env))
+	if err := m.spawn(req, rec); err != nil {
+		rec.state = proto.StateFailed
+		rec.err = err.Error()
+		close(rec.done)
+		m.log.Warn("exec failed to start", "execId", req.ExecID, "error", rec.err)
+		return rec.snapshot(req.ExecID), false, nil
+	}
+	m.log.Info("exec started", "execId", req.ExecID, "pid", rec.pid)
+	return rec.snapshot(req.ExecID), true, nil
+}
+
+// spawn forks the process with its pipes; called with m.mu held.
+func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return err
+	}
+	cwd := "/"
+	if req.Cwd != nil {
+		cwd = *req.Cwd
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	attr := &os.ProcAttr{
+		Dir:   cwd,
+		Env:   env,
+		Files: []*os.File{devnull, outW, errW},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	}
+	if req.UID != nil || req.GID != nil {
+		cred := &syscall.Credential{Groups: []uint32{}}
+		if req.UID != nil {
+			cred.Uid = *req.UID
+		}
+		if req.GID != nil {
+			cred.Gid = *req.GID
+		}
+		attr.Sys.Credential = cred
+	}
+	pumps := &sync.WaitGroup{}
+	pid, err := m.reaper.Start(func() (int, error) {
+		p, err := os.StartProcess(path, req.Argv, attr)
+		if err != nil {
+			return 0, err
+		}
+		rec.proc = p
+		return p.Pid, nil
+	}, func(ws syscall.WaitStatus) { m.onExit(req.ExecID, rec, ws, pumps, outR, errR) })
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	rec.pid = pid
+	pumps.Add(2)
+	go m.pump(req.ExecID, "stdout", outR, pumps)
+	go m.pump(req.ExecID, "stderr", errR, pumps)
+	return nil
+}
+
+// pump forwards one pipe as output events of at most proto.MaxOutputChunk bytes, in order.
+func (m *Manager) pump(execID, stream string, r *os.File, wg *sync.WaitGroup) {
+	defer wg.Done()
+	var seq uint64
+	buf := make([]byte, proto.MaxOutputChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			m.pub.Publish(proto.NewOutputEvent(execID, stream, seq, buf[:n]))
+			seq++
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// onExit runs once the leader was reaped: wait (bounded) for the output to drain, then publish exit.
+func (m *Manager) onExit(execID string, rec *execRecord, ws syscall.WaitStatus, pumps *sync.WaitGroup, outR, errR *os.File) {
+	m.mu.Lock()
+	rec.reaped = true
+	m.mu.Unlock()
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(m.drain):
+		m.log.Info("exec output still open after exit; closing it", "execId", execID)
+	}
+	outR.Close()
+	errR.Close()
+	<-drained
+	code, sig := exitStatus(ws)
+	m.pub.Publish(proto.NewExitEvent(execID, code, sig))
+	m.mu.Lock()
+	rec.state = proto.StateExited
+	rec.exitCode = code
+	rec.signal = sig
+	if rec.proc != nil {
+		_ = rec.proc.Release()
+	}
+	close(rec.done)
+	m.mu.Unlock()
+	m.log.Info("exec exited", "execId", execID, "exitCode", code, "signal", sig)
+}
+
+func exitStatus(ws syscall.WaitStatus) (int, string) {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), unix.SignalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+// Status returns the state of an exec, or false if the id is unknown.
+func (m *Manager) Status(execID string) (proto.ExecState, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.execs[execID]
+	if !ok {
+		return proto.ExecState{}, false
+	}
+	return rec.snapshot(execID), true
+}
+
+// ErrUnknownExec is returned by Signal for an id never seen.
+var ErrUnknownExec = errors.New("unknown exec id")
+
+// Signal sends sig to the exec's process group. No-op (nil) if it is no longer running.
+func (m *Manager) Signal(execID string, sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.execs[execID]
+	if !ok {
+		return ErrUnknownExec
+	}
+	return rec.signalLocked(sig)
+}
+
+func (r *execRecord) signalLocked(sig syscall.Signal) error {
+	if r.state != proto.StateRunning || r.reaped || r.pid <= 0 {
+		return nil
+	}
+	err := syscall.Kill(-r.pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// SignalAll sends sig to every running exec (SIGTERM/SIGINT forwarding).
+func (m *Manager) SignalAll(sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, rec := range m.execs {
+		if err := rec.signalLocked(sig); err != nil {
+			m.log.Warn("cannot signal exec", "execId", id, "signal", unix.SignalName(sig), "error", err)
+		}
+	}
+}
+
+// StopAccepting makes later Start calls fail with shutting_down.
+func (m *Manager) StopAccepting() {
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+}
+
+// WaitAll blocks until every exec has left the running state or ctx ends; reports whether all did.
+func (m *Manager) WaitAll(ctx context.Context) bool {
+	m.mu.Lock()
+	var pending []chan struct{}
+	for _, rec := range m.execs {
+		pending = append(pending, rec.done)
+	}
+	m.mu.Unlock()
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+func (r *execRecord) snapshot(execID string) proto.ExecState {
+	s := proto.ExecState{ExecID: execID, State: r.state, PID: r.pid, Error: r.err}
+	if r.state == proto.StateExited {
+		code := r.exitCode
+		s.ExitCode = &code
+		s.Signal = r.signal
+	}
+	return s
+}

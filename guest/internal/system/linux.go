@@ -1,0 +1,131 @@
+package system
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"imp.dev/guest/internal/proto"
+)
+
+// Linux applies configure to the running kernel. Every step is idempotent (replace, not add).
+type Linux struct {
+	// Root is prepended to /etc/resolv.conf (the overlay root is "/").
+	Root string
+	Log  *slog.Logger
+}
+
+func (l *Linux) Configure(_ context.Context, req *proto.ConfigureRequest) error {
+	if req.Seed != nil {
+		if err := AddEntropy(req.Seed); err != nil {
+			return fmt.Errorf("entropy: %w", err)
+		}
+		l.Log.Info("entropy seeded", "bytes", len(req.Seed))
+	}
+	if req.Hostname != nil {
+		if err := unix.Sethostname([]byte(*req.Hostname)); err != nil {
+			return fmt.Errorf("hostname: %w", err)
+		}
+		l.Log.Info("hostname set", "hostname", *req.Hostname)
+	}
+	if req.Network != nil {
+		if err := configureNetwork(req.Network); err != nil {
+			return fmt.Errorf("network %s: %w", req.Network.Interface, err)
+		}
+		if err := writeResolvConf(filepath.Join(l.Root, "etc/resolv.conf"), req.Network.DNS); err != nil {
+			return fmt.Errorf("resolv.conf: %w", err)
+		}
+		l.Log.Info("network configured", "interface", req.Network.Interface, "address", req.Network.Address, "gateway", req.Network.Gateway, "dns", len(req.Network.DNS))
+	}
+	return nil
+}
+
+// LoopbackUp brings up lo; harmless if already up.
+func LoopbackUp() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(lo)
+}
+
+func configureNetwork(n *proto.NetworkConfig) error {
+	if err := LoopbackUp(); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	link, err := netlink.LinkByName(n.Interface)
+	if err != nil {
+		return fmt.Errorf("find link: %w", err)
+	}
+	addr, err := netlink.ParseAddr(n.Address)
+	if err != nil {
+		return fmt.Errorf("parse address: %w", err)
+	}
+	if err := netlink.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("set address: %w", err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("link up: %w", err)
+	}
+	if n.Gateway == "" {
+		return nil
+	}
+	gw := net.ParseIP(n.Gateway)
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: gw}
+	if gw.To4() == nil {
+		route.Family = netlink.FAMILY_V6
+	}
+	if err := netlink.RouteReplace(route); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	return nil
+}
+
+// writeResolvConf replaces the file atomically (a symlink there is replaced, not followed).
+func writeResolvConf(path string, dns []string) error {
+	var b strings.Builder
+	b.WriteString("# written by imp-guest\n")
+	for _, d := range dns {
+		b.WriteString("nameserver " + d + "\n")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".imp-tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// AddEntropy credits seed to the kernel pool with RNDADDENTROPY (8 bits per byte).
+func AddEntropy(seed []byte) error {
+	if len(seed) == 0 {
+		return errors.New("empty seed")
+	}
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+	info := make([]byte, 8+len(seed)+3)
+	binary.NativeEndian.PutUint32(info[0:], uint32(len(seed)*8))
+	binary.NativeEndian.PutUint32(info[4:], uint32(len(seed)))
+	copy(info[8:], seed)
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info[0])))
+	clear(info)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
