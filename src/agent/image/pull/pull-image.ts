@@ -52,7 +52,21 @@ export class ImagePuller {
     });
   }
 
+  /**
+   * Pulls `reference` for `options.platform` into `options.store`. Rejects with a classified `ImpError`
+   * (terminal: bad reference, auth, not found, no platform, digest/size mismatch; retryable: the
+   * registry stayed unavailable through every retry), or with the signal's reason when aborted.
+   */
   async pull(reference: string, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
+    try {
+      return await this.#pull(reference, options);
+    } catch (err) {
+      if (options.signal?.aborted === true) throw options.signal.reason;
+      throw err;
+    }
+  }
+
+  async #pull(reference: string, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
     const ref = parseReference(reference, this.#options.defaultRegistry);
     const name = formatReference(ref);
     const platform = options.platform ?? nodePlatform();
