@@ -1,0 +1,73 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { buildQemuArgv, kernelCmdline, qemuEscape, type QemuMachineSpec } from "./argv.ts";
+
+const base: QemuMachineSpec = {
+  kernel: "/k/vmlinuz",
+  initrd: "/k/initrd.cpio.gz",
+  cmdline: ["console=ttyS0", "panic=-1"],
+  memoryMiB: 512,
+  vcpus: 1,
+  accel: "tcg",
+  drives: [
+    { id: "root", path: "/vm/root.ext4", readOnly: true },
+    { id: "scratch", path: "/vm/scratch,1.ext4" },
+  ],
+};
+
+/** The value following `flag` at each of its occurrences. */
+const values = (argv: string[], flag: string): string[] => argv.flatMap((a, i) => (a === flag ? [argv[i + 1] ?? ""] : []));
+
+describe("buildQemuArgv()", () => {
+  it("attaches drives in order as virtio-blk-device, escaping commas and honouring readOnly", () => {
+    const argv = buildQemuArgv(base);
+    assert.deepEqual(values(argv, "-drive"), [
+      "file=/vm/root.ext4,if=none,id=root,format=raw,readonly=on",
+      "file=/vm/scratch,,1.ext4,if=none,id=scratch,format=raw",
+    ]);
+    assert.deepEqual(values(argv, "-device"), ["virtio-blk-device,drive=root", "virtio-blk-device,drive=scratch"]);
+  });
+
+  it("never reboots and keeps the console on stdio without a monitor", () => {
+    const argv = buildQemuArgv(base);
+    for (const flag of ["-no-reboot", "-nodefaults", "-no-user-config"]) assert.ok(argv.includes(flag), flag);
+    assert.deepEqual(values(argv, "-serial"), ["chardev:con0"]);
+    assert.deepEqual(values(argv, "-M"), ["microvm"]);
+  });
+
+  it("puts guest memory in a shared memfd and adds vhost-user-vsock-device for the vsock channel", () => {
+    const argv = buildQemuArgv({ ...base, channel: { kind: "vsock", vhostUserSocket: "/vm/vhost.sock" } });
+    assert.deepEqual(values(argv, "-M"), ["microvm,memory-backend=mem"]);
+    assert.deepEqual(values(argv, "-object"), ["memory-backend-memfd,id=mem,size=512M,share=on"]);
+    assert.ok(values(argv, "-chardev").includes("socket,id=vsock0,path=/vm/vhost.sock"));
+    assert.ok(values(argv, "-device").includes("vhost-user-vsock-device,chardev=vsock0"));
+  });
+
+  it("exposes a named virtio-serial port on a listening Unix socket for the serial channel", () => {
+    const argv = buildQemuArgv({ ...base, channel: { kind: "serial", socketPath: "/vm/agent.sock", portName: "imp.agent" } });
+    assert.ok(values(argv, "-chardev").includes("socket,id=agent0,path=/vm/agent.sock,server=on,wait=off"));
+    assert.ok(values(argv, "-device").includes("virtserialport,name=imp.agent,chardev=agent0"));
+    assert.equal(values(argv, "-object").length, 0);
+  });
+
+  it("rejects duplicate drive ids, tiny memory and bad port names", () => {
+    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "a", path: "/x" }, { id: "a", path: "/y" }] }), RangeError);
+    assert.throws(() => buildQemuArgv({ ...base, memoryMiB: 16 }), RangeError);
+    assert.throws(() => buildQemuArgv({ ...base, channel: { kind: "serial", socketPath: "/s", portName: "a,b" } }), RangeError);
+  });
+});
+
+describe("kernelCmdline()", () => {
+  it("adds tsc_early_khz when the host TSC rate is known and not already given", () => {
+    assert.equal(kernelCmdline({ cmdline: ["quiet"], tscKhz: 2596122 }), "quiet tsc_early_khz=2596122");
+    assert.equal(kernelCmdline({ cmdline: ["tsc_early_khz=1"], tscKhz: 2 }), "tsc_early_khz=1");
+  });
+  it("rejects arguments with whitespace or control characters", () => {
+    assert.throws(() => kernelCmdline({ cmdline: ["a b"] }), RangeError);
+    assert.throws(() => kernelCmdline({ cmdline: ["a\nb"] }), RangeError);
+  });
+});
+
+describe("qemuEscape()", () => {
+  it("doubles commas", () => assert.equal(qemuEscape("a,b,,c"), "a,,b,,,,c"));
+});

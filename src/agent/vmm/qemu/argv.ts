@@ -1,0 +1,119 @@
+/**
+ * Pure construction of a QEMU `-M microvm` command line for Imp's test and dev VMs. No I/O here: the
+ * driver (vm.ts) decides paths and spawns; this file only turns a validated description into argv.
+ * Measured commands and their traps are in docs/boot-kit.md.
+ */
+
+/** How the host reaches the guest agent. */
+export type QemuGuestChannel =
+  /**
+   * `vhost-user-vsock-device` backed by rust-vmm's vhost-device-vsock, whose host side is exactly
+   * Firecracker's hybrid vsock (a Unix socket speaking `CONNECT <port>`/`OK <n>`). QEMU connects to
+   * the backend's control socket; guest memory must be a shared memfd so the backend can map it.
+   */
+  | { readonly kind: "vsock"; readonly vhostUserSocket: string }
+  /** virtio-serial port named `portName`, exposed by QEMU as a listening Unix socket at `socketPath`. */
+  | { readonly kind: "serial"; readonly socketPath: string; readonly portName: string };
+
+export interface QemuDrive {
+  /** QEMU id; also orders the devices: the first drive is /dev/vda in the guest. */
+  readonly id: string;
+  readonly path: string;
+  /** Attach read-only at the device level too (the guest then cannot write even if it tries). */
+  readonly readOnly?: boolean;
+}
+
+export interface QemuMachineSpec {
+  readonly kernel: string;
+  readonly initrd?: string;
+  /** Kernel command line arguments, one per element (no whitespace inside an element). */
+  readonly cmdline: readonly string[];
+  readonly memoryMiB: number;
+  readonly vcpus: number;
+  readonly drives: readonly QemuDrive[];
+  readonly channel?: QemuGuestChannel;
+  /** `tcg` everywhere; `kvm` where /dev/kvm exists. */
+  readonly accel: "tcg" | "kvm";
+  /**
+   * Host TSC frequency. Under TCG, microvm guests without `tsc_early_khz=` hang at TSC calibration
+   * about one boot in seven, so the builder adds it whenever this is set.
+   */
+  readonly tscKhz?: number;
+  /** User-mode network on virtio-net (guest reaches the host at 10.0.2.2). */
+  readonly userNetwork?: boolean;
+}
+
+const SAFE_ID = /^[A-Za-z][A-Za-z0-9_-]{0,31}$/;
+const SAFE_CMDLINE_ARG = /^[\x21-\x7e]+$/;
+
+/** QEMU option values are comma-separated; a literal comma inside a value is written twice. */
+export function qemuEscape(value: string): string {
+  return value.replaceAll(",", ",,");
+}
+
+/** The kernel command line as one string, with `tsc_early_khz=` added when known. Throws on unsafe args. */
+export function kernelCmdline(spec: Pick<QemuMachineSpec, "cmdline" | "tscKhz">): string {
+  const args = [...spec.cmdline];
+  if (spec.tscKhz !== undefined && !args.some((a) => a.startsWith("tsc_early_khz="))) {
+    if (!Number.isInteger(spec.tscKhz) || spec.tscKhz <= 0) throw new RangeError(`Cannot use TSC frequency ${spec.tscKhz} kHz: not a positive integer`);
+    args.push(`tsc_early_khz=${spec.tscKhz}`);
+  }
+  for (const arg of args) {
+    if (!SAFE_CMDLINE_ARG.test(arg)) throw new RangeError(`Cannot put ${JSON.stringify(arg)} on the kernel command line: only printable ASCII without spaces`);
+  }
+  const line = args.join(" ");
+  // x86 COMMAND_LINE_SIZE is 2048 including the NUL.
+  if (line.length > 2047) throw new RangeError(`Cannot boot: kernel command line is ${line.length} bytes, over 2047`);
+  return line;
+}
+
+/**
+ * argv (without the binary) for `qemu-system-x86_64`. The serial console is QEMU's stdio (the driver
+ * captures stdout as the serial log); there is no monitor, no default devices and no reboot: a guest
+ * reboot or kernel panic (with `panic=-1`) makes QEMU exit, and `poweroff` exits with status 0.
+ */
+export function buildQemuArgv(spec: QemuMachineSpec): string[] {
+  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw new RangeError(`Cannot boot with ${spec.memoryMiB} MiB: need an integer ≥ 64`);
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 64) throw new RangeError(`Cannot boot with ${spec.vcpus} vCPUs: need 1..64`);
+  const ids = new Set<string>();
+  for (const drive of spec.drives) {
+    if (!SAFE_ID.test(drive.id) || ids.has(drive.id)) throw new RangeError(`Cannot attach drive ${JSON.stringify(drive.id)}: id must be unique and match ${SAFE_ID}`);
+    ids.add(drive.id);
+  }
+
+  const vsock = spec.channel?.kind === "vsock";
+  const argv: string[] = [
+    "-M", vsock ? "microvm,memory-backend=mem" : "microvm",
+    "-accel", spec.accel,
+    "-cpu", spec.accel === "kvm" ? "host" : "max",
+    "-m", `${spec.memoryMiB}M`,
+    "-smp", String(spec.vcpus),
+    "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+    "-chardev", "stdio,id=con0,signal=off",
+    "-serial", "chardev:con0",
+    "-kernel", spec.kernel,
+  ];
+  if (spec.initrd !== undefined) argv.push("-initrd", spec.initrd);
+  argv.push("-append", kernelCmdline(spec));
+  if (vsock) argv.push("-object", `memory-backend-memfd,id=mem,size=${spec.memoryMiB}M,share=on`);
+  for (const drive of spec.drives) {
+    const ro = drive.readOnly === true ? ",readonly=on" : "";
+    argv.push(
+      "-drive", `file=${qemuEscape(drive.path)},if=none,id=${drive.id},format=raw${ro}`,
+      "-device", `virtio-blk-device,drive=${drive.id}`,
+    );
+  }
+  const channel = spec.channel;
+  if (channel?.kind === "vsock") {
+    argv.push("-chardev", `socket,id=vsock0,path=${qemuEscape(channel.vhostUserSocket)}`, "-device", "vhost-user-vsock-device,chardev=vsock0");
+  } else if (channel?.kind === "serial") {
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(channel.portName)) throw new RangeError(`Cannot name virtio-serial port ${JSON.stringify(channel.portName)}`);
+    argv.push(
+      "-chardev", `socket,id=agent0,path=${qemuEscape(channel.socketPath)},server=on,wait=off`,
+      "-device", "virtio-serial-device",
+      "-device", `virtserialport,name=${channel.portName},chardev=agent0`,
+    );
+  }
+  if (spec.userNetwork === true) argv.push("-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0");
+  return argv;
+}
