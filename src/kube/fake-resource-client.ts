@@ -68,19 +68,19 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     return this.#watches.size;
   }
 
-  async get(ref: ObjectRef): Promise<T> {
-    this.#enter("get");
+  async get(ref: ObjectRef, signal?: AbortSignal): Promise<T> {
+    this.#enter("get", signal);
     return clone(this.#require(ref));
   }
 
   async list(options: ListOptions = {}): Promise<ListResult<T>> {
-    this.#enter("list");
+    this.#enter("list", options.signal);
     const items = [...this.#objects.values()].filter((o) => options.namespace === undefined || o.metadata?.namespace === options.namespace);
     return { items: items.map(clone), resourceVersion: String(this.#version) };
   }
 
-  async create(obj: T): Promise<T> {
-    this.#enter("create");
+  async create(obj: T, signal?: AbortSignal): Promise<T> {
+    this.#enter("create", signal);
     const key = keyOf(obj);
     if (this.#objects.has(key)) {
       throw conflictError(KubeErrorCode.AlreadyExists, `Cannot create ${describeObject(this.resource, key)}: it already exists`);
@@ -91,7 +91,7 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
   }
 
   async delete(ref: ObjectRef, options: DeleteOptions = {}): Promise<void> {
-    this.#enter("delete");
+    this.#enter("delete", options.signal);
     const current = this.#require(ref);
     if (options.uid !== undefined && current.metadata?.uid !== options.uid) {
       throw conflictError(KubeErrorCode.Conflict, `Cannot delete ${this.#describe(ref)}: uid precondition failed`);
@@ -99,14 +99,14 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     this.#commit("DELETED", clone(current));
   }
 
-  async patch(ref: ObjectRef, patch: MergePatch): Promise<T> {
-    this.#enter("patch");
+  async patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+    this.#enter("patch", signal);
     const { status: _ignored, ...rest } = patch;
     return clone(this.#patch(ref, rest));
   }
 
-  async patchStatus(ref: ObjectRef, patch: MergePatch): Promise<T> {
-    this.#enter("patchStatus");
+  async patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+    this.#enter("patchStatus", signal);
     const metadata = patch["metadata"] as { resourceVersion?: string } | undefined;
     const onlyStatus: Record<string, unknown> = { status: patch["status"] };
     if (metadata?.resourceVersion !== undefined) onlyStatus["metadata"] = { resourceVersion: metadata.resourceVersion };
@@ -188,7 +188,8 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     return describeObject(this.resource, this.resource.namespaced ? `${ref.namespace ?? ""}/${ref.name}` : ref.name);
   }
 
-  #enter(method: Method): void {
+  #enter(method: Method, signal?: AbortSignal): void {
+    signal?.throwIfAborted();
     this.calls[method] += 1;
     const index = this.#faults.findIndex((f) => f.method === method);
     if (index >= 0) {
