@@ -94,6 +94,9 @@ func DecodeRequest(body []byte) (*Request, *Error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, Errorf(0, CodeBadMessage, "frame body is not a JSON object")
 	}
+	if err := checkKeys(body); err != nil {
+		return nil, Errorf(0, CodeBadMessage, "%s", err.Error())
+	}
 	var env envelope
 	if err := json.Unmarshal(body, &env); err != nil {
 		return nil, Errorf(0, CodeBadMessage, "cannot read envelope")
