@@ -5,6 +5,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { FakeClock } from "../../../src/shared/index.ts";
 import { credentialsFromSecretData, FsContentStore, ImagePuller, pullImage } from "../../../src/agent/image/pull/index.ts";
 import { buildImage, busyboxLayer, type TestImage } from "../../harness/oci-image.ts";
 import { pushImage, startRegistry, startTokenServer, type RunningRegistry, type TokenServer } from "../../harness/registry.ts";
@@ -73,6 +74,20 @@ describe("registry authentication", () => {
     await puller.pull(`${tokenRegistry.host}/private/app:1`, { store: await store("bearer-2"), platform: amd64 });
     assert.equal(tokens.requests.length, 1, "second pull reuses the cached token");
     assert.equal(puller.auth.tokenRequests, 1);
+  });
+
+  it("bearer: a cached token is replaced once it expires (expires_in from the token server)", async () => {
+    tokens.requests.length = 0;
+    const clock = new FakeClock(Date.now());
+    const auth = credentialsFromSecretData(secretData({ [tokenRegistry.host]: { username: "ci", password: users.ci } }));
+    const puller = new ImagePuller({ credentials: auth, clock });
+    await puller.pull(`${tokenRegistry.host}/private/app:1`, { store: await store("expiry-1"), platform: amd64 });
+    await clock.advance(200_000);
+    await puller.pull(`${tokenRegistry.host}/private/app:1`, { store: await store("expiry-2"), platform: amd64 });
+    assert.equal(tokens.requests.length, 1, "still valid after 200 s of a 300 s token");
+    await clock.advance(100_000);
+    await puller.pull(`${tokenRegistry.host}/private/app:1`, { store: await store("expiry-3"), platform: amd64 });
+    assert.equal(tokens.requests.length, 2, "a new token after expiry");
   });
 
   it("bearer: the token server refusing the credentials is a terminal error", async () => {
