@@ -1,0 +1,91 @@
+/**
+ * Base images on demand: layers + guest agent → cache key → cached ext4 image, built once per key.
+ * This is the entry the agent's VM preparation calls; `imp image build` calls it too.
+ */
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { silentLogger, type Logger } from "../../../shared/index.ts";
+import { buildExt4, defaultBaseParams, type Ext4Params } from "../ext4/index.ts";
+import { defaultLayerLimits, GUEST_AGENT_INIT, unpackRootfs, type LayerBlob, type LayerLimits } from "../layers/index.ts";
+import { baseImageKey, BUILDER_FORMAT_VERSION, uuidOfKey } from "./cache-key.ts";
+import type { EnsureResult, ImageCache } from "./image-cache.ts";
+
+export interface BaseImageRequest {
+  /** In application order: the image's layers, then extra layers such as the runner layer. */
+  readonly layers: readonly LayerBlob[];
+  readonly guestAgent: { readonly path: string; readonly digest: string };
+}
+
+export interface BaseImagesOptions {
+  readonly cache: ImageCache;
+  readonly params?: Ext4Params;
+  readonly limits?: LayerLimits;
+  readonly logger?: Logger;
+  /** Timeout of each filesystem tool run; default 30 min. */
+  readonly toolTimeoutMs?: number;
+}
+
+/** Phases of one build, for progress output and logs. */
+export type BuildEvent =
+  | { readonly kind: "layer-applied"; readonly digest: string; readonly index: number; readonly ms: number }
+  | { readonly kind: "unpacked"; readonly entries: number; readonly fileBytes: number; readonly ms: number }
+  | { readonly kind: "ext4-built"; readonly sizeBytes: number; readonly ms: number };
+
+export class BaseImages {
+  readonly cache: ImageCache;
+  readonly params: Ext4Params;
+  readonly #limits: LayerLimits;
+  readonly #logger: Logger;
+  readonly #toolTimeoutMs: number;
+
+  constructor(options: BaseImagesOptions) {
+    this.cache = options.cache;
+    this.params = options.params ?? defaultBaseParams();
+    this.#limits = options.limits ?? defaultLayerLimits();
+    this.#logger = options.logger ?? silentLogger;
+    this.#toolTimeoutMs = options.toolTimeoutMs ?? 30 * 60 * 1000;
+  }
+
+  /** The cache key of a request (no I/O). */
+  keyOf(request: BaseImageRequest): string {
+    return baseImageKey({ layerDigests: request.layers.map((l) => l.digest), guestAgentDigest: request.guestAgent.digest, params: this.params });
+  }
+
+  /** The cached image for `request`, built (once, however many callers) when missing. */
+  async ensure(request: BaseImageRequest, options: { readonly signal?: AbortSignal; readonly onEvent?: (event: BuildEvent) => void } = {}): Promise<EnsureResult> {
+    const key = this.keyOf(request);
+    const emit = options.onEvent ?? (() => undefined);
+    return this.cache.ensure(key, async ({ workDir, output, signal }) => {
+      const target = join(workDir, "rootfs");
+      await mkdir(target, { mode: 0o755 });
+      const started = Date.now();
+      let layerStart = started;
+      const rootfs = await unpackRootfs({
+        target,
+        layers: request.layers,
+        guestAgentPath: request.guestAgent.path,
+        limits: this.#limits,
+        ...(signal === undefined ? {} : { signal }),
+        onLayer: (digest, index) => {
+          emit({ kind: "layer-applied", digest, index, ms: Date.now() - layerStart });
+          layerStart = Date.now();
+        },
+      });
+      emit({ kind: "unpacked", entries: rootfs.entries, fileBytes: rootfs.fileBytes, ms: Date.now() - started });
+      const mkfsStart = Date.now();
+      const plan = await buildExt4({ rootfs, output, params: this.params, uuid: uuidOfKey(key), workDir, timeoutMs: this.#toolTimeoutMs, ...(signal === undefined ? {} : { signal }) });
+      emit({ kind: "ext4-built", sizeBytes: plan.sizeBytes, ms: Date.now() - mkfsStart });
+      this.#logger.info({ key, entries: rootfs.entries, droppedXattrs: rootfs.droppedXattrs, devices: rootfs.specials.size }, "unpacked image");
+      return {
+        format: BUILDER_FORMAT_VERSION,
+        layers: request.layers.map((l) => ({ digest: l.digest, mediaType: l.mediaType })),
+        guestAgentDigest: request.guestAgent.digest,
+        init: GUEST_AGENT_INIT,
+        params: this.params,
+        fsSizeBytes: plan.sizeBytes,
+        inodes: plan.inodes,
+        droppedXattrs: rootfs.droppedXattrs,
+      };
+    }, options.signal);
+  }
+}

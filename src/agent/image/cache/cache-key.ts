@@ -1,0 +1,51 @@
+/**
+ * The cache key of a base image: a sha256 over every input that changes the filesystem, in a fixed
+ * canonical form. Anything not in here must not change the bytes of the image.
+ */
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import type { Ext4Params } from "../ext4/index.ts";
+
+/**
+ * The builder's format version. Bump it whenever the build changes what ends up in an image for the
+ * same inputs (layer rules, injection path, mkfs/debugfs arguments), so old images are not reused.
+ */
+export const BUILDER_FORMAT_VERSION = "imp-ext4-1";
+
+export interface BaseImageKeyInput {
+  /** Layer digests in application order: the image's layers, then extra layers (e.g. the runner layer). */
+  readonly layerDigests: readonly string[];
+  readonly guestAgentDigest: string;
+  readonly params: Ext4Params;
+  readonly formatVersion?: string;
+}
+
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
+
+/** `sha256:`-less hex key, safe as a directory name. Throws on malformed digests. */
+export function baseImageKey(input: BaseImageKeyInput): string {
+  for (const digest of [...input.layerDigests, input.guestAgentDigest]) {
+    if (!DIGEST.test(digest)) throw new Error(`Cannot compute an image cache key: ${JSON.stringify(digest)} is not a sha256 digest`);
+  }
+  const p = input.params;
+  const canonical = JSON.stringify({
+    format: input.formatVersion ?? BUILDER_FORMAT_VERSION,
+    layers: input.layerDigests,
+    guest: input.guestAgentDigest,
+    fs: [p.blockSize, p.inodeSize, p.journal, p.headroomRatio, p.headroomBytes],
+  });
+  return createHash("sha256").update(canonical).digest("hex");
+}
+
+/** `sha256:<hex>` of a file's bytes (the guest agent binary). */
+export async function fileDigest(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  return `sha256:${hash.digest("hex")}`;
+}
+
+/** A UUID derived from the key, so an image's filesystem UUID is reproducible. */
+export function uuidOfKey(key: string): string {
+  const h = key.slice(0, 32);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-a${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}

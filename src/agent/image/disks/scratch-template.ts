@@ -1,0 +1,126 @@
+/**
+ * Empty ext4 scratch disks without running mkfs per VM. One template per (size, parameters) is made
+ * once with mkfs.ext4 into a sparse file; a VM's scratch disk is then a reflink clone of it
+ * (FICLONE, on XFS/btrfs) or, where the filesystem cannot clone (ext4), a new sparse file of the same
+ * size into which only the template's non-zero blocks are written (a few hundred KiB held in memory,
+ * found once with FIEMAP via `filefrag`). Either way the cost does not depend on the image or on the
+ * scratch size beyond its metadata.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { constants } from "node:fs";
+import { copyFile, mkdir, open, rename, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { terminalError } from "../../../shared/index.ts";
+import { runTool } from "../ext4/index.ts";
+
+export interface ScratchSpec {
+  readonly sizeBytes: number;
+  /** Journal on (default) keeps the guest's writable layer consistent across a guest crash within its life. */
+  readonly journal?: boolean;
+}
+
+interface Template {
+  readonly path: string;
+  readonly sizeBytes: number;
+  /** Non-zero regions of the template, to write into a fresh sparse file. */
+  readonly chunks: readonly { readonly offset: number; readonly data: Buffer }[];
+}
+
+const BLOCK = 4096;
+
+export class ScratchTemplates {
+  readonly root: string;
+  readonly #templates = new Map<string, Promise<Template>>();
+  #cloneWorks: boolean | undefined;
+
+  /** `root` holds the templates; it must be on the filesystem of the VM directories for clones to work. */
+  constructor(root: string) {
+    this.root = root;
+  }
+
+  /** Creates the scratch disk file `dest` (which must not exist) as an empty ext4 of `spec.sizeBytes`. */
+  async create(dest: string, spec: ScratchSpec): Promise<"cloned" | "sparse"> {
+    const template = await this.#template(spec);
+    if (this.#cloneWorks !== false) {
+      try {
+        await copyFile(template.path, dest, constants.COPYFILE_EXCL | constants.COPYFILE_FICLONE_FORCE);
+        this.#cloneWorks = true;
+        return "cloned";
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === "EEXIST") throw err;
+        this.#cloneWorks = false;
+      }
+    }
+    const handle = await open(dest, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      await handle.truncate(template.sizeBytes);
+      for (const chunk of template.chunks) await handle.write(chunk.data, 0, chunk.data.length, chunk.offset);
+    } finally {
+      await handle.close();
+    }
+    return "sparse";
+  }
+
+  #template(spec: ScratchSpec): Promise<Template> {
+    const name = `${spec.sizeBytes}-${spec.journal === false ? "nojournal" : "journal"}`;
+    let found = this.#templates.get(name);
+    if (found === undefined) {
+      found = this.#makeTemplate(name, spec);
+      found.catch(() => this.#templates.delete(name));
+      this.#templates.set(name, found);
+    }
+    return found;
+  }
+
+  async #makeTemplate(name: string, spec: ScratchSpec): Promise<Template> {
+    if (!Number.isInteger(spec.sizeBytes) || spec.sizeBytes < 16 * 1024 ** 2 || spec.sizeBytes % BLOCK !== 0) {
+      throw terminalError("BadScratchSize", `Cannot make a scratch disk of ${spec.sizeBytes} bytes: it must be a multiple of 4096 and at least 16 MiB`);
+    }
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
+    const path = join(this.root, `scratch-${name}.ext4`);
+    if ((await stat(path).catch(() => undefined)) === undefined) {
+      const temp = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
+      try {
+        const handle = await open(temp, "wx", 0o600);
+        await handle.truncate(spec.sizeBytes);
+        await handle.close();
+        const journal = spec.journal === false ? ["-O", "^has_journal"] : [];
+        const uuid = createHash("sha256").update(name).digest("hex");
+        await runTool("mkfs.ext4", ["-q", "-F", "-t", "ext4", "-b", String(BLOCK), "-m", "0", ...journal, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-U", `${uuid.slice(0, 8)}-${uuid.slice(8, 12)}-4${uuid.slice(13, 16)}-a${uuid.slice(17, 20)}-${uuid.slice(20, 32)}`, "-L", "imp-scratch", temp], { timeoutMs: 120_000 });
+        await rename(temp, path);
+      } finally {
+        await rm(temp, { force: true });
+      }
+    }
+    return { path, sizeBytes: spec.sizeBytes, chunks: await nonZeroChunks(path) };
+  }
+}
+
+/** The non-zero 4 KiB-aligned regions of a sparse file, read through its FIEMAP extents. */
+async function nonZeroChunks(path: string): Promise<{ offset: number; data: Buffer }[]> {
+  const { stdout } = await runTool("filefrag", ["-e", "-b4096", path], { timeoutMs: 60_000 });
+  const chunks: { offset: number; data: Buffer }[] = [];
+  const handle = await open(path, "r");
+  try {
+    for (const line of stdout.split("\n")) {
+      const m = /^\s*\d+:\s+(\d+)\.\.\s*(\d+):/.exec(line);
+      if (m === null) continue;
+      const start = Number(m[1]) * BLOCK;
+      const length = (Number(m[2]) - Number(m[1]) + 1) * BLOCK;
+      const data = Buffer.alloc(length);
+      await handle.read(data, 0, length, start);
+      for (let at = 0; at < length; at += BLOCK) {
+        const block = data.subarray(at, at + BLOCK);
+        if (block.every((b) => b === 0)) continue;
+        const last = chunks[chunks.length - 1];
+        if (last !== undefined && last.offset + last.data.length === start + at) last.data = Buffer.concat([last.data, block]);
+        else chunks.push({ offset: start + at, data: Buffer.from(block) });
+      }
+    }
+  } finally {
+    await handle.close();
+  }
+  return chunks;
+}
+

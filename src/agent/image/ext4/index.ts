@@ -1,0 +1,5 @@
+/** ext4 images from unpacked rootfs directories (DESIGN §4). */
+export { buildExt4, type BuildExt4Options } from "./build-ext4.ts";
+export { debugfsErrors, debugfsScript, type XattrFix } from "./debugfs-script.ts";
+export { defaultBaseParams, planExt4, type Ext4Params, type Ext4Plan } from "./fs-params.ts";
+export { runTool, type ToolResult } from "./run-tool.ts";
