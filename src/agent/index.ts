@@ -2,3 +2,4 @@
 export * from "./guest/index.ts";
 export * from "./vmm/qemu/index.ts";
 export * from "./vsock/index.ts";
+export * from "./image/pull/index.ts";
