@@ -49,7 +49,7 @@ export async function installCrds(kubeConfig: KubeConfig, options: InstallCrdsOp
 }
 
 /** The client serializes by its model's field names, so wire-named JSON goes through its deserializer first. */
-function toClientModel(crd: CrdManifest): V1CustomResourceDefinition {
+export function toClientModel(crd: CrdManifest): V1CustomResourceDefinition {
   return loadYaml<V1CustomResourceDefinition>(JSON.stringify(crd));
 }
 

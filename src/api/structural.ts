@@ -50,8 +50,24 @@ export function toK8sSchema(schema: unknown, path = "$"): JsonSchema {
   return clean(plain, path);
 }
 
-function clean(node: unknown, path: string): JsonSchema {
-  if (!isRecord(node)) throw new SchemaError(path, "not a schema object");
+/** `anyOf: [{const: "a", type: "string"}, …]` (TypeBox's union of string literals) as `type: string, enum: [a, …]`. */
+function literalUnionToEnum(node: JsonSchema): JsonSchema {
+  if (typeof node["const"] === "string") {
+    // A union of one literal is the literal itself.
+    const { const: value, ...rest } = node;
+    return { ...rest, type: "string", enum: [value] };
+  }
+  const anyOf = node["anyOf"];
+  if (!Array.isArray(anyOf) || anyOf.length === 0) return node;
+  const isStringConst = (s: unknown): boolean => isRecord(s) && typeof s["const"] === "string" && Object.keys(s).every((k) => k === "const" || k === "type");
+  if (!anyOf.every(isStringConst)) return node;
+  const { anyOf: _dropped, ...rest } = node;
+  return { ...rest, type: "string", enum: anyOf.map((s) => (s as JsonSchema)["const"]) };
+}
+
+function clean(input: unknown, path: string): JsonSchema {
+  if (!isRecord(input)) throw new SchemaError(path, "not a schema object");
+  const node = literalUnionToEnum(input);
   const out: JsonSchema = {};
   for (const [key, value] of Object.entries(node)) {
     if (DROPPED_KEYWORDS.has(key)) continue;

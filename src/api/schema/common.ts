@@ -7,7 +7,7 @@
  * Every string has a maxLength and every list a maxItems: the API server estimates the cost of CEL
  * rules from these bounds and refuses a CRD whose rules could be too expensive.
  */
-import { Type, type Static, type TUnsafe } from "@sinclair/typebox";
+import { Type, type SchemaOptions, type Static, type TLiteral, type TUnion } from "@sinclair/typebox";
 
 /** One CEL rule as Kubernetes takes it in `x-kubernetes-validations`. */
 export interface CelRule {
@@ -23,22 +23,12 @@ export const cel = (...rules: CelRule[]): { "x-kubernetes-validations": CelRule[
   "x-kubernetes-validations": rules,
 });
 
-/** A closed set of strings. TypeBox's Union-of-Literals becomes `anyOf`+`const`, which CRDs do not take. */
-export function StringEnum<const T extends readonly string[]>(
-  values: T,
-  options: Record<string, unknown> = {},
-): TUnsafe<T[number]> {
-  return Type.Unsafe<T[number]>({ ...options, type: "string", enum: [...values] });
-}
-
-/** A string→string map (labels-like), as `additionalProperties` rather than TypeBox's `patternProperties`. */
-export function StringMap(options: { maxProperties: number; maxValueLength: number; description?: string }): TUnsafe<Record<string, string>> {
-  const { maxValueLength, ...rest } = options;
-  return Type.Unsafe<Record<string, string>>({
-    ...rest,
-    type: "object",
-    additionalProperties: { type: "string", maxLength: maxValueLength },
-  });
+/**
+ * A closed set of strings. It is a TypeBox union of literals, so `Static<>` and `Value.Check` see the
+ * exact values; `toK8sSchema` rewrites it to `type: string` + `enum`, since CRDs take no `const`.
+ */
+export function StringEnum<const T extends readonly string[]>(values: T, options: SchemaOptions = {}): TUnion<TLiteral<T[number]>[]> {
+  return Type.Union(values.map((v) => Type.Literal(v as T[number])), options);
 }
 
 /** RFC 1123 label: lowercase alphanumerics and `-`, at most 63 characters. */

@@ -43,7 +43,7 @@ export const GitHubSettings = Type.Object(
       { rule: "self.scope != 'org' || has(self.organization)", message: "organization is required when scope is org", fieldPath: ".organization", reason: "FieldValueRequired" },
       { rule: "self.scope != 'enterprise' || has(self.enterprise)", message: "enterprise is required when scope is enterprise", fieldPath: ".enterprise", reason: "FieldValueRequired" },
       {
-        rule: "[has(self.repository), has(self.organization), has(self.enterprise)].filter(x, x).size() == 1",
+        rule: "[has(self.repository), has(self.organization), has(self.enterprise)].filter(x, x).size() <= 1",
         message: "set only the one of repository, organization, enterprise that matches scope",
         fieldPath: ".scope",
       },

@@ -1,0 +1,18 @@
+import assert from "node:assert/strict";
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { test } from "node:test";
+import { CRD_DIR, renderCrdFiles } from "./index.ts";
+
+const dir = join(import.meta.dirname, "../..", CRD_DIR);
+const FIX = "run `npm run gen:crds` and commit deploy/crds/";
+
+test("committed deploy/crds/ equals what src/api generates", async () => {
+  const generated = renderCrdFiles();
+  const committed = (await readdir(dir)).filter((f) => f.endsWith(".yaml")).sort();
+  assert.deepEqual(committed, [...generated.keys()].sort(), `deploy/crds/ holds other files than the generator writes: ${FIX}`);
+  for (const [name, content] of generated) {
+    const onDisk = await readFile(join(dir, name), "utf8");
+    assert.ok(onDisk === content, `deploy/crds/${name} differs from the schema in src/api: ${FIX}`);
+  }
+});

@@ -1,0 +1,183 @@
+/**
+ * The Imp CRDs against a real kube-apiserver (+ kube-controller-manager for garbage collection):
+ * they install and become Established, the samples are accepted, defaults are applied, invalid
+ * objects are rejected by the server with the offending field named, and a setup Secret owned by
+ * an ImpVM is garbage-collected with it.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { ApiException, ApiextensionsV1Api, CoreV1Api } from "@kubernetes/client-node";
+import { API_VERSION, buildAllCrds, installCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
+import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { waitFor } from "../../../src/shared/index.ts";
+import { clone, ImpClient, rejection } from "./imp-client.ts";
+import { CREATE_CASES, UPDATE_CASES } from "./invalid-cases.ts";
+import { loadSamples, sample } from "./samples.ts";
+
+const NAMESPACE = "api-test";
+let cp: ControlPlane;
+let imp: ImpClient;
+let core: CoreV1Api;
+
+before(async () => {
+  cp = await startControlPlane({ controllerManager: true });
+  core = cp.kubeConfig.makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: NAMESPACE } } });
+  imp = new ImpClient(cp.kubeConfig, NAMESPACE);
+});
+
+after(async () => {
+  await cp?.stop();
+});
+
+describe("installCrds()", () => {
+  test("installCrds() creates every Imp CRD and waits until each is Established", async () => {
+    const results = await installCrds(cp.kubeConfig, { timeoutMs: 60_000 });
+    assert.deepEqual(results.map((r) => r.action), ["created", "created", "created", "created", "created"]);
+    const ext = cp.kubeConfig.makeApiClient(ApiextensionsV1Api);
+    for (const crd of buildAllCrds()) {
+      const served = await ext.readCustomResourceDefinition({ name: crd.metadata.name });
+      const established = served.status?.conditions?.find((c) => c.type === "Established");
+      assert.equal(established?.status, "True", `${crd.metadata.name} is Established`);
+    }
+  });
+
+  test("installCrds() replaces existing CRDs when run again", async () => {
+    const results = await installCrds(cp.kubeConfig, { timeoutMs: 60_000 });
+    assert.deepEqual(results.map((r) => r.action), ["replaced", "replaced", "replaced", "replaced", "replaced"]);
+  });
+
+  test("the served CRD keeps the CEL rules, printer columns and selectable fields it was built with", async () => {
+    const ext = cp.kubeConfig.makeApiClient(ApiextensionsV1Api);
+    const served = await ext.readCustomResourceDefinition({ name: "impvms.imp.dev" });
+    const version = served.spec.versions[0];
+    const spec = version?.schema?.openAPIV3Schema?.properties?.["spec"];
+    assert.ok(spec?.x_kubernetes_validations?.some((v) => v.rule === "self == oldSelf"), "spec immutability rule is served");
+    assert.deepEqual(version?.additionalPrinterColumns?.map((c) => c.name), ["Phase", "Node", "Pool", "Reason", "Boot-ms", "Exit", "IP", "Age"]);
+    assert.deepEqual(version?.selectableFields?.map((f) => f.jsonPath), [".status.nodeName", ".status.phase"]);
+    assert.deepEqual(served.spec.names.shortNames, ["ivm"]);
+    assert.deepEqual(served.spec.names.categories, ["imp"]);
+  });
+});
+
+describe("valid objects", () => {
+  test("every sample in deploy/samples is accepted", async () => {
+    const samples = loadSamples();
+    assert.ok(samples.size >= 5);
+    for (const [file, obj] of samples) {
+      const created = await imp.create(obj).catch((err: unknown) => {
+        throw new Error(`sample ${file} was rejected: ${err instanceof ApiException ? String(err.body) : String(err)}`);
+      });
+      assert.equal(created.metadata.name, obj.metadata.name);
+    }
+  });
+
+  test("the API server applies defaults to omitted fields", async () => {
+    const cls = await imp.create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "bare" }, spec: { vcpu: 1, memoryMiB: 256 } });
+    assert.deepEqual(cls.spec, { vcpu: 1, memoryMiB: 256, scratchDisk: "4Gi", arch: "amd64" });
+
+    const tpl = await imp.create({
+      apiVersion: API_VERSION, kind: "ImpVMTemplate", metadata: { name: "bare" },
+      spec: { classRef: { name: "bare" }, image: "alpine:3.20", network: {} },
+    });
+    assert.deepEqual(tpl.spec, { classRef: { name: "bare" }, image: "alpine:3.20", network: { egress: "internet" }, kernel: "default", expireAfter: "6h" });
+
+    const vm = await imp.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "bare" }, spec: { templateRef: { name: "bare" } } });
+    assert.equal((vm.spec as { lifecycle: string }).lifecycle, "ephemeral");
+
+    const pool = await imp.create({
+      apiVersion: API_VERSION, kind: "ImpVMRunnerPool", metadata: { name: "bare" },
+      spec: {
+        templateName: "bare",
+        github: { credentialsSecretRef: { name: "app" }, scope: "repo", repository: "example/app", labels: ["imp"] },
+        webhook: {},
+        runnerCommand: ["/run.sh"],
+      },
+    });
+    assert.deepEqual(pool.spec, {
+      templateName: "bare",
+      github: { credentialsSecretRef: { name: "app" }, scope: "repo", repository: "example/app", labels: ["imp"], apiURL: "https://api.github.com", runnerGroup: "Default" },
+      webhook: { enabled: false },
+      runnerCommand: ["/run.sh"],
+      minIdle: 0,
+      maxConcurrent: 10,
+      scaleUpStep: 5,
+    });
+
+    const node = await imp.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "bare" } });
+    assert.deepEqual(node.spec, { unschedulable: false });
+  });
+
+  test("a VM status walking every phase to Succeeded is accepted", async () => {
+    const vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "walker" } });
+    const status: Record<string, unknown> = { phaseTimestamps: {} };
+    const stamp = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    let current = vm;
+    for (const phase of ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded"]) {
+      Object.assign(status, { phase }, phase === "Scheduled" ? { nodeName: "worker-1" } : {}, phase === "Succeeded" ? { exitCode: 0 } : {});
+      (status["phaseTimestamps"] as Record<string, string>)[phase.toLowerCase()] = stamp;
+      current = await imp.replaceStatus({ ...current, status: clone(status) });
+    }
+    assert.equal((current.status as { phase: string }).phase, "Succeeded");
+  });
+});
+
+describe("invalid objects", () => {
+  CREATE_CASES.forEach((c, i) => {
+    test(`create is rejected naming ${c.field}: ${c.name}`, async (t) => {
+      const obj = c.object();
+      if (SAMPLE_NAMES.has(obj.metadata.name)) obj.metadata.name = `invalid-${i}`;
+      const message = await rejection(imp.create(obj));
+      t.diagnostic(message);
+      assert.ok(message.includes(`${c.field}: `), `message names ${c.field}: ${message}`);
+    });
+  });
+
+  UPDATE_CASES.forEach((c, i) => {
+    test(`${c.subresource === "status" ? "status " : ""}update is rejected naming ${c.field}: ${c.name}`, async (t) => {
+      let obj = await imp.create({ ...c.object(), metadata: { name: `update-${i}` } });
+      if (c.initialStatus !== undefined) obj = await imp.replaceStatus({ ...obj, status: clone(c.initialStatus) });
+      const changed = clone(obj);
+      c.change(changed);
+      const message = await rejection(c.subresource === "status" ? imp.replaceStatus(changed) : imp.replace(changed));
+      t.diagnostic(message);
+      assert.ok(message.includes(`${c.field}: `), `message names ${c.field}: ${message}`);
+    });
+  });
+});
+
+describe("garbage collection", () => {
+  test("a setup Secret owned by an ImpVM is deleted by the garbage collector when the VM is deleted", async () => {
+    const vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "gc-vm" } });
+    const secretName = setupSecretName(vm.metadata.name);
+    await core.createNamespacedSecret({
+      namespace: NAMESPACE,
+      body: {
+        metadata: {
+          name: secretName,
+          labels: { [LABELS.vm]: vm.metadata.name },
+          ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVM", name: vm.metadata.name, uid: String(vm.metadata.uid), controller: true, blockOwnerDeletion: true }],
+        },
+        type: SETUP_SECRET.type,
+        stringData: { [SETUP_SECRET.jitConfigKey]: "not-a-real-config" },
+      },
+    });
+    await imp.delete(vm);
+    await waitFor(
+      `garbage collection of Secret ${secretName}`,
+      async () => {
+        try {
+          await core.readNamespacedSecret({ namespace: NAMESPACE, name: secretName });
+          return undefined;
+        } catch (err) {
+          if (err instanceof ApiException && err.code === 404) return true;
+          throw err;
+        }
+      },
+      { timeoutMs: 90_000, intervalMs: 250 },
+    );
+  });
+});
+
+/** Names used by the samples (created above), so a case that kept a sample's name gets a unique one. */
+const SAMPLE_NAMES = new Set([...loadSamples().values()].map((s) => s.metadata.name));
