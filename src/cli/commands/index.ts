@@ -1,7 +1,9 @@
 import type { Command } from "commander";
 import { registerDev } from "./dev.ts";
+import { registerImage } from "./image.ts";
 
 /** Adds every command group to the program. One line per group; groups live in sibling files. */
 export function registerCommands(program: Command): void {
   registerDev(program);
+  registerImage(program);
 }

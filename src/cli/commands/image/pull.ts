@@ -1,0 +1,150 @@
+/** `imp image pull REF`: pulls an image into the node's content store with a progress bar per layer. */
+import { readFile } from "node:fs/promises";
+import cliProgress from "cli-progress";
+import type { Command } from "commander";
+import type { CredentialLookup, Platform, PullProgress } from "../../../agent/index.ts";
+import { credentialsFromDockerConfig, formatPlatform, FsContentStore, ImagePuller, nodePlatform } from "../../../agent/index.ts";
+import { humanBytes, shortDigest, storeDir, withStoreOption } from "./common.ts";
+
+interface PullOpts {
+  store?: string;
+  platform?: string;
+  concurrency: string;
+  authFile?: string;
+  plainHttp?: boolean;
+  defaultRegistry?: string;
+  quiet?: boolean;
+}
+
+export function registerImagePull(image: Command): void {
+  withStoreOption(image.command("pull"))
+    .argument("<reference>", "image reference: host[:port]/repository[:tag][@sha256:...]")
+    .description("pull an image (config and layers, verified) into the content store")
+    .option("--platform <os/arch[/variant]>", "platform to pick from an index (default: this machine's)")
+    .option("--concurrency <n>", "layers fetched at once", "3")
+    .option("--auth-file <path>", "registry credentials in Docker config.json form (the content of a .dockerconfigjson Secret key); default $IMP_AUTH_FILE")
+    .option("--plain-http", "speak plain HTTP to this registry (loopback registries always do)")
+    .option("--default-registry <host>", "registry for references that name none (default $IMP_DEFAULT_REGISTRY)")
+    .option("-q, --quiet", "print only the manifest digest")
+    .action(async (reference: string, opts: PullOpts) => {
+      const store = await FsContentStore.open(storeDir(opts));
+      const platform = opts.platform === undefined ? nodePlatform() : parsePlatform(opts.platform);
+      const concurrency = Number(opts.concurrency);
+      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 32) throw new Error(`Cannot pull ${reference}: --concurrency must be 1..32`);
+      const authFile = opts.authFile ?? process.env.IMP_AUTH_FILE;
+      const credentials: CredentialLookup | undefined = authFile === undefined ? undefined : credentialsFromDockerConfig(await readFile(authFile, "utf8"));
+      const defaultRegistry = opts.defaultRegistry ?? process.env.IMP_DEFAULT_REGISTRY;
+      const puller = new ImagePuller({
+        ...(credentials === undefined ? {} : { credentials }),
+        ...(defaultRegistry === undefined ? {} : { defaultRegistry }),
+        ...(opts.plainHttp === true ? { plainHttp: () => true } : {}),
+      });
+      const controller = new AbortController();
+      const onSignal = (): void => controller.abort(new Error("interrupted"));
+      process.once("SIGINT", onSignal);
+      process.once("SIGTERM", onSignal);
+      const view = opts.quiet === true ? undefined : progressView(process.stderr.isTTY === true);
+      const started = Date.now();
+      try {
+        const pulled = await puller.pull(reference, { store, platform, concurrency, signal: controller.signal, ...(view === undefined ? {} : { onProgress: view.onProgress }) });
+        view?.stop();
+        const total = pulled.layers.reduce((sum, l) => sum + l.size, 0);
+        if (opts.quiet === true) {
+          process.stdout.write(`${pulled.manifestDigest}\n`);
+          return;
+        }
+        const seconds = (Date.now() - started) / 1000;
+        process.stdout.write(
+          `${pulled.reference}\n  digest    ${pulled.manifestDigest}\n  platform  ${formatPlatform(pulled.platform)}\n` +
+            `  layers    ${pulled.layers.length} (${humanBytes(total)}), fetched ${humanBytes(view?.fetchedBytes() ?? 0)} in ${seconds.toFixed(1)} s\n`,
+        );
+      } finally {
+        view?.stop();
+        process.off("SIGINT", onSignal);
+        process.off("SIGTERM", onSignal);
+      }
+    });
+}
+
+function parsePlatform(text: string): Platform {
+  const [os, architecture, variant, extra] = text.split("/");
+  if (os === undefined || os === "" || architecture === undefined || architecture === "" || extra !== undefined) {
+    throw new Error(`Cannot use platform ${JSON.stringify(text)}: write os/arch or os/arch/variant`);
+  }
+  return { os, architecture, ...(variant === undefined || variant === "" ? {} : { variant }) };
+}
+
+interface ProgressView {
+  onProgress(event: PullProgress): void;
+  fetchedBytes(): number;
+  stop(): void;
+}
+
+/** Bars on a terminal; one line per finished layer otherwise (logs, CI). */
+function progressView(tty: boolean): ProgressView {
+  const received = new Map<string, number>();
+  const fetchedBytes = (): number => [...received.values()].reduce((a, b) => a + b, 0);
+  if (!tty) {
+    return {
+      onProgress: (e) => {
+        if (e.kind === "layer-bytes") received.set(e.digest, e.received);
+        if (e.kind === "layer-done") process.stderr.write(`${shortDigest(e.digest)}  pulled  ${humanBytes(e.size)}\n`);
+        if (e.kind === "layer-cached") process.stderr.write(`${shortDigest(e.digest)}  already in store  ${humanBytes(e.size)}\n`);
+        if (e.kind === "retry") process.stderr.write(`retrying (${e.attempt}) in ${e.delayMs} ms: ${e.error}\n`);
+      },
+      fetchedBytes,
+      stop: () => undefined,
+    };
+  }
+  const bars = new cliProgress.MultiBar(
+    {
+      format: " {name} [{bar}] {value} / {total}  {state}",
+      formatValue: (v, _o, type) => (type === "value" || type === "total" ? humanBytes(v) : String(v)),
+      hideCursor: true,
+      clearOnComplete: false,
+      barsize: 30,
+      stream: process.stderr,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+  const perLayer = new Map<string, cliProgress.SingleBar>();
+  let stopped = false;
+  const bar = (digest: string, size: number): cliProgress.SingleBar => {
+    let b = perLayer.get(digest);
+    if (b === undefined) {
+      b = bars.create(Math.max(size, 1), 0, { name: shortDigest(digest), state: "waiting" });
+      perLayer.set(digest, b);
+    }
+    return b;
+  };
+  return {
+    onProgress: (e) => {
+      switch (e.kind) {
+        case "resolved":
+          for (const l of e.layers) bar(l.digest, l.size);
+          break;
+        case "layer-start":
+          bar(e.digest, e.size).update(0, { state: "downloading" });
+          break;
+        case "layer-bytes":
+          received.set(e.digest, e.received);
+          bar(e.digest, e.size).update(e.received, { state: "downloading" });
+          break;
+        case "layer-done":
+          bar(e.digest, e.size).update(e.size, { state: "verified" });
+          break;
+        case "layer-cached":
+          bar(e.digest, e.size).update(e.size, { state: "already in store" });
+          break;
+        case "retry":
+          bars.log(`retrying (${e.attempt}) in ${e.delayMs} ms: ${e.error}\n`);
+          break;
+      }
+    },
+    fetchedBytes,
+    stop: () => {
+      if (!stopped) bars.stop();
+      stopped = true;
+    },
+  };
+}
