@@ -1,0 +1,41 @@
+package pid1
+
+import "testing"
+
+func TestParseCmdlineFindsScratchAndKeepsQuotedValues(t *testing.T) {
+	c := ParseCmdline(`console=ttyS0 ro init=/.imp/imp-guest imp.scratch=/dev/vdb quiet x="a b" imp.scratch=/dev/vdc` + "\n")
+	if c.Scratch != "/dev/vdc" {
+		t.Fatalf("scratch = %q (last one wins)", c.Scratch)
+	}
+	if c.Params["x"] != "a b" || c.Params["init"] != "/.imp/imp-guest" {
+		t.Fatalf("params = %v", c.Params)
+	}
+	if _, ok := c.Params["quiet"]; !ok {
+		t.Fatal("bare word missing")
+	}
+	if ParseCmdline("").Scratch != "" {
+		t.Fatal("empty cmdline has a scratch")
+	}
+}
+
+func TestUnescapeMountDecodesOctalEscapes(t *testing.T) {
+	if got := unescapeMount(`/mnt/a\040b`); got != "/mnt/a b" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestBootMountPlanCoversEveryRequiredFilesystem(t *testing.T) {
+	want := map[string]string{
+		"/proc": "proc", "/dev": "devtmpfs", "/sys": "sysfs", "/sys/fs/cgroup": "cgroup2",
+		"/dev/pts": "devpts", "/dev/shm": "tmpfs", "/run": "tmpfs", "/tmp": "tmpfs",
+	}
+	got := map[string]string{}
+	for _, m := range append(EarlyMounts(), LateMounts()...) {
+		got[m.Target] = m.FSType
+	}
+	for target, fs := range want {
+		if got[target] != fs {
+			t.Fatalf("%s: got %q, want %q", target, got[target], fs)
+		}
+	}
+}
