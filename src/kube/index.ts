@@ -1,0 +1,61 @@
+// Public entry of the controller runtime. Everything else in src/kube is internal.
+export type { ResourceDescriptor, KubeObject, ObjectMeta, ObjectKey } from "./resource.ts";
+export { apiVersionOf, collectionPath, keyOf, parseKey, describeObject } from "./resource.ts";
+export type {
+  ResourceClient,
+  ObjectRef,
+  MergePatch,
+  ListOptions,
+  ListResult,
+  WatchEventType,
+  WatchOptions,
+  DeleteOptions,
+} from "./resource-client.ts";
+export { createResourceClient, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_FIELD_MANAGER, type KubeResourceClientOptions } from "./kube-resource-client.ts";
+export { FakeResourceClient } from "./fake-resource-client.ts";
+export {
+  classifyApiError,
+  httpStatusOf,
+  API_STATUS_CLASSES,
+  KubeErrorCode,
+  isNotFound,
+  isAlreadyExists,
+  isConflict,
+  isGone,
+} from "./api-errors.ts";
+export { createMergePatch, applyMergePatch, jsonEqual } from "./merge-patch.ts";
+export { mutateWithRetry, CONFLICT_RETRY, type MutateOptions } from "./mutate-with-retry.ts";
+export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, type InformerOptions, type EventHandlers } from "./informer.ts";
+export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";
+export {
+  Controller,
+  ownerKeys,
+  DEFAULT_WORKERS,
+  type ControllerOptions,
+  type ReconcileContext,
+  type Reconciler,
+  type EventSource,
+} from "./controller.ts";
+export {
+  done,
+  requeueAfter,
+  decideRequeue,
+  CONFLICT_IMMEDIATE_RETRIES,
+  type ReconcileResult,
+  type QueueAction,
+  type RequeueDecision,
+} from "./reconcile-result.ts";
+export { RECONCILE_RESULTS, type ReconcileOutcome } from "./controller-metrics.ts";
+export {
+  LEASE_RESOURCE,
+  decideLease,
+  observeLease,
+  microTime,
+  type Lease,
+  type LeaseSpec,
+  type LeaseAction,
+  type LeaseObservation,
+} from "./lease-decision.ts";
+export { LeaderElector, DEFAULT_LEADER_ELECTION, type LeaderElectorOptions, type LeaderElectionTimings } from "./leader-elector.ts";
+export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventRecorderOptions } from "./event-recorder.ts";
+export { Manager, DEFAULT_SYNC_TIMEOUT_MS, type Runnable, type SyncedRunnable, type ManagerOptions } from "./manager.ts";
