@@ -71,9 +71,13 @@ export class FakeClock implements Clock {
     return this.#sleepers.length;
   }
 
-  /** Moves time forward, resolving due sleepers and letting their continuations run. */
+  /**
+   * Moves time forward, resolving due sleepers and letting their continuations run. It first lets
+   * already-queued work settle, so a sleep that code is about to start is not jumped over.
+   */
   async advance(ms: number): Promise<void> {
     const target = this.#now + ms;
+    await new Promise<void>((r) => setImmediate(r));
     for (;;) {
       const due = this.#sleepers.filter((s) => s.wakeAt <= target).sort((a, b) => a.wakeAt - b.wakeAt)[0];
       if (due === undefined) break;
