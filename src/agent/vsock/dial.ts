@@ -30,8 +30,8 @@ export interface HybridVsockDialOptions {
   readonly onAttemptFailed?: (err: ImpError, attempt: number) => void;
 }
 
-/** Attempts retry quickly at first: while a guest boots, its listener appears within seconds. */
-export const VSOCK_DIAL_BACKOFF: BackoffPolicy = { baseMs: 50, factor: 1.5, capMs: 1_000, jitter: 0.2, maxAttempts: Infinity };
+/** Attempts stay frequent (≤ 250 ms apart): a booting guest's listener appears within seconds, and an attempt costs one Unix connect. */
+export const VSOCK_DIAL_BACKOFF: BackoffPolicy = { baseMs: 50, factor: 1.5, capMs: 250, jitter: 0.2, maxAttempts: Infinity };
 
 export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsPath" | "port" | "signal" | "onAttemptFailed">> {
   return { connectTimeoutMs: 1_000, ackTimeoutMs: 2_000, totalTimeoutMs: 30_000, backoff: VSOCK_DIAL_BACKOFF, clock: systemClock };
