@@ -117,8 +117,9 @@ describe("GuestClient", () => {
     }, clock);
     const result = client.signal("a", "SIGTERM", { timeoutMs: 1000 });
     await new Promise((r) => setImmediate(r));
+    const timedOut = assert.rejects(result, isCode("guest.timeout"));
     await clock.advance(1000);
-    await assert.rejects(result, isCode("guest.timeout"));
+    await timedOut;
     assert.ok(pendingReq);
     guest.send(reply(pendingReq));
     const hello = client.hello();
