@@ -9,6 +9,7 @@ export * from "./schema/kind.ts";
 export * from "./schema/impvmclass.ts";
 export * from "./schema/impvmtemplate.ts";
 export * from "./schema/impvm.ts";
+export * from "./phases.ts";
 export * from "./schema/impvmrunnerpool.ts";
 export * from "./schema/impnode.ts";
 export { KIND_DEFINITIONS } from "./schema/index.ts";

@@ -6,18 +6,11 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { IMP_VM, MAX_VM_NAME_LENGTH } from "../constants.ts";
+import { BOUND_VM_PHASES, TERMINAL_VM_PHASES, VM_PHASE_TRANSITIONS, VM_PHASES } from "../phases.ts";
 import { VMMS } from "./impvmclass.ts";
 import { ImpVMTemplateSpec } from "./impvmtemplate.ts";
 import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
-
-/** Pending → Scheduled → Preparing → Booting → Running → Succeeded | Failed, plus Terminating on delete. */
-export const VM_PHASES = ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded", "Failed", "Terminating"] as const;
-export type VMPhase = (typeof VM_PHASES)[number];
-/** Phases after which nothing about the VM changes again. */
-export const TERMINAL_VM_PHASES = ["Succeeded", "Failed"] as const satisfies readonly VMPhase[];
-/** Phases in which the VM holds capacity on its node, so status.nodeName must be set. */
-export const BOUND_VM_PHASES = ["Scheduled", "Preparing", "Booting", "Running"] as const satisfies readonly VMPhase[];
 
 export const LIFECYCLES = ["ephemeral"] as const;
 export type Lifecycle = (typeof LIFECYCLES)[number];
@@ -31,6 +24,12 @@ export const SETUP_STATES = ["Pending", "Minted", "Sent", "Delivered", "Failed",
 export type SetupState = (typeof SETUP_STATES)[number];
 
 const quoted = (xs: readonly string[]): string => `[${xs.map((x) => `'${x}'`).join(", ")}]`;
+
+/** VM_PHASE_TRANSITIONS as a CEL map literal over the non-final phases. */
+function celTransitionMap(): string {
+  const entries = Object.entries(VM_PHASE_TRANSITIONS).filter(([, to]) => to.length > 0);
+  return `{${entries.map(([from, to]) => `'${from}': ${quoted(to)}`).join(", ")}}`;
+}
 
 export const ImpVMSpec = Type.Object(
   {
@@ -138,6 +137,11 @@ export const ImpVMStatus = Type.Object(
       {
         rule: `!has(oldSelf.phase) || !(oldSelf.phase in ${quoted(TERMINAL_VM_PHASES)}) || (has(self.phase) && self.phase == oldSelf.phase)`,
         message: "phase Succeeded and Failed are final",
+        fieldPath: ".phase",
+      },
+      {
+        rule: `!has(oldSelf.phase) || oldSelf.phase in ${quoted(TERMINAL_VM_PHASES)} || (has(self.phase) && (self.phase == oldSelf.phase || self.phase in ${celTransitionMap()}[oldSelf.phase]))`,
+        message: "phase only moves forward (Pending, Scheduled, Preparing, Booting, Running, Succeeded), or to Failed or Terminating; Terminating ends in Succeeded or Failed",
         fieldPath: ".phase",
       },
       {

@@ -102,6 +102,14 @@ export const UPDATE_CASES: readonly UpdateCase[] = [
     change: (o) => { (o.status as Json)["phase"] = "Running"; },
   },
   {
+    name: "VM status moves backwards from Running to Booting",
+    object: vm,
+    subresource: "status",
+    field: "status.phase",
+    initialStatus: { phase: "Running", nodeName: "worker-1" },
+    change: (o) => { (o.status as Json)["phase"] = "Booting"; },
+  },
+  {
     name: "VM status moves to another node",
     object: vm,
     subresource: "status",
