@@ -3,3 +3,7 @@ export * from "./guest/index.ts";
 export * from "./vmm/qemu/index.ts";
 export * from "./vsock/index.ts";
 export * from "./image/pull/index.ts";
+export * from "./image/layers/index.ts";
+export * from "./image/ext4/index.ts";
+export * from "./image/cache/index.ts";
+export * from "./image/disks/index.ts";

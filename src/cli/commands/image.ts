@@ -1,4 +1,5 @@
 import type { Command } from "commander";
+import { registerImageBuild, registerImageGc } from "./image/build.ts";
 import { registerImageLs } from "./image/ls.ts";
 import { registerImagePull } from "./image/pull.ts";
 import { registerImageRm } from "./image/rm.ts";
@@ -12,4 +13,6 @@ export function registerImage(program: Command): void {
   registerImagePull(image);
   registerImageLs(image);
   registerImageRm(image);
+  registerImageBuild(image);
+  registerImageGc(image);
 }

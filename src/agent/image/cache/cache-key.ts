@@ -3,8 +3,8 @@
  * canonical form. Anything not in here must not change the bytes of the image.
  */
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import type { Ext4Params } from "../ext4/index.ts";
+import { fileDigestOf } from "../layers/index.ts";
 
 /**
  * The builder's format version. Bump it whenever the build changes what ends up in an image for the
@@ -38,11 +38,7 @@ export function baseImageKey(input: BaseImageKeyInput): string {
 }
 
 /** `sha256:<hex>` of a file's bytes (the guest agent binary). */
-export async function fileDigest(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return `sha256:${hash.digest("hex")}`;
-}
+export const fileDigest = fileDigestOf;
 
 /** A UUID derived from the key, so an image's filesystem UUID is reproducible. */
 export function uuidOfKey(key: string): string {

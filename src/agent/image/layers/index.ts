@@ -5,3 +5,6 @@ export { compressionOf, decompressor, type LayerCompression } from "./decompress
 export { entryMeaning, parseEntryPath, type EntryMeaning, type EntryPath } from "./entry-path.ts";
 export { defaultLayerLimits, LayerBudget, type LayerLimits } from "./limits.ts";
 export { GUEST_AGENT_DIR, GUEST_AGENT_INIT, GUEST_AGENT_NAME, unpackRootfs, type UnpackedRootfs, type UnpackOptions } from "./unpack-rootfs.ts";
+export { layerBlobsOf } from "./from-store.ts";
+export { fileDigestOf } from "./file-digest.ts";
+export { localLayer } from "./local-layer.ts";
