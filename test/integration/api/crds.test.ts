@@ -5,7 +5,9 @@
  * an ImpVM is garbage-collected with it.
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
 import { ApiException, ApiextensionsV1Api, CoreV1Api } from "@kubernetes/client-node";
 import { API_VERSION, buildAllCrds, installCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
@@ -14,6 +16,7 @@ import { clone, ImpClient, rejection } from "./imp-client.ts";
 import { CREATE_CASES, UPDATE_CASES } from "./invalid-cases.ts";
 import { loadSamples, sample } from "./samples.ts";
 
+const execFileAsync = promisify(execFile);
 const NAMESPACE = "api-test";
 let cp: ControlPlane;
 let imp: ImpClient;
@@ -119,6 +122,28 @@ describe("valid objects", () => {
       current = await imp.replaceStatus({ ...current, status: clone(status) });
     }
     assert.equal((current.status as { phase: string }).phase, "Succeeded");
+  });
+});
+
+describe("kubectl", () => {
+  const kubectl = async (...args: string[]): Promise<string> =>
+    (await execFileAsync(cp.binaries.kubectl, ["--kubeconfig", cp.kubeconfigPath, "-n", NAMESPACE, ...args], { timeout: 30_000 })).stdout;
+
+  test("kubectl finds ImpVMs by short name, category and status field selector, and prints phase, node and pool", async () => {
+    const vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "shown", labels: { [LABELS.pool]: "linux-x64" } } });
+    await imp.replaceStatus({ ...vm, status: { phase: "Scheduled", nodeName: "worker-7" } });
+
+    const table = await kubectl("get", "ivm", "shown");
+    const [header, row] = table.trim().split("\n").map((line) => line.trim().split(/\s+/));
+    assert.deepEqual(header, ["NAME", "PHASE", "NODE", "POOL", "AGE"]);
+    assert.deepEqual(row?.slice(0, 4), ["shown", "Scheduled", "worker-7", "linux-x64"]);
+
+    const byCategory = await kubectl("get", "imp", "-o", "name");
+    assert.ok(byCategory.includes("impvm.imp.dev/shown"), byCategory);
+    assert.ok(byCategory.includes("impvmrunnerpool.imp.dev/linux-x64"), byCategory);
+
+    const onNode = await kubectl("get", "ivm", "--field-selector", "status.nodeName=worker-7", "-o", "name");
+    assert.equal(onNode.trim(), "impvm.imp.dev/shown");
   });
 });
 
