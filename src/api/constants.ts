@@ -86,3 +86,56 @@ export const GITHUB_APP_SECRET_KEYS = {
 export const MAX_VM_NAME_LENGTH = 63;
 /** Longest pool name: `generateName: <pool>-` plus 5 random characters must still fit a VM name. */
 export const MAX_POOL_NAME_LENGTH = MAX_VM_NAME_LENGTH - 6;
+
+/** `status.reason` values of ImpVMs, so every writer uses the same words (CamelCase, per API conventions). */
+export const VM_REASONS = {
+  /** Workload exited 0. */
+  Completed: "Completed",
+  /** Workload exited non-zero. */
+  ExitNonZero: "ExitNonZero",
+  /** No node had capacity and a live agent in time. */
+  Unschedulable: "Unschedulable",
+  /** Image pull, rootfs build or disk setup failed. */
+  PrepareFailed: "PrepareFailed",
+  /** The guest agent did not answer within the boot timeout. */
+  BootTimeout: "BootTimeout",
+  /** The VMM process exited before the workload finished. */
+  VmmExited: "VmmExited",
+  /** The guest could not be reached after the Exec was sent; never re-run with the same setup. */
+  GuestUnreachable: "GuestUnreachable",
+  /** The one-time runner setup could not be minted or delivered. */
+  SetupFailed: "SetupFailed",
+  /** The node's Lease went stale or the Node disappeared. */
+  NodeLost: "NodeLost",
+  /** spec.expireAfter (from the template) passed. */
+  Expired: "Expired",
+  /** The VM was deleted before it finished. */
+  Deleted: "Deleted",
+} as const;
+export type VMReason = (typeof VM_REASONS)[keyof typeof VM_REASONS];
+
+/** Condition types Imp writes, per kind. */
+export const CONDITION_TYPES = {
+  vm: {
+    /** Bound to a node. */
+    Scheduled: "Scheduled",
+    /** The setup Secret exists (runner VMs only). */
+    SetupReady: "SetupReady",
+    /** The guest agent answered. */
+    Booted: "Booted",
+    /** The agent verified that no VMM process of this VM exists. */
+    ProcessGone: "ProcessGone",
+  },
+  pool: {
+    /** The pool reconciles: template found, credentials work, GitHub reachable. */
+    Ready: "Ready",
+    /** The GitHub App credentials produced an installation token. */
+    CredentialsValid: "CredentialsValid",
+    /** The pool wants more VMs than maxConcurrent or node capacity allows. */
+    ScalingLimited: "ScalingLimited",
+  },
+  node: {
+    /** The agent is running and can start VMs. */
+    Ready: "Ready",
+  },
+} as const;

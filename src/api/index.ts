@@ -15,6 +15,7 @@ export * from "./schema/impnode.ts";
 export { KIND_DEFINITIONS } from "./schema/index.ts";
 export { buildCrd, buildAllCrds, type CrdManifest, type CrdVersion } from "./crd.ts";
 export { CRD_DIR, crdFileName, renderCrdFiles, renderCrdYaml } from "./render.ts";
+export { REFERENCE_DOC_PATH, renderReferenceDoc } from "./reference-doc.ts";
 export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from "./structural.ts";
 export { installCrds, serverMessage, type InstallCrdsOptions, type InstalledCrd } from "./install.ts";
 export { parseDurationMs, parseSizeMiB } from "./units.ts";
