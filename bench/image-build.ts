@@ -94,7 +94,7 @@ async function main(): Promise<void> {
     const reference = `${registry.host}/bench/image:1`;
     await pushImage(registry.url, "bench/image", "1", image);
     const compressed = layers.reduce((s, l) => s + l.size, 0);
-    const unpacked = layers.reduce((s, l) => s + l.bytes.length, 0);
+    const unpacked = layerEntries.flat().reduce((s, e) => s + (e.content?.length ?? 0), 0);
     process.stdout.write(`image: ${layers.length} layers, ${(compressed / 1024 ** 2).toFixed(1)} MiB compressed\n`);
 
     const rows: (string | number)[][] = [];
