@@ -75,6 +75,7 @@ cat >"$kits/current.json.tmp" <<JSON
   "rootfs": $(json_str "$kit/rootfs.ext4"),
   "kernelRelease": $(json_str "$release"),
   "kernelPackage": $(json_str "$(basename "$kdir")"),
+  "kernelDir": $(json_str "$kdir/root"),
   "guestInit": "/.imp/imp-guest",
   "guestSha256": $(json_str "$guest_sha"),
   "vhostDeviceVsock": $(json_str "$vdv_bin"),

@@ -33,6 +33,8 @@ export interface BootKit {
   readonly initrd: string;
   readonly rootfs: string;
   readonly kernelRelease: string;
+  /** The extracted kernel package (boot/config-*, lib/modules/<release>/modules.dep). */
+  readonly kernelDir: string;
   readonly guestInit: string;
   readonly guestSha256: string;
   readonly vhostDeviceVsock: string | null;

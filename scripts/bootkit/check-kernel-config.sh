@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# check-kernel-config.sh CONFIG_FILE
+# Lists the kernel options a production (Firecracker) guest kernel must have built in (=y) for Imp but
+# that CONFIG_FILE lacks or has only as modules; exits 1 if any. The reasons are in
+# docs/kernel-requirements.md; keep the two lists in step.
+set -euo pipefail
+config="$1"
+[[ -r "$config" ]] || { echo "Cannot check kernel config: $config is not readable" >&2; exit 2; }
+required=(
+  VIRTIO_MMIO VIRTIO_MMIO_CMDLINE_DEVICES VIRTIO_BLK EXT4_FS OVERLAY_FS VSOCKETS VIRTIO_VSOCKETS
+  DEVTMPFS TMPFS UNIX98_PTYS CGROUPS MEMCG CGROUP_PIDS CPUSETS CGROUP_BPF VIRTIO_NET
+  SERIAL_8250 SERIAL_8250_CONSOLE SERIO_I8042 KEYBOARD_ATKBD KVM_GUEST PARAVIRT
+  NAMESPACES PID_NS NET_NS USER_NS SECCOMP_FILTER UNIX INET IPV6 PACKET PROC_FS SYSFS BINFMT_ELF BINFMT_SCRIPT
+)
+missing=0
+for option in "${required[@]}"; do
+  value="$(sed -n "s/^CONFIG_${option}=\(.*\)/\1/p" "$config" | head -n 1)"
+  if [[ "$value" != y ]]; then
+    printf 'CONFIG_%-30s %s\n' "$option" "${value:-not set}"
+    missing=1
+  fi
+done
+exit "$missing"
