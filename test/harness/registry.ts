@@ -76,7 +76,8 @@ export async function startRegistry(options: { rootDir?: string; auth?: Registry
   }
   const configPath = join(work, "config.yml");
   await writeFile(configPath, `${lines.join("\n")}\n`);
-  const child = spawn("docker-registry", ["serve", configPath], { stdio: ["ignore", "ignore", "pipe"] });
+  // setpriv --pdeathsig: the registry dies with the test process even when that is SIGKILLed.
+  const child = spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", "docker-registry", "serve", configPath], { stdio: ["ignore", "ignore", "pipe"] });
   children.add(child);
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => { stderr = (stderr + d.toString()).slice(-4000); });
