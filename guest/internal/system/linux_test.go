@@ -1,0 +1,101 @@
+package system
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"imp.dev/guest/internal/proto"
+)
+
+// inFreshNamespaces runs fn on a locked OS thread moved into new network and UTS namespaces, so
+// the real netlink and sethostname calls change nothing on the machine running the tests. The
+// thread is never unlocked: it dies with the goroutine instead of returning to the pool.
+func inFreshNamespaces(t *testing.T, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWUTS); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+func TestLinuxConfigureAppliesHostnameAddressRouteAndResolvConf(t *testing.T) {
+	root := t.TempDir()
+	var logs bytes.Buffer
+	sys := &Linux{Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	hostname := "imp-test-host"
+	req := &proto.ConfigureRequest{
+		Hostname: &hostname,
+		Network:  &proto.NetworkConfig{Interface: "lo", Address: "192.0.2.9/24", Gateway: "192.0.2.1", DNS: []string{"192.0.2.53", "2001:db8::53"}},
+		Seed:     bytes.Repeat([]byte{0x5a}, 32),
+	}
+	inFreshNamespaces(t, func() {
+		for range 2 { // the second run proves it is idempotent
+			if err := sys.Configure(context.Background(), req); err != nil {
+				t.Errorf("Configure: %v", err)
+				return
+			}
+		}
+		var uts unix.Utsname
+		_ = unix.Uname(&uts)
+		if got := string(bytes.TrimRight(uts.Nodename[:], "\x00")); got != hostname {
+			t.Errorf("hostname = %q", got)
+		}
+		lo, _ := netlink.LinkByName("lo")
+		if lo.Attrs().Flags&net.FlagUp == 0 {
+			t.Error("lo is not up")
+		}
+		addrs, _ := netlink.AddrList(lo, netlink.FAMILY_V4)
+		found := 0
+		for _, a := range addrs {
+			if a.IPNet.String() == "192.0.2.9/24" {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Errorf("address present %d times: %v", found, addrs)
+		}
+		routes, _ := netlink.RouteList(lo, netlink.FAMILY_V4)
+		hasDefault := false
+		for _, r := range routes {
+			if (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.String() == "192.0.2.1" {
+				hasDefault = true
+			}
+		}
+		if !hasDefault {
+			t.Errorf("no default route via the gateway: %v", routes)
+		}
+	})
+	b, err := os.ReadFile(filepath.Join(root, "etc/resolv.conf"))
+	if err != nil || string(b) != "# written by imp-guest\nnameserver 192.0.2.53\nnameserver 2001:db8::53\n" {
+		t.Fatalf("resolv.conf = %q, %v", b, err)
+	}
+	if bytes.Contains(logs.Bytes(), []byte("ZZZZ")) || bytes.Contains(logs.Bytes(), []byte("WlpaWlpa")) {
+		t.Fatal("the seed reached the log")
+	}
+}
+
+func TestLinuxConfigureNamesTheFailingStep(t *testing.T) {
+	sys := &Linux{Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	inFreshNamespaces(t, func() {
+		err := sys.Configure(context.Background(), &proto.ConfigureRequest{Network: &proto.NetworkConfig{Interface: "nosuch0", Address: "192.0.2.9/24"}})
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte("network nosuch0: find link")) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
