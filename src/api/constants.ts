@@ -70,6 +70,8 @@ export const SETUP_SECRET = {
   type: "imp.dev/runner-setup",
   /** Data key holding the encoded JIT config. */
   jitConfigKey: "jitconfig",
+  /** Environment variable the runner command receives the JIT config in (inside the guest only). */
+  envName: "IMP_RUNNER_JITCONFIG",
 } as const;
 
 /** Deterministic setup Secret name for a VM: the name is the idempotency key (DESIGN §3 step 2). */
