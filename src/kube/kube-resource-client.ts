@@ -65,7 +65,7 @@ export function createResourceClient<T extends KubeObject>(
   };
   const call = async <R>(action: string, object: string, signal: AbortSignal | undefined, run: (o: ConfigurationOptions) => Promise<R>): Promise<R> => {
     try {
-      return await run(requestOptions(timeoutMs, signal));
+      return await run(requestOptions(kubeConfig, timeoutMs, signal));
     } catch (err) {
       throw classifyApiError(err, action, object);
     }
@@ -140,11 +140,27 @@ export function createResourceClient<T extends KubeObject>(
   };
 }
 
-/** Per-call options: core-group path fix, merge-patch content type, deadline joined with the caller's signal. */
-function requestOptions(timeoutMs: number, signal: AbortSignal | undefined): ConfigurationOptions {
+type Dispatcher = NonNullable<ReturnType<RequestContext["getDispatcher"]>>;
+
+/**
+ * client-node 2.0.1 builds a new undici Agent for every request (`KubeConfig.createDispatcher`), so
+ * no connection is ever reused: 100 GETs open 100 TLS connections. We keep the first dispatcher
+ * built for a KubeConfig and put it on every later request. Cost: client certificates are read
+ * once per process (restart to rotate them; bearer tokens are headers and still refresh).
+ */
+const sharedDispatchers = new WeakMap<KubeConfig, Dispatcher>();
+
+/** Per-call options: core-group path fix, merge-patch content type, shared connection pool, deadline joined with the caller's signal. */
+function requestOptions(kubeConfig: KubeConfig, timeoutMs: number, signal: AbortSignal | undefined): ConfigurationOptions {
   const deadline = AbortSignal.timeout(timeoutMs);
   const middleware: ObservableMiddleware = {
     pre(context: RequestContext): Observable<RequestContext> {
+      const own = context.getDispatcher();
+      if (own !== undefined) {
+        const shared = sharedDispatchers.get(kubeConfig) ?? own;
+        sharedDispatchers.set(kubeConfig, shared);
+        context.setDispatcher(shared);
+      }
       context.setUrl(context.getUrl().replace("/apis//", "/api/"));
       if (String(context.getHttpMethod()) === "PATCH") context.setHeaderParam("Content-Type", PatchStrategy.MergePatch);
       context.setSignal(signal === undefined ? deadline : AbortSignal.any([deadline, signal]));

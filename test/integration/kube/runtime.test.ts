@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Registry } from "prom-client";
@@ -119,6 +120,21 @@ describe("kube runtime against a real API server", () => {
       await nodes.patchStatus({ name: "status-node" }, { status: { capacity: { "imp.dev/slots": "4" } } });
       assert.equal((await nodes.get({ name: "status-node" })).status?.capacity?.["imp.dev/slots"], "4");
     });
+  });
+
+  it("ResourceClient reuses connections instead of opening one per request", async () => {
+    const port = new URL(plane.server).port;
+    const ownConnections = (): number =>
+      execFileSync("ss", ["-tnpH", "state", "all", `( dport = :${port} )`])
+        .toString()
+        .split("\n")
+        .filter((line) => line.includes(`pid=${process.pid},`)).length;
+    const namespaces = createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES);
+    await namespaces.get({ name: "default" });
+    const before = ownConnections();
+    for (let i = 0; i < 50; i++) await namespaces.get({ name: "default" });
+    const opened = ownConnections() - before;
+    assert.ok(opened <= 1, `50 sequential GETs opened ${opened} new connections`);
   });
 
   describe("mutateWithRetry", () => {
