@@ -152,6 +152,20 @@ describe("image pull from a real registry", () => {
     assert.equal(pulled.manifestDigest, busyboxDigest);
   });
 
+  it("pulls a multi-platform image that skopeo pushed from an OCI layout (a third-party pusher)", async () => {
+    const images = await Promise.all([amd64, { os: "linux", architecture: "arm64" }].map(async (p) =>
+      buildImage([await busyboxLayer("zstd"), await buildLayer([{ path: "p", content: p.architecture }], "gzip")], { platform: p })));
+    const index = buildIndex(images);
+    const layout = join(work, "skopeo-src");
+    await writeOciLayout(layout, index, "multi");
+    execFileSync("skopeo", ["copy", "--all", "--preserve-digests", "--dest-tls-verify=false", `oci:${layout}:multi`, `docker://${registry.host}/test/skopeo:multi`], { stdio: "pipe" });
+    const store = await freshStore("skopeo");
+    const pulled = await pullImage(`${registry.host}/test/skopeo:multi`, { store, platform: amd64 });
+    assert.equal(pulled.indexDigest, index.index.digest);
+    assert.equal(pulled.manifestDigest, images[0]?.manifest.digest);
+    assert.deepEqual(pulled.layers.map((l) => l.mediaType), ["application/vnd.oci.image.layer.v1.tar+zstd", "application/vnd.oci.image.layer.v1.tar+gzip"]);
+  });
+
   it("pushes images that skopeo reads back identically (the harness writes valid OCI)", async () => {
     const raw = execFileSync("skopeo", ["inspect", "--raw", "--tls-verify=false", `docker://${registry.host}/test/busybox:1`]);
     assert.deepEqual(raw, busybox.manifest.bytes);
