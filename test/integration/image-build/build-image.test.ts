@@ -58,6 +58,7 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
     assert.deepEqual({ ...meta.get("home/user"), ino: 0 }, { ino: 0, mode: 0o40700, uid: 1000, gid: 1000 });
     assert.deepEqual({ ...meta.get("etc/config"), ino: 0 }, { ino: 0, mode: 0o100600, uid: 1000, gid: 1000 });
     assert.equal(cat("/etc/config"), "v2\n");
+    assert.deepEqual({ ...meta.get("srv"), ino: 0 }, { ino: 0, mode: 0o40755, uid: 0, gid: 0 }, "a later layer's directory entry resets the owner");
   });
 
   it("keeps hard links (in one layer and across layers) as one inode", () => {

@@ -37,6 +37,7 @@ export const sampleLayerEntries: readonly (readonly TarEntry[])[] = [
     { name: "dev/sda", type: "block-device", devmajor: 8, devminor: 0, mode: 0o660, gid: 6 },
     { name: "run/initctl", type: "fifo", mode: 0o600 },
     { name: "gone-dir/file", content: "whole directory whited out" },
+    { name: "srv/", type: "directory", mode: 0o750, uid: 1000, gid: 1000 },
   ],
   [
     { name: "etc/.wh.removed" },
@@ -48,6 +49,7 @@ export const sampleLayerEntries: readonly (readonly TarEntry[])[] = [
     { name: "home/user/", type: "directory", mode: 0o700, uid: 1000, gid: 1000 },
     { name: "home/user/.profile", content: "export A=1\n", uid: 1000, gid: 1000 },
     { name: "bin/sh", type: "symlink", linkname: "/bin/tool" },
+    { name: "srv/", type: "directory", mode: 0o755, uid: 0, gid: 0 },
   ],
   [
     { name: "opt/runner/run.sh", content: "#!/bin/sh\nexec runner\n", mode: 0o755 },

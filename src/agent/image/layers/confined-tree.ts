@@ -15,7 +15,7 @@
  * Extended attributes are recorded the same way, because Node has no setxattr.
  */
 import { constants, type Stats } from "node:fs";
-import { chmod, link, lchown, lstat, lutimes, mkdir, open, readdir, rm, symlink } from "node:fs/promises";
+import { chmod, link, lchown, lstat, lutimes, mkdir, open, readdir, rm, symlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
 import { isAtOrBelow, pathKey, type EntryPath } from "./entry-path.ts";
@@ -134,15 +134,15 @@ export class ConfinedTree {
 
   /** Writes a regular file from `content`, replacing whatever was at `path`. */
   async file(path: EntryPath, meta: EntryMeta, content: AsyncIterable<Buffer>): Promise<number> {
-    await this.#clearSlot(path);
-    const handle = await open(this.abs(path), FILE_FLAGS, 0o600);
+    const handle = await this.#createExclusive(path);
     let written = 0;
     try {
       for await (const chunk of content) {
         await handle.write(chunk);
         written += chunk.length;
       }
-      await handle.chown(meta.uid, meta.gid);
+      // We run as root, so a new file is already 0:0; chown first because it clears setuid/setgid.
+      if (meta.uid !== 0 || meta.gid !== 0) await handle.chown(meta.uid, meta.gid);
       await handle.chmod(meta.mode & 0o7777);
       await handle.utimes(meta.mtime, meta.mtime);
     } finally {
@@ -155,7 +155,7 @@ export class ConfinedTree {
   async symlink(path: EntryPath, target: string, meta: EntryMeta): Promise<void> {
     await this.#clearSlot(path);
     await symlink(target, this.abs(path));
-    await lchown(this.abs(path), meta.uid, meta.gid);
+    if (meta.uid !== 0 || meta.gid !== 0) await lchown(this.abs(path), meta.uid, meta.gid);
     await lutimes(this.abs(path), meta.mtime, meta.mtime);
   }
 
@@ -217,6 +217,23 @@ export class ConfinedTree {
     }
   }
 
+  /**
+   * Opens a new file at `path` with O_EXCL|O_NOFOLLOW. The common case (nothing there) costs one
+   * call; whatever is there (file, symlink, directory) is removed first and the open retried.
+   */
+  async #createExclusive(path: EntryPath): Promise<FileHandle> {
+    if (path.length === 0) return this.#clearSlot(path).then(() => open(this.abs(path), FILE_FLAGS, 0o600));
+    await this.checkAncestors(path, true);
+    try {
+      return await open(this.abs(path), FILE_FLAGS, 0o600);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== "EEXIST" && code !== "ELOOP" && code !== "EISDIR") throw err;
+    }
+    await this.remove(path);
+    return open(this.abs(path), FILE_FLAGS, 0o600);
+  }
+
   async #clearSlot(path: EntryPath): Promise<void> {
     if (path.length === 0) {
       throw terminalError("LayerBadEntry", "Cannot apply layer entry for the root directory: only a directory may stand there");
@@ -228,12 +245,13 @@ export class ConfinedTree {
   async #mkdirNew(path: EntryPath, meta: EntryMeta): Promise<void> {
     await mkdir(this.abs(path), { mode: 0o700 });
     this.#dirs.add(pathKey(path));
-    await this.#setDirMeta(path, meta);
+    await this.#setDirMeta(path, meta, true);
   }
 
-  async #setDirMeta(path: EntryPath, meta: EntryMeta): Promise<void> {
+  async #setDirMeta(path: EntryPath, meta: EntryMeta, fresh = false): Promise<void> {
     const abs = this.abs(path);
-    await lchown(abs, meta.uid, meta.gid);
+    // A directory we just made as root is already 0:0.
+    if (!fresh || meta.uid !== 0 || meta.gid !== 0) await lchown(abs, meta.uid, meta.gid);
     // chmod follows symlinks, but `abs` was just checked (or made) to be a real directory; see file comment.
     await chmod(abs, meta.mode & 0o7777);
     this.#dirMeta.set(pathKey(path), meta);
