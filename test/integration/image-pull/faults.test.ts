@@ -154,6 +154,32 @@ describe("pull failures against a real registry", () => {
     }
   });
 
+  it("refuses oversized and tampered manifests from a registry (untrusted input)", async () => {
+    const layer = await buildLayer([{ path: "m", content: "m" }], "gzip");
+    const image = buildImage([layer], { platform: amd64 });
+    const other = buildImage([await buildLayer([{ path: "n", content: "n" }], "gzip")], { platform: amd64 });
+    await pushImage(registry.url, "faults/manifest", "1", image);
+    const proxy = await startFaultProxy(registry.url, (req) => {
+      if (req.url?.endsWith("/manifests/huge") === true) return { kind: "respond", status: 200, headers: { "content-type": image.manifest.mediaType }, body: " ".repeat(5 * 1024 * 1024) };
+      if (req.url?.endsWith(`/manifests/${image.manifest.digest}`) === true || req.url?.endsWith("/manifests/swapped") === true) {
+        return { kind: "respond", status: 200, headers: { "content-type": other.manifest.mediaType, "docker-content-digest": image.manifest.digest }, body: other.manifest.bytes.toString() };
+      }
+      return undefined;
+    });
+    try {
+      const s = await store("manifests");
+      await assert.rejects(pullImage(`${proxy.host}/faults/manifest:huge`, { store: s, platform: amd64 }), { code: "ResponseTooLarge", message: /more than the limit of 4194304/ });
+      await assert.rejects(pullImage(`${proxy.host}/faults/manifest@${image.manifest.digest}`, { store: s, platform: amd64 }), {
+        code: "DigestMismatch",
+        message: new RegExp(`hashes to ${other.manifest.digest}, not ${image.manifest.digest}`),
+      });
+      await assert.rejects(pullImage(`${proxy.host}/faults/manifest:swapped`, { store: s, platform: amd64 }), { code: "DigestMismatch" });
+      assert.deepEqual(await s.list(), [], "nothing was stored");
+    } finally {
+      await proxy.stop();
+    }
+  });
+
   it("fetches layers concurrently but never more than the bound", async () => {
     const layers = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => buildLayer([{ path: `layer-${i}`, content: `layer ${i}\n` }], i % 2 === 0 ? "zstd" : "gzip")));
     await pushImage(registry.url, "faults/wide", "1", buildImage(layers, { platform: amd64 }));
