@@ -69,7 +69,7 @@ describe("pull failures against a real registry", () => {
   it("a pull killed with SIGKILL mid-layer leaves only a temp file, which the next open removes", async () => {
     const big = await randomLayer(4 * 1024 * 1024, "none");
     await pushImage(registry.url, "faults/kill", "1", buildImage([big], { platform: amd64 }));
-    const proxy = await startFaultProxy(registry.url, (req) => (req.url?.includes(big.digest) === true ? { kind: "stall-after", bytes: 1024 * 1024 } : undefined));
+    const proxy = await startFaultProxy(registry.url, (req) => (req.url?.includes(big.digest) === true ? { kind: "stall-after", bytes: 2.5 * 1024 * 1024 } : undefined));
     const root = join(work, "kill");
     const entry = resolve(import.meta.dirname, "../../../src/agent/image/pull/index.ts");
     const script = `const m = await import(${JSON.stringify(entry)}); const store = await m.FsContentStore.open(${JSON.stringify(root)});
@@ -184,7 +184,7 @@ describe("pull failures against a real registry", () => {
     const layers = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => buildLayer([{ path: `layer-${i}`, content: `layer ${i}\n` }], i % 2 === 0 ? "zstd" : "gzip")));
     await pushImage(registry.url, "faults/wide", "1", buildImage(layers, { platform: amd64 }));
     for (const bound of [2, 4]) {
-      const proxy = await startFaultProxy(registry.url, (req) => (req.url?.includes("/blobs/") === true ? { kind: "delay", ms: 150 } : undefined));
+      const proxy = await startFaultProxy(registry.url, (req) => (req.url?.includes("/blobs/") === true ? { kind: "delay", ms: 400 } : undefined));
       try {
         await pullImage(`${proxy.host}/faults/wide:1`, { store: await store(`wide-${bound}`), platform: amd64, concurrency: bound });
         assert.equal(proxy.stats.maxInFlightBlobs, bound, `at most ${bound} blob downloads at once, and the pool used them all`);
