@@ -88,7 +88,11 @@ export class Informer<T extends KubeObject> {
     });
   }
 
-  /** Clock time of the last list, watch event or bookmark: the health signal. Undefined before the first list. */
+  /**
+   * Clock time of the last list, watch event, bookmark or clean (server-timed) watch end: the health
+   * signal. A quiet but connected cache refreshes it at least every `watchTimeoutSeconds`, so "older
+   * than a few of those" means the cache is not hearing from the API. Undefined before the first list.
+   */
   lastEventAt(): number | undefined {
     return this.#lastEventAt;
   }
@@ -151,6 +155,8 @@ export class Informer<T extends KubeObject> {
           },
         );
         this.#watching = false;
+        // A server-side timeout is a healthy end: it proves the stream was alive until now.
+        if (!signal.aborted) this.#lastEventAt = this.#clock.now();
         if (sawEvent || this.#clock.now() - watchStartedAt >= MIN_HEALTHY_WATCH_MS) continue;
         this.#logger.warn({ resourceVersion: this.#resourceVersion }, "watch ended at once without events");
       } catch (err) {

@@ -47,97 +47,120 @@ export function createResourceClient<T extends KubeObject>(
   resource: ResourceDescriptor,
   options: KubeResourceClientOptions = {},
 ): ResourceClient<T> {
-  const api = kubeConfig.makeApiClient(CustomObjectsApi);
-  const watcher = new Watch(kubeConfig);
-  const timeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-  const fieldManager = options.fieldManager ?? DEFAULT_FIELD_MANAGER;
-  const { group, version, plural } = resource;
-  const apiVersion = apiVersionOf(resource);
+  return new KubeResourceClient<T>(kubeConfig, resource, options);
+}
 
-  const describe = (ref: ObjectRef): string =>
-    describeObject(resource, resource.namespaced ? `${ref.namespace ?? "?"}/${ref.name}` : ref.name);
-  const namespaceOf = (ref: ObjectRef): string => {
-    if (!resource.namespaced) return "";
+class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
+  readonly resource: ResourceDescriptor;
+  readonly #kubeConfig: KubeConfig;
+  readonly #api: CustomObjectsApi;
+  readonly #watcher: Watch;
+  readonly #timeoutMs: number;
+  readonly #fieldManager: string;
+  readonly #apiVersion: string;
+
+  constructor(kubeConfig: KubeConfig, resource: ResourceDescriptor, options: KubeResourceClientOptions) {
+    this.resource = resource;
+    this.#kubeConfig = kubeConfig;
+    this.#api = kubeConfig.makeApiClient(CustomObjectsApi);
+    this.#watcher = new Watch(kubeConfig);
+    this.#timeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.#fieldManager = options.fieldManager ?? DEFAULT_FIELD_MANAGER;
+    this.#apiVersion = apiVersionOf(resource);
+  }
+
+  get(ref: ObjectRef, signal?: AbortSignal): Promise<T> {
+    return this.#call("get", this.#describe(ref), signal, (o) =>
+      this.resource.namespaced
+        ? this.#api.getNamespacedCustomObject({ ...this.#target(), namespace: this.#namespaceOf(ref), name: ref.name }, o)
+        : this.#api.getClusterCustomObject({ ...this.#target(), name: ref.name }, o),
+    ) as Promise<T>;
+  }
+
+  async list(options: ListOptions = {}): Promise<ListResult<T>> {
+    const what = `${this.resource.kind} list${options.namespace === undefined ? "" : ` in ${options.namespace}`}`;
+    const query = {
+      ...this.#target(),
+      ...(options.labelSelector === undefined ? {} : { labelSelector: options.labelSelector }),
+      ...(options.fieldSelector === undefined ? {} : { fieldSelector: options.fieldSelector }),
+    };
+    const body = (await this.#call("list", what, options.signal, (o) =>
+      this.resource.namespaced && options.namespace !== undefined
+        ? this.#api.listNamespacedCustomObject({ ...query, namespace: options.namespace }, o)
+        : this.#api.listClusterCustomObject(query, o),
+    )) as { items?: T[]; metadata?: { resourceVersion?: string } };
+    // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
+    const items = (body.items ?? []).map((item) => ({ ...item, apiVersion: this.#apiVersion, kind: this.resource.kind }));
+    return { items, resourceVersion: body.metadata?.resourceVersion ?? "" };
+  }
+
+  create(obj: T, signal?: AbortSignal): Promise<T> {
+    const ref = { namespace: obj.metadata?.namespace, name: obj.metadata?.name ?? obj.metadata?.generateName ?? "" };
+    const body = { ...obj, apiVersion: this.#apiVersion, kind: this.resource.kind };
+    const fieldManager = this.#fieldManager;
+    return this.#call("create", this.#describe(ref), signal, (o) =>
+      this.resource.namespaced
+        ? this.#api.createNamespacedCustomObject({ ...this.#target(), namespace: this.#namespaceOf(ref), body, fieldManager }, o)
+        : this.#api.createClusterCustomObject({ ...this.#target(), body, fieldManager }, o),
+    ) as Promise<T>;
+  }
+
+  async delete(ref: ObjectRef, options: DeleteOptions = {}): Promise<void> {
+    const body = {
+      ...(options.propagationPolicy === undefined ? {} : { propagationPolicy: options.propagationPolicy }),
+      ...(options.uid === undefined ? {} : { preconditions: { uid: options.uid } }),
+    };
+    await this.#call("delete", this.#describe(ref), options.signal, (o) =>
+      this.resource.namespaced
+        ? this.#api.deleteNamespacedCustomObject({ ...this.#target(), namespace: this.#namespaceOf(ref), name: ref.name, body }, o)
+        : this.#api.deleteClusterCustomObject({ ...this.#target(), name: ref.name, body }, o),
+    );
+  }
+
+  patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+    const args = { ...this.#target(), name: ref.name, body: patch, fieldManager: this.#fieldManager };
+    return this.#call("patch", this.#describe(ref), signal, (o) =>
+      this.resource.namespaced
+        ? this.#api.patchNamespacedCustomObject({ ...args, namespace: this.#namespaceOf(ref) }, o)
+        : this.#api.patchClusterCustomObject(args, o),
+    ) as Promise<T>;
+  }
+
+  patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+    const args = { ...this.#target(), name: ref.name, body: patch, fieldManager: this.#fieldManager };
+    return this.#call("patch status of", this.#describe(ref), signal, (o) =>
+      this.resource.namespaced
+        ? this.#api.patchNamespacedCustomObjectStatus({ ...args, namespace: this.#namespaceOf(ref) }, o)
+        : this.#api.patchClusterCustomObjectStatus(args, o),
+    ) as Promise<T>;
+  }
+
+  watch(options: WatchOptions, onEvent: (type: WatchEventType, obj: T) => void): Promise<void> {
+    return runWatch(this.#watcher, this.resource, options, onEvent as (t: WatchEventType, o: unknown) => void);
+  }
+
+  #target(): { group: string; version: string; plural: string } {
+    return { group: this.resource.group, version: this.resource.version, plural: this.resource.plural };
+  }
+
+  #describe(ref: ObjectRef): string {
+    return describeObject(this.resource, this.resource.namespaced ? `${ref.namespace ?? "?"}/${ref.name}` : ref.name);
+  }
+
+  #namespaceOf(ref: ObjectRef): string {
     if (ref.namespace === undefined || ref.namespace === "") {
-      throw terminalError("MissingNamespace", `Cannot address ${describe(ref)}: a namespaced kind needs a namespace`);
+      throw terminalError("MissingNamespace", `Cannot address ${this.#describe(ref)}: a namespaced kind needs a namespace`);
     }
     return ref.namespace;
-  };
-  const call = async <R>(action: string, object: string, signal: AbortSignal | undefined, run: (o: ConfigurationOptions) => Promise<R>): Promise<R> => {
+  }
+
+  async #call<R>(action: string, object: string, signal: AbortSignal | undefined, run: (o: ConfigurationOptions) => Promise<R>): Promise<R> {
     try {
-      return await run(requestOptions(kubeConfig, timeoutMs, signal));
+      return await run(requestOptions(this.#kubeConfig, this.#timeoutMs, signal));
     } catch (err) {
       throw classifyApiError(err, action, object);
     }
-  };
-
-  return {
-    resource,
-
-    get: (ref, signal) =>
-      call("get", describe(ref), signal, (o) =>
-        resource.namespaced
-          ? api.getNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name }, o)
-          : api.getClusterCustomObject({ group, version, plural, name: ref.name }, o),
-      ) as Promise<T>,
-
-    async list(listOptions: ListOptions = {}): Promise<ListResult<T>> {
-      const what = `${resource.kind} list${listOptions.namespace === undefined ? "" : ` in ${listOptions.namespace}`}`;
-      const query = {
-        group,
-        version,
-        plural,
-        ...(listOptions.labelSelector === undefined ? {} : { labelSelector: listOptions.labelSelector }),
-        ...(listOptions.fieldSelector === undefined ? {} : { fieldSelector: listOptions.fieldSelector }),
-      };
-      const body = (await call("list", what, listOptions.signal, (o) =>
-        resource.namespaced && listOptions.namespace !== undefined
-          ? api.listNamespacedCustomObject({ ...query, namespace: listOptions.namespace }, o)
-          : api.listClusterCustomObject(query, o),
-      )) as { items?: T[]; metadata?: { resourceVersion?: string } };
-      // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
-      const items = (body.items ?? []).map((item) => ({ ...item, apiVersion, kind: resource.kind }));
-      return { items, resourceVersion: body.metadata?.resourceVersion ?? "" };
-    },
-
-    create(obj, signal) {
-      const ref = { namespace: obj.metadata?.namespace, name: obj.metadata?.name ?? obj.metadata?.generateName ?? "" };
-      const body = { ...obj, apiVersion, kind: resource.kind };
-      return call("create", describe(ref), signal, (o) =>
-        resource.namespaced
-          ? api.createNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), body, fieldManager }, o)
-          : api.createClusterCustomObject({ group, version, plural, body, fieldManager }, o),
-      ) as Promise<T>;
-    },
-
-    async delete(ref, deleteOptions: DeleteOptions = {}) {
-      const body = {
-        ...(deleteOptions.propagationPolicy === undefined ? {} : { propagationPolicy: deleteOptions.propagationPolicy }),
-        ...(deleteOptions.uid === undefined ? {} : { preconditions: { uid: deleteOptions.uid } }),
-      };
-      await call("delete", describe(ref), deleteOptions.signal, (o) =>
-        resource.namespaced
-          ? api.deleteNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body }, o)
-          : api.deleteClusterCustomObject({ group, version, plural, name: ref.name, body }, o),
-      );
-    },
-
-    patch: (ref, patch, signal) =>
-      call("patch", describe(ref), signal, (o) =>
-        resource.namespaced
-          ? api.patchNamespacedCustomObject({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body: patch, fieldManager }, o)
-          : api.patchClusterCustomObject({ group, version, plural, name: ref.name, body: patch, fieldManager }, o),
-      ) as Promise<T>,
-
-    patchStatus: (ref, patch: MergePatch, signal) =>
-      call("patch status of", describe(ref), signal, (o) =>
-        resource.namespaced
-          ? api.patchNamespacedCustomObjectStatus({ group, version, plural, namespace: namespaceOf(ref), name: ref.name, body: patch, fieldManager }, o)
-          : api.patchClusterCustomObjectStatus({ group, version, plural, name: ref.name, body: patch, fieldManager }, o),
-      ) as Promise<T>,
-
-    watch: (watchOptions, onEvent) => runWatch(watcher, resource, watchOptions, onEvent as (t: WatchEventType, o: unknown) => void),
-  };
+  }
 }
 
 type Dispatcher = NonNullable<ReturnType<RequestContext["getDispatcher"]>>;
