@@ -11,7 +11,7 @@ import { promisify } from "node:util";
 import { ApiException, ApiextensionsV1Api, CoreV1Api } from "@kubernetes/client-node";
 import { API_VERSION, buildAllCrds, installCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { waitFor } from "../../../src/shared/index.ts";
+import { ImpError, waitFor } from "../../../src/shared/index.ts";
 import { clone, ImpClient, rejection } from "./imp-client.ts";
 import { CREATE_CASES, UPDATE_CASES } from "./invalid-cases.ts";
 import { loadSamples, sample } from "./samples.ts";
@@ -48,6 +48,23 @@ describe("installCrds()", () => {
   test("installCrds() replaces existing CRDs when run again", async () => {
     const results = await installCrds(cp.kubeConfig, { timeoutMs: 60_000 });
     assert.deepEqual(results.map((r) => r.action), ["replaced", "replaced", "replaced", "replaced", "replaced"]);
+  });
+
+  test("installCrds() fails with a terminal error carrying the server's reason when a CRD is rejected", async () => {
+    const [vmCrd] = buildAllCrds().filter((c) => c.spec.names.kind === "ImpVM");
+    assert.ok(vmCrd);
+    const broken = structuredClone(vmCrd);
+    broken.metadata.name = "brokens.imp.dev";
+    broken.spec.names = { ...broken.spec.names, kind: "Broken", listKind: "BrokenList", plural: "brokens", singular: "broken", shortNames: ["brk"] };
+    // The first generated schema made this mistake: a fieldPath must name a field the schema declares.
+    broken.spec.versions[0]!.schema.openAPIV3Schema["x-kubernetes-validations"] = [{ rule: "true", message: "m", fieldPath: ".spec.noSuchField" }];
+    await assert.rejects(installCrds(cp.kubeConfig, { crds: [broken], timeoutMs: 10_000 }), (err: unknown) => {
+      assert.ok(err instanceof ImpError, String(err));
+      assert.equal(err.code, "CrdRejected");
+      assert.equal(err.errorClass, "terminal");
+      assert.match(err.message, /fieldPath: Invalid value: "\.spec\.noSuchField": must be a valid path/);
+      return true;
+    });
   });
 
   test("the served CRD keeps the CEL rules, printer columns and selectable fields it was built with", async () => {
