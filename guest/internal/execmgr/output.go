@@ -62,4 +62,3 @@ func exitStatus(ws syscall.WaitStatus) (int, string) {
 	}
 	return ws.ExitStatus(), ""
 }
-
