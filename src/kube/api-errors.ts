@@ -31,6 +31,7 @@ export const KubeErrorCode = {
   Invalid: "Invalid",
   Network: "NetworkError",
   Timeout: "Timeout",
+  Aborted: "Aborted",
 } as const;
 
 interface ApiFailureShape {
@@ -41,11 +42,11 @@ interface ApiFailureShape {
 
 /** Extracts the HTTP status from client-node's `ApiException` (`code`) or `Watch` errors (`statusCode`). */
 export function httpStatusOf(err: unknown): number | undefined {
-  if (typeof err !== "object" || err === null) return undefined;
+  // DOMException (our own deadline's AbortSignal) has a numeric legacy `code` (23) that is no HTTP status.
+  if (typeof err !== "object" || err === null || err instanceof DOMException) return undefined;
   const shape = err as ApiFailureShape;
-  if (typeof shape.code === "number") return shape.code;
-  if (typeof shape.statusCode === "number") return shape.statusCode;
-  return undefined;
+  const status = typeof shape.code === "number" ? shape.code : shape.statusCode;
+  return typeof status === "number" && status >= 100 && status <= 599 ? status : undefined;
 }
 
 /** The apiserver's `Status` object carried by an error, if any (client-node parses it into `body`). */
@@ -78,12 +79,14 @@ export function classifyApiError(err: unknown, action: string, object: string): 
   const status = httpStatusOf(err);
   const context = { object, ...(status === undefined ? {} : { status }) };
   if (status === undefined) {
-    const timedOut = err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError");
-    const code = timedOut ? KubeErrorCode.Timeout : KubeErrorCode.Network;
-    return retryableError(code, `Cannot ${action} ${object}: ${timedOut ? "request timed out" : networkReason(err)}`, {
-      cause: err,
-      context,
-    });
+    const name = err instanceof Error ? err.name : "";
+    const [code, state] =
+      name === "TimeoutError"
+        ? [KubeErrorCode.Timeout, "request timed out"]
+        : name === "AbortError"
+          ? [KubeErrorCode.Aborted, "request aborted"]
+          : [KubeErrorCode.Network, networkReason(err)];
+    return retryableError(code, `Cannot ${action} ${object}: ${state}`, { cause: err, context });
   }
   const body = statusBodyOf(err);
   const known = (API_STATUS_CLASSES as Record<number, readonly [ErrorClass, string] | undefined>)[status];
