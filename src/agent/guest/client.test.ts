@@ -180,3 +180,45 @@ describe("GuestClient", () => {
     client.close();
   });
 });
+
+describe("GuestClient.waitForExit()", () => {
+  it("returns at once when exec.status says the exec already ended", async () => {
+    const { client } = connect((req, g) => g.send(reply(req, { execId: req.execId, state: "exited", exitCode: 137, signal: "SIGKILL" })));
+    assert.deepEqual(await client.waitForExit("a"), { execId: "a", state: "exited", exitCode: 137, signal: "SIGKILL" });
+    client.close();
+  });
+
+  it("reports a failed start from exec.status", async () => {
+    const { client } = connect((req, g) => g.send(reply(req, { execId: req.execId, state: "failed", error: "no such file" })));
+    assert.deepEqual(await client.waitForExit("a"), { execId: "a", state: "failed", error: "no such file" });
+    client.close();
+  });
+
+  it("waits for the exit event of a running exec, ignoring other execs", async () => {
+    const { client } = connect((req, g) => {
+      g.send(reply(req, { execId: req.execId, state: "running", pid: 4 }));
+      g.send({ v: 1, type: "exit", id: 0, execId: "other", exitCode: 1 });
+      g.send({ v: 1, type: "exit", id: 0, execId: "a", exitCode: 0 });
+    });
+    assert.deepEqual(await client.waitForExit("a"), { execId: "a", state: "exited", exitCode: 0 });
+    assert.equal(client.listenerCount("exit"), 0);
+    client.close();
+  });
+
+  it("catches an exit event that arrives before the status reply", async () => {
+    const { client } = connect((req, g) => {
+      g.send({ v: 1, type: "exit", id: 0, execId: "a", exitCode: 5 });
+      g.send(reply(req, { execId: req.execId, state: "running" }));
+    });
+    assert.deepEqual(await client.waitForExit("a"), { execId: "a", state: "exited", exitCode: 5 });
+    client.close();
+  });
+
+  it("rejects with guest.closed when the stream closes while waiting", async () => {
+    const { client } = connect((req, g) => {
+      g.send(reply(req, { execId: req.execId, state: "running" }));
+      setImmediate(() => g.end());
+    });
+    await assert.rejects(client.waitForExit("a"), isCode("guest.closed"));
+  });
+});

@@ -50,6 +50,27 @@ interface Pending {
   readonly reject: (err: unknown) => void;
 }
 
+/** How an exec ended, from an exit event or exec.status. */
+export interface ExecOutcome {
+  readonly execId: string;
+  readonly state: "exited" | "failed";
+  readonly exitCode?: number;
+  readonly signal?: string;
+  readonly error?: string;
+}
+
+function toOutcome(status: ExecOutcome | ExecStatusReply): ExecOutcome {
+  if (status.state === "running") throw new Error("unreachable: a running exec has no outcome");
+  const { execId, state, exitCode, signal, error } = status;
+  return {
+    execId,
+    state,
+    ...(exitCode === undefined ? {} : { exitCode }),
+    ...(signal === undefined ? {} : { signal }),
+    ...(error === undefined ? {} : { error }),
+  };
+}
+
 /** Guest error codes a caller may retry after (the guest may succeed later); the rest are terminal. */
 const RETRYABLE_GUEST_CODES: ReadonlySet<string> = new Set(["internal", "configure_failed"]);
 
@@ -135,6 +156,41 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
   /** Asks the guest to shut down; resolves when the guest acknowledged (before it powers off). */
   async shutdown(mode: ShutdownMode, options?: RequestOptions): Promise<void> {
     await this.#request("shutdown", { mode }, options);
+  }
+
+  /**
+   * Resolves when the exec is no longer running: from its `exit` event, or from `exec.status` if it
+   * had already ended (e.g. before a reconnect). Subscribes before asking, so an exit cannot slip
+   * between the two. Rejects with guest.closed if the stream closes first, with guest.not_found for
+   * an unknown id, or with the signal's reason on abort. The wait itself has no timeout: pass a signal.
+   */
+  async waitForExit(execId: string, options: { signal?: AbortSignal } = {}): Promise<ExecOutcome> {
+    const { signal } = options;
+    let cleanup = (): void => undefined;
+    const exited = new Promise<ExecOutcome>((resolve, reject) => {
+      const onExit = (e: ExitEvent): void => {
+        if (e.execId !== execId) return;
+        resolve({ execId, state: "exited", exitCode: e.exitCode, ...(e.signal === undefined ? {} : { signal: e.signal }) });
+      };
+      const onClose = (reason: Error | undefined): void =>
+        reject(retryableError("guest.closed", `Cannot wait for exec ${execId}: the stream closed`, reason === undefined ? {} : { cause: reason }));
+      const onAbort = (): void => reject(signal?.reason);
+      this.on("exit", onExit);
+      this.on("close", onClose);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      cleanup = () => {
+        this.off("exit", onExit);
+        this.off("close", onClose);
+        signal?.removeEventListener("abort", onAbort);
+      };
+    });
+    try {
+      const status = await Promise.race([this.execStatus(execId, signal === undefined ? {} : { signal }), exited]);
+      if (status.state !== "running") return toOutcome(status);
+      return await exited;
+    } finally {
+      cleanup();
+    }
   }
 
   /**

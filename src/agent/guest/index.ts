@@ -1,4 +1,4 @@
-export { GuestClient, type GuestClientEvents, type GuestClientOptions, type RequestOptions } from "./client.ts";
+export { GuestClient, type ExecOutcome, type GuestClientEvents, type GuestClientOptions, type RequestOptions } from "./client.ts";
 export { encodeFrame, FrameDecoder, MAX_FRAME_BYTES, parseGuestFrame } from "./frame.ts";
 export * from "./messages.ts";
 /** The guest agent's vsock port (docs/guest-protocol.md). */

@@ -125,6 +125,7 @@ describe("GuestClient against the real Go agent", () => {
     assert.equal(again.state, "exited");
     assert.equal(again.exitCode, 0);
     assert.equal((await second.client.execStatus("it-once")).state, "exited");
+    assert.deepEqual(await second.client.waitForExit("it-once"), { execId: "it-once", state: "exited", exitCode: 0 });
     second.client.close();
   });
 
@@ -145,7 +146,9 @@ describe("GuestClient against the real Go agent", () => {
     const { client } = await connect();
     const events = client.events();
     await client.exec({ execId: "it-sig", argv: ["/bin/sleep", "60"], env: {} });
+    const waited = client.waitForExit("it-sig", { signal: AbortSignal.timeout(20_000) });
     await client.signal("it-sig", "SIGTERM");
+    assert.deepEqual(await waited, { execId: "it-sig", state: "exited", exitCode: 143, signal: "SIGTERM" });
     let exit: GuestEvent | undefined;
     for await (const e of events) {
       if (e.type === "exit" && e.execId === "it-sig") {
