@@ -13,6 +13,7 @@ const (
 	CodeTooManyExecs       = "too_many_execs"
 	CodeShuttingDown       = "shutting_down"
 	CodeConfigureFailed    = "configure_failed"
+	CodeTooManyStreams     = "too_many_streams"
 	CodeInternal           = "internal"
 )
 

@@ -17,10 +17,15 @@ type Hub struct {
 
 func newHub(log *slog.Logger) *Hub { return &Hub{conns: map[*conn]struct{}{}, log: log} }
 
-func (h *Hub) add(c *conn) {
+// add registers c unless max streams are already connected.
+func (h *Hub) add(c *conn, max int) bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.conns) >= max {
+		return false
+	}
 	h.conns[c] = struct{}{}
-	h.mu.Unlock()
+	return true
 }
 
 func (h *Hub) remove(c *conn) {

@@ -32,7 +32,9 @@ type Options struct {
 	Shutdown func(mode string)
 	// StallTimeout is how long a stream's full send queue may block before the stream is closed. Default 5 s.
 	StallTimeout time.Duration
-	Exec         execmgr.Options
+	// MaxStreams bounds concurrently served streams; one more gets too_many_streams and is closed. Default 32.
+	MaxStreams int
+	Exec       execmgr.Options
 }
 
 // Capabilities lists what this agent implements (hello reply).
@@ -51,6 +53,9 @@ type Server struct {
 func New(reaper *execmgr.Reaper, log *slog.Logger, opts Options) *Server {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 5 * time.Second
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = 32
 	}
 	s := &Server{opts: opts, log: log, hub: newHub(log)}
 	s.execs = execmgr.NewManager(reaper, s.hub, log, opts.Exec)
@@ -85,12 +90,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, kind string) error 
 // ServeConn serves one stream until it ends, fails, or ctx ends. The stream is closed on return.
 func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser, name string) {
 	c := newConn(name, rw, s.opts.StallTimeout)
-	s.hub.add(c)
+	defer c.close()
+	go c.writeLoop()
+	if !s.hub.add(c, s.opts.MaxStreams) {
+		s.log.Warn("too many host streams; refusing one", "stream", name, "max", s.opts.MaxStreams)
+		s.sendAndFlush(c, proto.ErrorFrame(proto.Errorf(0, proto.CodeTooManyStreams, "at most %d streams are served at once", s.opts.MaxStreams)))
+		return
+	}
 	defer s.hub.remove(c)
 	stop := context.AfterFunc(ctx, c.close)
 	defer stop()
-	defer c.close()
-	go c.writeLoop()
 	s.log.Info("host stream open", "stream", name)
 	defer s.log.Info("host stream closed", "stream", name)
 	for {

@@ -270,3 +270,35 @@ func TestConfigureIsValidatedAndHandedToTheSystem(t *testing.T) {
 		t.Fatalf("system saw %+v", last)
 	}
 }
+
+func TestStreamsBeyondTheLimitAreRefusedAndTheOthersKeepWorking(t *testing.T) {
+	h := start(t, Options{MaxStreams: 2})
+	a, b := h.dial(), h.dial()
+	for _, c := range []*client{a, b} {
+		c.send(`{"v":1,"type":"hello","id":1,"versions":[1]}`)
+		c.until("hello", 1)
+	}
+	extra := h.dial()
+	if m := extra.recv(); m["type"] != "error" || m["code"] != proto.CodeTooManyStreams {
+		t.Fatalf("got %v", m)
+	}
+	if m := extra.recv(); m != nil {
+		t.Fatalf("refused stream still open: %v", m)
+	}
+	a.c.Close()
+	// The freed slot is reusable (the server notices the close asynchronously; retry briefly).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := h.dial()
+		c.send(`{"v":1,"type":"hello","id":2,"versions":[1]}`)
+		if m := c.recv(); m["type"] == "hello" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("slot never freed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.send(`{"v":1,"type":"hello","id":3,"versions":[1]}`)
+	b.until("hello", 3)
+}
