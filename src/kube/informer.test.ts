@@ -134,6 +134,7 @@ describe("Informer", () => {
       await clock.advance(1_000);
       await until(() => client.openWatches === 1, "the watch is reopened after the relist");
       assert.equal(client.calls.list, 2);
+      assert.deepEqual(informer.stats(), { lists: 2, watches: 3, failures: 2, expired: 1 });
       assert.deepEqual(events.sort(), ["add added", "delete removed", "update changed"]);
       assert.deepEqual(informer.list().map((o) => o.metadata?.name).sort(), ["added", "changed", "kept"]);
       stop.abort();

@@ -60,6 +60,7 @@ export class Informer<T extends KubeObject> {
   #lastEventAt: number | undefined;
   #watching = false;
   #failures = 0;
+  readonly #stats = { lists: 0, watches: 0, failures: 0, expired: 0 };
   /** 410s since the last watch event: the first relists at once, repeats back off. */
   #goneInARow = 0;
 
@@ -95,6 +96,11 @@ export class Informer<T extends KubeObject> {
    */
   lastEventAt(): number | undefined {
     return this.#lastEventAt;
+  }
+
+  /** Counters since start: list requests (the first and every relist), watch requests, failed list/watch attempts, 410s. */
+  stats(): { readonly lists: number; readonly watches: number; readonly failures: number; readonly expired: number } {
+    return { ...this.#stats };
   }
 
   /** Whether a watch stream is currently open. */
@@ -138,6 +144,7 @@ export class Informer<T extends KubeObject> {
           needList = false;
         }
         this.#watching = true;
+        this.#stats.watches += 1;
         await this.#options.client.watch(
           {
             namespace: this.#options.namespace,
@@ -162,7 +169,9 @@ export class Informer<T extends KubeObject> {
       } catch (err) {
         this.#watching = false;
         if (signal.aborted) break;
+        this.#stats.failures += 1;
         if (isGone(err)) {
+          this.#stats.expired += 1;
           this.#logger.info({ resourceVersion: this.#resourceVersion }, "watch resourceVersion expired; relisting");
           needList = true;
           this.#goneInARow += 1;
@@ -179,6 +188,7 @@ export class Informer<T extends KubeObject> {
   }
 
   async #relist(signal: AbortSignal): Promise<void> {
+    this.#stats.lists += 1;
     const result = await this.#options.client.list({
       namespace: this.#options.namespace,
       labelSelector: this.#options.labelSelector,

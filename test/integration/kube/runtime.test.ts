@@ -80,7 +80,7 @@ describe("kube runtime against a real API server", () => {
     plane = await startControlPlane({ controllerManager: false });
     configMaps = createResourceClient<ConfigMap>(plane.kubeConfig, CONFIG_MAPS);
     const namespaces = createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES);
-    for (const name of ["crud", "informer", "conflicts", "controller"]) await namespaces.create({ metadata: { name } });
+    for (const name of ["crud", "informer", "conflicts", "controller", "quiet"]) await namespaces.create({ metadata: { name } });
   });
   after(async () => {
     await plane?.stop();
@@ -204,6 +204,24 @@ describe("kube runtime against a real API server", () => {
   });
 
   describe("Informer", () => {
+    it("resumes watches the server ends on schedule without relisting or backing off", async () => {
+      const informer = new Informer<ConfigMap>({ client: configMaps, namespace: "quiet", watchTimeoutSeconds: 2 });
+      const stop = new AbortController();
+      const running = informer.start(stop.signal);
+      try {
+        await informer.waitForSync(AbortSignal.timeout(60_000));
+        await waitFor("three server-timed watches", () => (informer.stats().watches >= 4 ? true : undefined), { timeoutMs: 60_000 });
+        await configMaps.create({ metadata: { name: "late", namespace: "quiet" } });
+        await waitFor("the late object", () => informer.get("quiet/late"), { timeoutMs: 30_000 });
+        const stats = informer.stats();
+        assert.equal(stats.failures, 0, JSON.stringify(stats));
+        assert.equal(stats.lists, 1, "resuming needs no relist");
+      } finally {
+        stop.abort();
+        await running;
+      }
+    });
+
     it("converges after its watch is broken while the server is up, and after an API server restart", async () => {
       const watches = breakableWatches(configMaps);
       const informer = new Informer<ConfigMap>({ client: watches.client, namespace: "informer" });
