@@ -104,7 +104,11 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     stream.on("error", (err: Error) =>
       this.#close(retryableError("guest.stream_error", "Cannot use guest stream: it failed", { cause: err })),
     );
-    stream.on("end", () => this.#close(undefined));
+    // The guest ended its side: nothing more can be answered, so release our side too.
+    stream.on("end", () => {
+      this.#close(undefined);
+      stream.destroy();
+    });
     stream.on("close", () => this.#close(undefined));
   }
 
