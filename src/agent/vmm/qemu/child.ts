@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess, type StdioOptions } from "node:child_process";
+import { access, constants } from "node:fs/promises";
+import { delimiter, join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
 
 /** How a child process ended. `spawnError` is set when it never started. */
@@ -88,6 +90,24 @@ export class Child {
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * Fails with a terminal `vmm.spawn_failed` unless `command` (a path, or a name looked up in PATH) is an
+ * executable file. Checked before spawning because through `setpriv` a missing binary would only show
+ * as a later exit status 127.
+ */
+export async function assertExecutable(name: string, command: string): Promise<void> {
+  const candidates = command.includes("/") ? [command] : (process.env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, command));
+  for (const candidate of candidates) {
+    try {
+      await access(candidate, constants.X_OK);
+      return;
+    } catch {
+      // try the next PATH entry
+    }
+  }
+  throw terminalError("vmm.spawn_failed", `Cannot start ${name}: ${command} is not an executable file${command.includes("/") ? "" : " on PATH"}`);
 }
 
 /** "exit status 1", "signal SIGKILL", "spawn error: ..." — for messages. */

@@ -12,7 +12,7 @@ import {
 } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
-import { Child, describeExit, type ChildExit } from "./child.ts";
+import { assertExecutable, Child, describeExit, type ChildExit } from "./child.ts";
 import { SerialLog } from "./serial-log.ts";
 
 /** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
@@ -107,6 +107,8 @@ export class QemuVm implements AsyncDisposable {
   static async start(options: QemuVmOptions): Promise<QemuVm> {
     const cfg = { ...defaultQemuVmConfig(), ...stripUndefined(options) };
     const dir = new QemuVmDir(options.dir);
+    await assertExecutable("qemu", cfg.qemuBinary);
+    if (options.channel === "vsock" && options.vhostDeviceVsock !== undefined) await assertExecutable("vhost-device-vsock", options.vhostDeviceVsock);
     await mkdir(dir.root, { recursive: true });
 
     let channel: QemuGuestChannel | undefined;
