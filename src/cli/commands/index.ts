@@ -1,9 +1,11 @@
 import type { Command } from "commander";
+import { registerCrds } from "./crds.ts";
 import { registerDev } from "./dev.ts";
 import { registerImage } from "./image.ts";
 
 /** Adds every command group to the program. One line per group; groups live in sibling files. */
 export function registerCommands(program: Command): void {
+  registerCrds(program);
   registerDev(program);
   registerImage(program);
 }

@@ -1,0 +1,55 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it, after } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { findBinaries } from "../../../src/devcluster/index.ts";
+
+const run = promisify(execFile);
+const imp = fileURLToPath(new URL("../../../bin/imp.js", import.meta.url));
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe("imp dev cluster (detached) and imp crds install", () => {
+  let dir = "";
+  after(async () => {
+    if (dir !== "") {
+      await run(process.execPath, [imp, "dev", "cluster", "down", "--dir", dir]).catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("starts a cluster that outlives the command, installs the CRDs into it, and stops it completely", async () => {
+    dir = join(await mkdtemp(join(tmpdir(), "imp-cli-")), "cluster");
+    const up = await run(process.execPath, [imp, "dev", "cluster", "up", "--dir", dir]);
+    const kubeconfig = /export KUBECONFIG=(\S+)/.exec(up.stdout)?.[1];
+    assert.ok(kubeconfig !== undefined, up.stdout);
+    const state = JSON.parse(await readFile(join(dir, "state.json"), "utf8")) as { pids: Record<string, number> };
+    const pids = Object.values(state.pids);
+    assert.equal(pids.length, 3);
+    assert.ok(pids.every(alive), "control plane died with the `up` command");
+
+    const install = await run(process.execPath, [imp, "crds", "install", "--kubeconfig", kubeconfig]);
+    assert.match(install.stdout, /impvms\.imp\.dev created/);
+    const { kubectl } = await findBinaries();
+    const crds = await run(kubectl, ["--kubeconfig", kubeconfig, "get", "crd", "-o", "name"]);
+    assert.equal(crds.stdout.trim().split("\n").filter((l) => l.endsWith(".imp.dev")).length, 5);
+
+    const again = await run(process.execPath, [imp, "dev", "cluster", "up", "--dir", dir]).catch((e: unknown) => e as { stderr: string; code: number });
+    assert.ok("code" in again && again.code === 1, "a second `up` must refuse while one is running");
+    assert.match(again.stderr, /one is running/);
+
+    const down = await run(process.execPath, [imp, "dev", "cluster", "down", "--dir", dir]);
+    assert.match(down.stdout, /stopped kube-controller-manager, kube-apiserver, etcd/);
+    assert.ok(pids.every((pid) => !alive(pid)), "a control-plane process survived `down`");
+  });
+});
