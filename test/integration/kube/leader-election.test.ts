@@ -92,6 +92,25 @@ describe("leader election between two processes", () => {
     assert.equal(lease.spec?.leaseTransitions, 1);
   });
 
+  it("a frozen leader (SIGSTOP) is replaced, and steps down as soon as it runs again", async () => {
+    const a = spawnCandidate(plane, "frozen-a", "freeze");
+    children.push(a.proc);
+    await a.next("leading", 60_000);
+    const b = spawnCandidate(plane, "frozen-b", "freeze");
+    children.push(b.proc);
+    await b.next("ready", 60_000);
+    await new Promise((resolve) => setTimeout(resolve, 2 * RETRY_MS));
+    a.proc.kill("SIGSTOP");
+    const frozenAt = Date.now();
+    const leading = await b.next("leading", 30_000);
+    console.log(`leader election handover from a frozen leader: ${leading.at - frozenAt} ms`);
+    a.proc.kill("SIGCONT");
+    const stopped = await a.next("stopped", 30_000);
+    assert.equal(stopped.reason, "lost");
+    const leases = createResourceClient<Lease>(plane.kubeConfig, LEASE_RESOURCE);
+    assert.equal((await leases.get({ namespace: "default", name: "freeze" })).spec?.holderIdentity, "frozen-b", "the resumed leader did not take the lease back");
+  });
+
   it("hands over at once when the leader stops cleanly and releases the lease", async () => {
     const a = spawnCandidate(plane, "graceful-a", "release");
     children.push(a.proc);
