@@ -239,13 +239,15 @@ export type FaultAction =
   /** Forward, but send only the first `bytes` of the body and then hang until the proxy stops. */
   | { readonly kind: "stall-after"; readonly bytes: number }
   /** Forward after `ms`. */
-  | { readonly kind: "delay"; readonly ms: number };
+  | { readonly kind: "delay"; readonly ms: number }
+  /** Forward without the Range header (a server that ignores ranges). */
+  | { readonly kind: "strip-range" };
 
 export interface FaultProxy {
   readonly host: string;
   readonly url: string;
   /** Blob GETs in flight right now, and the most seen at once. */
-  readonly stats: { inFlightBlobs: number; maxInFlightBlobs: number; blobGets: number; requests: string[] };
+  readonly stats: { inFlightBlobs: number; maxInFlightBlobs: number; blobGets: number; requests: string[]; ranges: (string | undefined)[] };
   stop(): Promise<void>;
 }
 
@@ -261,7 +263,7 @@ export async function startFaultProxy(
 ): Promise<FaultProxy> {
   const target = new URL(targetUrl);
   const seen = new Map<string, number>();
-  const stats = { inFlightBlobs: 0, maxInFlightBlobs: 0, blobGets: 0, requests: [] as string[] };
+  const stats = { inFlightBlobs: 0, maxInFlightBlobs: 0, blobGets: 0, requests: [] as string[], ranges: [] as (string | undefined)[] };
   const hanging = new Set<ServerResponse>();
   const server = createServer((req, res) => {
     if (routes(req, res)) return;
@@ -271,6 +273,7 @@ export async function startFaultProxy(
     seen.set(key, n + 1);
     const isBlob = req.method === "GET" && /\/blobs\/sha256:/.test(req.url ?? "");
     if (isBlob) {
+      stats.ranges.push(req.headers.range);
       stats.blobGets++;
       stats.inFlightBlobs++;
       stats.maxInFlightBlobs = Math.max(stats.maxInFlightBlobs, stats.inFlightBlobs);
@@ -287,7 +290,7 @@ export async function startFaultProxy(
     }
     const forward = (): void => {
       const upstream = httpRequest(
-        { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: { ...req.headers, host: target.host } },
+        { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: forwardHeaders(req, target.host, action?.kind === "strip-range") },
         (up) => {
           res.writeHead(up.statusCode ?? 502, up.headers);
           if (action?.kind !== "stall-after") {
@@ -322,6 +325,12 @@ export async function startFaultProxy(
       await closeServer(server);
     },
   };
+}
+
+function forwardHeaders(req: IncomingMessage, host: string, stripRange: boolean): Record<string, string | string[] | undefined> {
+  const headers: Record<string, string | string[] | undefined> = { ...req.headers, host };
+  if (stripRange) delete headers.range;
+  return headers;
 }
 
 async function closeServer(server: Server): Promise<void> {

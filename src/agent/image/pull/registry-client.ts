@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import type { BackoffPolicy, Clock } from "../../../shared/index.ts";
 import { ImpError, retry, retryableError, terminalError } from "../../../shared/index.ts";
-import type { ContentStore } from "../store/index.ts";
+import type { BlobWriter, ContentStore } from "../store/index.ts";
 import { isLoopbackRegistry, readBounded, statusError } from "./http.ts";
 import { MANIFEST_ACCEPT } from "./media-types.ts";
 import type { RegistryAuth } from "./registry-auth.ts";
@@ -70,7 +70,11 @@ export class RegistryClient {
     });
   }
 
-  /** Downloads a blob into the store, verified by digest and size; a no-op when the store has it. */
+  /**
+   * Downloads a blob into the store, verified by digest and size; a no-op when the store has it. A
+   * download that breaks off is resumed with a Range request for the rest (the running hash carries
+   * over); a server that ignores Range sends the whole blob again and we start over.
+   */
   async fetchBlob(
     registry: string,
     repository: string,
@@ -79,46 +83,76 @@ export class RegistryClient {
     options: { readonly signal?: AbortSignal; readonly onBytes?: (received: number) => void } = {},
   ): Promise<void> {
     const what = `fetch blob ${blob.digest} of ${registry}/${repository}`;
-    await this.#withRetry(what, options.signal, async () => {
-      if (await store.has(blob.digest)) return;
-      const idleMs = this.#o.idleTimeoutMs ?? 60_000;
-      const idle = new AbortController();
-      const stall = (): void => idle.abort(retryableError("Stalled", `Cannot ${what}: no data for ${idleMs} ms`));
-      const timer = setTimeout(stall, idleMs);
-      const sig = options.signal === undefined ? idle.signal : AbortSignal.any([options.signal, idle.signal]);
-      try {
-        const res = await this.#send(registry, repository, `blobs/${blob.digest}`, "*/*", what, sig);
-        const declared = res.headers.get("content-length");
-        if (declared !== null && Number(declared) !== blob.size) {
-          await res.body?.cancel().catch(() => undefined);
-          throw terminalError("SizeMismatch", `Cannot ${what}: registry sends ${declared} bytes, the manifest says ${blob.size}`, { context: { digest: blob.digest } });
-        }
-        if (res.body === null) throw retryableError("EmptyBody", `Cannot ${what}: the response has no body`);
-        const source = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>, { signal: sig });
-        const watched = (async function* () {
-          for await (const chunk of source) {
-            timer.refresh();
-            yield chunk as Uint8Array;
-          }
-        })();
-        await store.write(blob, watched, { signal: sig, ...(options.onBytes === undefined ? {} : { onBytes: options.onBytes }) }).catch((err: unknown) => {
-          throw idle.signal.aborted ? idle.signal.reason : err;
-        });
-      } finally {
-        clearTimeout(timer);
-      }
-    });
+    const writer = await store.begin(blob);
+    if (writer === undefined) return;
+    try {
+      await this.#withRetry(what, options.signal, () => this.#download(registry, repository, writer, what, options));
+      options.signal?.throwIfAborted();
+    } catch (err) {
+      await writer.discard();
+      throw err;
+    }
+    await writer.commit();
   }
 
-  async #send(registry: string, repository: string, path: string, accept: string, what: string, signal: AbortSignal): Promise<Response> {
+  async #download(
+    registry: string,
+    repository: string,
+    writer: BlobWriter,
+    what: string,
+    options: { readonly signal?: AbortSignal; readonly onBytes?: (received: number) => void },
+  ): Promise<void> {
+    const blob = writer.expected;
+    const idleMs = this.#o.idleTimeoutMs ?? 60_000;
+    const idle = new AbortController();
+    const timer = setTimeout(() => idle.abort(retryableError("Stalled", `Cannot ${what}: no data for ${idleMs} ms`)), idleMs);
+    const sig = options.signal === undefined ? idle.signal : AbortSignal.any([options.signal, idle.signal]);
+    try {
+      const from = writer.written;
+      const res = await this.#send(registry, repository, `blobs/${blob.digest}`, "*/*", what, sig, from > 0 ? `bytes=${from}-` : undefined);
+      timer.refresh();
+      let expectedLength = blob.size;
+      if (res.status === 206) {
+        if (from === 0 || !rangeContinues(res.headers.get("content-range"), from, blob.size)) {
+          await res.body?.cancel().catch(() => undefined);
+          await writer.reset();
+          throw retryableError("BadRange", `Cannot ${what}: the registry answered a range we did not ask for (${res.headers.get("content-range") ?? "no Content-Range"})`);
+        }
+        expectedLength = blob.size - from;
+      } else if (from > 0) {
+        await writer.reset();
+      }
+      const declared = res.headers.get("content-length");
+      if (declared !== null && Number(declared) !== expectedLength) {
+        await res.body?.cancel().catch(() => undefined);
+        throw terminalError("SizeMismatch", `Cannot ${what}: registry sends ${declared} bytes, ${expectedLength} expected`, { context: { digest: blob.digest } });
+      }
+      if (res.body === null) throw retryableError("EmptyBody", `Cannot ${what}: the response has no body`);
+      const source = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>, { signal: sig });
+      const watched = (async function* () {
+        for await (const chunk of source) {
+          timer.refresh();
+          yield chunk as Uint8Array;
+        }
+      })();
+      await writer.append(watched, { signal: sig, ...(options.onBytes === undefined ? {} : { onBytes: options.onBytes }) }).catch((err: unknown) => {
+        throw idle.signal.aborted ? idle.signal.reason : err;
+      });
+      if (writer.written !== blob.size) throw retryableError("ShortBody", `Cannot ${what}: the response ended after ${writer.written} of ${blob.size} bytes`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #send(registry: string, repository: string, path: string, accept: string, what: string, signal: AbortSignal, range?: string): Promise<Response> {
     const plain = (this.#o.plainHttp ?? isLoopbackRegistry)(registry);
     const url = `${plain ? "http" : "https"}://${registry}/v2/${repository}/${path}`;
     const auth = this.#o.auth;
-    let res = await this.#fetch(url, accept, await auth.headerFor(registry, repository, signal), what, signal);
+    let res = await this.#fetch(url, accept, await auth.headerFor(registry, repository, signal), what, signal, range);
     if (res.status === 401) {
       await res.body?.cancel().catch(() => undefined);
       const header = await auth.answerChallenge(registry, repository, res.headers.get("www-authenticate"), signal);
-      res = await this.#fetch(url, accept, header, what, signal);
+      res = await this.#fetch(url, accept, header, what, signal, range);
       if (res.status === 401) {
         await res.body?.cancel().catch(() => undefined);
         throw auth.rejected(registry, repository);
@@ -128,8 +162,9 @@ export class RegistryClient {
     return res;
   }
 
-  async #fetch(url: string, accept: string, authorization: string | undefined, what: string, signal: AbortSignal): Promise<Response> {
+  async #fetch(url: string, accept: string, authorization: string | undefined, what: string, signal: AbortSignal, range?: string): Promise<Response> {
     const headers: Record<string, string> = { accept };
+    if (range !== undefined) headers.range = range;
     if (authorization !== undefined) headers.authorization = authorization;
     try {
       return await (this.#o.fetch ?? fetch)(url, { headers, signal, redirect: "follow" });
@@ -152,4 +187,11 @@ export class RegistryClient {
       onRetry: (err, attempt, delayMs) => this.#o.onRetry?.(what, attempt, delayMs, err),
     });
   }
+}
+
+/** True when a Content-Range header (`bytes START-END/TOTAL`) continues exactly at `from` to the end. */
+export function rangeContinues(header: string | null, from: number, size: number): boolean {
+  const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header?.trim() ?? "");
+  if (m === null) return false;
+  return Number(m[1]) === from && Number(m[2]) === size - 1 && (m[3] === "*" || Number(m[3]) === size);
 }

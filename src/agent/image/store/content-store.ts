@@ -7,11 +7,11 @@
  * An interrupted write (abort, crash, power loss) leaves at most a temp file, never a blob that looks
  * complete; `open` removes temp files whose writer process is gone or that are older than an hour.
  */
-import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, type ReadStream } from "node:fs";
-import { mkdir, open, readdir, rename, rm, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, rm, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
+import { BlobWriter, TEMP_PREFIX } from "./blob-writer.ts";
 import { sha256Hex } from "./digest.ts";
 
 /** What a blob must be: the store refuses to keep anything else. */
@@ -48,15 +48,18 @@ export interface ContentStore {
    * leaving no blob. A blob already present is not rewritten (the source is not read).
    */
   write(expected: ExpectedBlob, source: AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<void>;
+  /**
+   * For writers that append in rounds (resumed downloads): a `BlobWriter` on a fresh temp file, or
+   * undefined when the blob is already present. The caller must `commit` or `discard` it.
+   */
+  begin(expected: ExpectedBlob): Promise<BlobWriter | undefined>;
   /** Every blob present with its size. */
   list(): Promise<StoredBlob[]>;
   /** Removes a blob; false when it was not there. */
   remove(digest: string): Promise<boolean>;
 }
 
-const TEMP_PREFIX = ".tmp-";
 const STALE_TEMP_MS = 60 * 60 * 1000;
-const WRITE_BATCH_BYTES = 1024 * 1024;
 
 export class FsContentStore implements ContentStore {
   readonly root: string;
@@ -110,53 +113,22 @@ export class FsContentStore implements ContentStore {
   }
 
   async write(expected: ExpectedBlob, source: AsyncIterable<Uint8Array>, options: WriteOptions = {}): Promise<void> {
-    const hex = sha256Hex(expected.digest);
-    if (await this.has(expected.digest)) return;
-    const temp = join(this.#dir, `${TEMP_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`);
-    const handle = await open(temp, "wx", 0o644);
-    let kept = false;
+    const writer = await this.begin(expected);
+    if (writer === undefined) return;
     try {
-      const hash = createHash("sha256");
-      let written = 0;
-      // Network chunks are small (~64 KiB); writing them in ~1 MiB batches halves the syscall cost.
-      let pending: Uint8Array[] = [];
-      let pendingBytes = 0;
-      const flush = async (): Promise<void> => {
-        if (pendingBytes === 0) return;
-        await handle.write(pending.length === 1 ? (pending[0] as Uint8Array) : Buffer.concat(pending, pendingBytes));
-        pending = [];
-        pendingBytes = 0;
-      };
-      for await (const chunk of source) {
-        options.signal?.throwIfAborted();
-        written += chunk.byteLength;
-        if (written > expected.size) throw sizeMismatch(expected, `more than ${expected.size} bytes`);
-        hash.update(chunk);
-        pending.push(chunk);
-        pendingBytes += chunk.byteLength;
-        if (pendingBytes >= WRITE_BATCH_BYTES) await flush();
-        options.onBytes?.(written);
-      }
-      await flush();
+      await writer.append(source, options);
       options.signal?.throwIfAborted();
-      if (written !== expected.size) throw sizeMismatch(expected, `${written} bytes`);
-      const actual = `sha256:${hash.digest("hex")}`;
-      if (actual !== expected.digest) {
-        throw terminalError("DigestMismatch", `Cannot store blob ${expected.digest}: its content hashes to ${actual}`, {
-          context: { expected: expected.digest, actual },
-        });
-      }
-      await handle.sync();
-      await handle.close();
-      await rename(temp, join(this.#dir, hex));
-      kept = true;
-      await this.#syncDir();
-    } finally {
-      if (!kept) {
-        await handle.close().catch(() => undefined);
-        await unlink(temp).catch(() => undefined);
-      }
+    } catch (err) {
+      await writer.discard();
+      throw err;
     }
+    await writer.commit();
+  }
+
+  async begin(expected: ExpectedBlob): Promise<BlobWriter | undefined> {
+    const hex = sha256Hex(expected.digest);
+    if (await this.has(expected.digest)) return undefined;
+    return BlobWriter.create(this.#dir, expected, hex);
   }
 
   async list(): Promise<StoredBlob[]> {
@@ -184,15 +156,6 @@ export class FsContentStore implements ContentStore {
     return (await readdir(this.#dir)).filter((name) => name.startsWith(TEMP_PREFIX));
   }
 
-  async #syncDir(): Promise<void> {
-    const dir = await open(this.#dir, "r");
-    try {
-      await dir.sync();
-    } finally {
-      await dir.close();
-    }
-  }
-
   async #removeStaleTemps(): Promise<void> {
     const now = Date.now();
     for (const name of await this.tempFiles()) {
@@ -218,8 +181,3 @@ const isNotFound = (err: unknown): boolean => (err as NodeJS.ErrnoException | un
 
 const blobNotFound = (digest: string): Error =>
   terminalError("BlobNotFound", `Cannot read blob ${digest}: it is not in the content store`, { context: { digest } });
-
-const sizeMismatch = (expected: ExpectedBlob, got: string): Error =>
-  terminalError("SizeMismatch", `Cannot store blob ${expected.digest}: expected ${expected.size} bytes, got ${got}`, {
-    context: { digest: expected.digest, expectedSize: expected.size },
-  });
