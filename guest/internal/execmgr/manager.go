@@ -27,6 +27,9 @@ type Options struct {
 	// DrainTimeout bounds how long the exit event waits for the output pipes after the process
 	// exited (background processes may hold them open). Default 2 s.
 	DrainTimeout time.Duration
+	// Exited, if set, is called (on its own goroutine) after an exec's exit event was published
+	// and its state became exited, with the shutdownAfterExit mode of the request that started it.
+	Exited func(execID, shutdownMode string)
 }
 
 // Manager owns every exec of this boot. Safe for concurrent use.
@@ -39,6 +42,7 @@ type Manager struct {
 	log      *slog.Logger
 	maxExecs int
 	drain    time.Duration
+	exited   func(execID, shutdownMode string)
 }
 
 type execRecord struct {
@@ -49,6 +53,7 @@ type execRecord struct {
 	signal   string
 	err      string
 	reaped   bool          // the leader was reaped: never signal its pid again (it may be reused)
+	shutdown string        // shutdownAfterExit of the starting request ("" = none)
 	done     chan struct{} // closed when state leaves running
 }
 
@@ -60,7 +65,7 @@ func NewManager(reaper *Reaper, pub Publisher, log *slog.Logger, opts Options) *
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 2 * time.Second
 	}
-	return &Manager{execs: map[string]*execRecord{}, reaper: reaper, pub: pub, log: log, maxExecs: opts.MaxExecs, drain: opts.DrainTimeout}
+	return &Manager{execs: map[string]*execRecord{}, reaper: reaper, pub: pub, log: log, maxExecs: opts.MaxExecs, drain: opts.DrainTimeout, exited: opts.Exited}
 }
 
 // Start starts the exec unless its id is known. The id is recorded before the process starts, and
@@ -81,6 +86,9 @@ func (m *Manager) Start(req *proto.ExecRequest) (proto.ExecState, bool, *proto.E
 		return proto.ExecState{}, false, proto.Errorf(0, proto.CodeTooManyExecs, "%d exec ids already recorded", m.maxExecs)
 	}
 	rec := &execRecord{state: proto.StateRunning, done: make(chan struct{})}
+	if req.ShutdownAfterExit != nil {
+		rec.shutdown = *req.ShutdownAfterExit
+	}
 	m.execs[req.ExecID] = rec // recorded before the process exists: the ambiguous-handoff rule
 	// Log only what cannot carry the secret: never env values, never argv beyond argv[0].
 	m.log.Info("exec starting", "execId", req.ExecID, "argv0", req.Argv[0], "args", len(req.Argv), "envKeys", len(req.Env))

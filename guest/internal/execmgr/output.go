@@ -54,6 +54,9 @@ func (m *Manager) onExit(execID string, rec *execRecord, ws syscall.WaitStatus, 
 	close(rec.done)
 	m.mu.Unlock()
 	m.log.Info("exec exited", "execId", execID, "exitCode", code, "signal", sig)
+	if m.exited != nil {
+		m.exited(execID, rec.shutdown)
+	}
 }
 
 func exitStatus(ws syscall.WaitStatus) (int, string) {

@@ -63,6 +63,9 @@ type ExecRequest struct {
 	Cwd    *string           `json:"cwd"`
 	UID    *uint32           `json:"uid"`
 	GID    *uint32           `json:"gid"`
+	// ShutdownAfterExit ("poweroff" | "reboot") makes the guest shut down once this exec has exited
+	// and its exit event was written to the connected streams.
+	ShutdownAfterExit *string `json:"shutdownAfterExit"`
 }
 
 type ExecStatusRequest struct {

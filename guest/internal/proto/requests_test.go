@@ -58,6 +58,7 @@ func TestDecodeRequestRejectsMalformedInputWithCodeAndID(t *testing.T) {
 		{`{"v":1,"type":"exec","id":16,"execId":"a","argv":["ls"],"env":{},"cwd":"rel"}`, CodeBadMessage, 16},
 		{`{"v":1,"type":"exec","id":17,"execId":"a","argv":["ls"],"env":{},"uid":-1}`, CodeBadMessage, 17},
 		{`{"v":1,"type":"exec","id":18,"execId":"a","argv":[""],"env":{}}`, CodeBadMessage, 18},
+		{`{"v":1,"type":"exec","id":18,"execId":"a","argv":["ls"],"env":{},"shutdownAfterExit":"halt"}`, CodeBadMessage, 18},
 		{`{"v":1,"type":"signal","id":19,"execId":"a","signal":"SIGSTOP"}`, CodeBadMessage, 19},
 		{`{"v":1,"type":"shutdown","id":20,"mode":"halt"}`, CodeBadMessage, 20},
 		{`{"v":1,"type":"configure","id":21,"hostname":"-bad-"}`, CodeBadMessage, 21},

@@ -114,6 +114,9 @@ func validateExec(e *ExecRequest) error {
 	if e.Cwd != nil && strings.IndexByte(*e.Cwd, 0) >= 0 {
 		return errors.New("cwd must not contain NUL")
 	}
+	if e.ShutdownAfterExit != nil && *e.ShutdownAfterExit != "poweroff" && *e.ShutdownAfterExit != "reboot" {
+		return errors.New(`shutdownAfterExit must be "poweroff" or "reboot"`)
+	}
 	return nil
 }
 

@@ -79,7 +79,10 @@ func (c *conn) writeLoop() {
 		case <-c.closed:
 			return
 		case f := <-c.queue:
-			_, err := c.rw.Write(f.data)
+			var err error
+			if len(f.data) > 0 {
+				_, err = c.rw.Write(f.data)
+			}
 			if f.flushed != nil {
 				close(f.flushed)
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"sync"
+	"time"
 
 	"imp.dev/guest/internal/proto"
 )
@@ -32,6 +33,26 @@ func (h *Hub) remove(c *conn) {
 	h.mu.Lock()
 	delete(h.conns, c)
 	h.mu.Unlock()
+}
+
+// Flush waits until everything queued so far on every stream was written, at most timeout per stream.
+func (h *Hub) Flush(timeout time.Duration) {
+	h.mu.Lock()
+	targets := make([]*conn, 0, len(h.conns))
+	for c := range h.conns {
+		targets = append(targets, c)
+	}
+	h.mu.Unlock()
+	for _, c := range targets {
+		flushed := make(chan struct{})
+		if !c.send(outFrame{flushed: flushed}) {
+			continue
+		}
+		select {
+		case <-flushed:
+		case <-time.After(timeout):
+		}
+	}
 }
 
 // Publish encodes event once and queues it on every stream connected now.

@@ -58,6 +58,7 @@ func New(reaper *execmgr.Reaper, log *slog.Logger, opts Options) *Server {
 		opts.MaxStreams = 32
 	}
 	s := &Server{opts: opts, log: log, hub: newHub(log)}
+	opts.Exec.Exited = s.onExecExited
 	s.execs = execmgr.NewManager(reaper, s.hub, log, opts.Exec)
 	return s
 }
@@ -152,10 +153,7 @@ func (s *Server) handle(ctx context.Context, c *conn, body []byte) {
 	}
 	// The reply must reach the host before the machine goes away.
 	s.sendAndFlush(c, frame)
-	if s.shuttingDown.CompareAndSwap(false, true) && s.opts.Shutdown != nil {
-		s.log.Info("shutdown requested", "mode", req.Shutdown.Mode)
-		go s.opts.Shutdown(req.Shutdown.Mode)
-	}
+	s.startShutdown(req.Shutdown.Mode, "requested")
 }
 
 func (s *Server) dispatch(ctx context.Context, req *proto.Request) (any, *proto.Error) {
@@ -208,6 +206,24 @@ func (s *Server) dispatch(ctx context.Context, req *proto.Request) (any, *proto.
 		return proto.EmptyReply(req), nil
 	}
 	return nil, proto.Errorf(req.ID, proto.CodeUnknownType, "unknown request type")
+}
+
+// onExecExited shuts the guest down after an exec started with shutdownAfterExit, once its exit
+// event has been written to every connected stream (bounded).
+func (s *Server) onExecExited(execID, shutdownMode string) {
+	if shutdownMode == "" {
+		return
+	}
+	s.hub.Flush(s.opts.StallTimeout)
+	s.startShutdown(shutdownMode, "exec "+execID+" exited")
+}
+
+// startShutdown runs the Shutdown hook once, whatever asked for it.
+func (s *Server) startShutdown(mode, reason string) {
+	if s.shuttingDown.CompareAndSwap(false, true) && s.opts.Shutdown != nil {
+		s.log.Info("shutting down", "mode", mode, "reason", reason)
+		go s.opts.Shutdown(mode)
+	}
 }
 
 // ForwardSignal sends a signal the agent received (SIGTERM/SIGINT) to every running exec.

@@ -302,3 +302,44 @@ func TestStreamsBeyondTheLimitAreRefusedAndTheOthersKeepWorking(t *testing.T) {
 	b.send(`{"v":1,"type":"hello","id":3,"versions":[1]}`)
 	b.until("hello", 3)
 }
+
+func TestShutdownAfterExitShutsDownOnceTheExitEventWasWritten(t *testing.T) {
+	h := start(t, Options{})
+	c := h.dial()
+	c.send(`{"v":1,"type":"exec","id":1,"execId":"last","argv":["/bin/sh","-c","exit 4"],"env":{},"shutdownAfterExit":"reboot"}`)
+	if m := c.until("exit", 0); m["execId"] != "last" || m["exitCode"] != float64(4) {
+		t.Fatalf("exit: %v", m)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		got := append([]string(nil), h.shutdown...)
+		h.mu.Unlock()
+		if len(got) == 1 && got[0] == "reboot" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shutdown calls: %v", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A repeat of the id with the option is answered from the record and shuts nothing down again.
+	c.send(`{"v":1,"type":"exec","id":2,"execId":"last","argv":["/bin/true"],"env":{},"shutdownAfterExit":"poweroff"}`)
+	if m := c.until("exec", 2); m["started"] != false || m["state"] != "exited" {
+		t.Fatalf("repeat: %v", m)
+	}
+}
+
+func TestExecWithoutShutdownAfterExitLeavesTheGuestUp(t *testing.T) {
+	h := start(t, Options{})
+	c := h.dial()
+	c.send(`{"v":1,"type":"exec","id":1,"execId":"plain","argv":["/bin/true"],"env":{}}`)
+	c.until("exit", 0)
+	c.send(`{"v":1,"type":"hello","id":2,"versions":[1]}`)
+	c.until("hello", 2)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.shutdown) != 0 {
+		t.Fatalf("shut down: %v", h.shutdown)
+	}
+}

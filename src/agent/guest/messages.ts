@@ -144,6 +144,8 @@ export interface ExecRequest {
   readonly cwd?: string;
   readonly uid?: number;
   readonly gid?: number;
+  /** Shut the guest down once this exec exited and its exit event was written to the connected streams. */
+  readonly shutdownAfterExit?: ShutdownMode;
 }
 export type ShutdownMode = "poweroff" | "reboot";
 

@@ -190,6 +190,24 @@ describe("GuestClient against the real Go agent", () => {
     client.close();
   });
 
+  it("an exec with shutdownAfterExit ends the agent after its exit event (in a second agent)", async () => {
+    const second = spawn(guestBinary(), ["--mode=process", "--listen-unix", join(dir, "second.sock")], { stdio: "ignore" });
+    try {
+      await waitFor("the second agent socket", () => (existsSync(join(dir, "second.sock")) ? true : undefined), { timeoutMs: 20_000, intervalMs: 50 });
+      const socket = createConnection(join(dir, "second.sock"));
+      await once(socket, "connect");
+      const client = new GuestClient(socket, { requestTimeoutMs: 20_000 });
+      const exited = once(second, "exit");
+      const exitEvent = exitOf(client, "last");
+      await client.exec({ execId: "last", argv: ["/bin/sh", "-c", "exit 9"], env: {}, shutdownAfterExit: "poweroff" });
+      assert.equal((await exitEvent).exitCode, 9);
+      const [code] = await exited;
+      assert.equal(code, 0);
+    } finally {
+      if (second.exitCode === null) second.kill("SIGKILL");
+    }
+  });
+
   it("shutdown() is acknowledged before the agent exits", async () => {
     const { client } = await connect();
     const exited = once(agent, "exit");
