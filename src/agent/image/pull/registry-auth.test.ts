@@ -32,6 +32,17 @@ describe("RegistryAuth", () => {
     assert.equal(await auth.headerFor("reg.example", "team/other"), "Bearer t3", "another repository is another scope");
   });
 
+  it("makes one token request for callers that need the same scope at once", async () => {
+    const clock = new FakeClock();
+    const endpoint = tokenEndpoint((n) => ({ token: `t${n}`, expires_in: 120 }));
+    const auth = new RegistryAuth({ clock, fetch: endpoint.fetch });
+    await auth.answerChallenge("reg.example", "team/app", challenge);
+    await clock.advance(200_000);
+    const headers = await Promise.all([1, 2, 3].map(() => auth.headerFor("reg.example", "team/app")));
+    assert.deepEqual(headers, ["Bearer t2", "Bearer t2", "Bearer t2"]);
+    assert.equal(endpoint.calls.length, 2);
+  });
+
   it("uses 60 s when the server names no lifetime, and access_token when token is absent", async () => {
     const clock = new FakeClock();
     const endpoint = tokenEndpoint((n) => ({ access_token: `a${n}` }));

@@ -36,6 +36,7 @@ export class RegistryAuth {
   readonly #options: RegistryAuthOptions;
   readonly #schemes = new Map<string, Scheme>();
   readonly #tokens = new Map<string, CachedToken>();
+  readonly #pending = new Map<string, Promise<string>>();
   /** Count of token requests made, for tests and metrics. */
   tokenRequests = 0;
 
@@ -49,9 +50,16 @@ export class RegistryAuth {
     if (scheme === undefined) return undefined;
     if (scheme.kind === "basic") return basicHeader(this.#credentials(registry));
     const scope = pullScope(repository);
-    const cached = this.#tokens.get(tokenKey(registry, scheme, scope));
+    const key = tokenKey(registry, scheme, scope);
+    const cached = this.#tokens.get(key);
     if (cached !== undefined && cached.expiresAt > this.#options.clock.now()) return cached.header;
-    return this.#fetchToken(registry, scheme, scope, signal);
+    // Layers start together: one token request per scope, shared by every caller waiting for it.
+    let pending = this.#pending.get(key);
+    if (pending === undefined) {
+      pending = this.#fetchToken(registry, scheme, scope, signal).finally(() => this.#pending.delete(key));
+      this.#pending.set(key, pending);
+    }
+    return pending;
   }
 
   /**
