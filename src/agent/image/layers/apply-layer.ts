@@ -39,6 +39,20 @@ export interface LayerStats {
 /** tar-stream decodes PAX records into `pax` (as UTF-8 strings). */
 type TarHeader = Header & { readonly pax?: Readonly<Record<string, string>> | null };
 
+/** Files up to this size are read into memory and written concurrently (see ConfinedTree.fileFromBuffer). */
+const BUFFERED_FILE_BYTES = 1024 * 1024;
+
+async function collect(content: AsyncIterable<Buffer>, size: number): Promise<Buffer> {
+  const data = Buffer.allocUnsafe(size);
+  let at = 0;
+  for await (const chunk of content) {
+    if (at + chunk.length > size) throw new Error("a tar entry delivered more bytes than its header says");
+    chunk.copy(data, at);
+    at += chunk.length;
+  }
+  return at === size ? data : data.subarray(0, at);
+}
+
 const SAFE_SPECIAL_NAME = /^[\x20-\x7e]+$/;
 
 /** Applies `layer` on top of `tree`. On error the tree is left partly written; the caller discards it. */
@@ -57,8 +71,10 @@ export async function applyLayer(tree: ConfinedTree, layer: LayerBlob, budget: L
       entry.resume();
     }
     await piped;
+    await tree.drain();
   } catch (err) {
     input.destroy();
+    await tree.settle();
     const pipeErr = await piped.then(() => undefined, (e: unknown) => e);
     if (err instanceof ImpError) throw err;
     if (pipeErr instanceof ImpError) throw pipeErr;
@@ -130,7 +146,13 @@ class LayerState {
     switch (header.type) {
       case "file":
       case "contiguous-file":
-        this.fileBytes += await this.#tree.file(path, meta, content);
+        if ((header.size ?? 0) <= BUFFERED_FILE_BYTES) {
+          const data = await collect(content, header.size ?? 0);
+          await this.#tree.fileFromBuffer(path, meta, data);
+          this.fileBytes += data.length;
+        } else {
+          this.fileBytes += await this.#tree.file(path, meta, content);
+        }
         break;
       case "directory":
         await this.#tree.directory(path, meta);

@@ -51,10 +51,61 @@ export class ConfinedTree {
   readonly #dirMeta = new Map<string, EntryMeta>();
   readonly #specials = new Map<string, SpecialNode>();
   readonly #xattrs = new Map<string, Xattrs>();
+  /** Small-file writes in flight (see `fileFromBuffer`), and the first error one of them hit. */
+  readonly #inflight = new Set<Promise<void>>();
+  #inflightError: unknown;
+  readonly #maxInflight: number;
 
   /** `root` must be an empty directory that nothing else writes to. */
-  constructor(root: string) {
+  constructor(root: string, options: { readonly maxInflightWrites?: number } = {}) {
     this.root = root;
+    this.#maxInflight = options.maxInflightWrites ?? 16;
+  }
+
+  /**
+   * Waits for every small-file write in flight and rethrows the first failure. Every operation other
+   * than creating a regular file drains first, so writes only ever overlap with other new files at
+   * distinct paths (a layer never names a path twice), never with symlink or link creation.
+   */
+  async drain(): Promise<void> {
+    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+    if (this.#inflightError !== undefined) throw this.#inflightError;
+  }
+
+  /** Like `drain()` but never throws: for cleanup after a failure. */
+  async settle(): Promise<void> {
+    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+  }
+
+  /**
+   * Writes a regular file whose content is already in memory, without waiting for it: extraction
+   * goes on with the next entry while up to `maxInflightWrites` files are being created (file
+   * creation latency, not bandwidth, dominates small files). Failures surface at the next `drain()`.
+   */
+  async fileFromBuffer(path: EntryPath, meta: EntryMeta, data: Buffer): Promise<void> {
+    if (this.#inflightError !== undefined) throw this.#inflightError;
+    await this.checkAncestors(path, true);
+    while (this.#inflight.size >= this.#maxInflight) await Promise.race(this.#inflight);
+    const task = this.#writeNew(path, meta, data).then(
+      () => undefined,
+      (err: unknown) => {
+        this.#inflightError ??= err;
+      },
+    );
+    this.#inflight.add(task);
+    void task.finally(() => this.#inflight.delete(task));
+  }
+
+  async #writeNew(path: EntryPath, meta: EntryMeta, data: Buffer): Promise<void> {
+    const handle = await this.#createExclusive(path);
+    try {
+      if (data.length > 0) await handle.write(data, 0, data.length, 0);
+      if (meta.uid !== 0 || meta.gid !== 0) await handle.chown(meta.uid, meta.gid);
+      await handle.chmod(meta.mode & 0o7777);
+      await handle.utimes(meta.mtime, meta.mtime);
+    } finally {
+      await handle.close();
+    }
   }
 
   /** Device nodes and FIFOs that exist in the tree now, by path key. */
@@ -114,6 +165,11 @@ export class ConfinedTree {
 
   /** Removes whatever is at `path` (recursively, never following symlinks). Ancestors must be checked. */
   async remove(path: EntryPath): Promise<void> {
+    await this.drain();
+    await this.#removeNow(path);
+  }
+
+  async #removeNow(path: EntryPath): Promise<void> {
     const info = await this.lstat(path);
     if (info === undefined) return;
     await rm(this.abs(path), { recursive: true, force: true });
@@ -123,6 +179,7 @@ export class ConfinedTree {
   /** Creates or updates the directory at `path`; an existing non-directory there is replaced. */
   async directory(path: EntryPath, meta: EntryMeta): Promise<void> {
     await this.checkAncestors(path, true);
+    // Updating or making a directory cannot disturb file writes in flight; replacing a non-directory drains (in remove).
     const info = path.length === 0 ? await lstat(this.root) : await this.lstat(path);
     if (info !== undefined && !info.isDirectory()) await this.remove(path);
     if (info === undefined || !info.isDirectory()) {
@@ -134,6 +191,7 @@ export class ConfinedTree {
 
   /** Writes a regular file from `content`, replacing whatever was at `path`. */
   async file(path: EntryPath, meta: EntryMeta, content: AsyncIterable<Buffer>): Promise<number> {
+    await this.drain();
     const handle = await this.#createExclusive(path);
     let written = 0;
     try {
@@ -153,6 +211,7 @@ export class ConfinedTree {
 
   /** Creates a symlink with `target` stored verbatim (it is never resolved here). */
   async symlink(path: EntryPath, target: string, meta: EntryMeta): Promise<void> {
+    await this.drain();
     await this.#clearSlot(path);
     await symlink(target, this.abs(path));
     if (meta.uid !== 0 || meta.gid !== 0) await lchown(this.abs(path), meta.uid, meta.gid);
@@ -165,6 +224,7 @@ export class ConfinedTree {
    * (link(2) does not follow); a link to a device/FIFO placeholder records a second identical node.
    */
   async hardlink(path: EntryPath, target: EntryPath): Promise<void> {
+    await this.drain();
     const show = `${JSON.stringify(pathKey(path))} -> ${JSON.stringify(pathKey(target))}`;
     const found = (await this.checkAncestors(target, false)) ? await this.lstat(target) : undefined;
     if (found === undefined) {
@@ -196,6 +256,7 @@ export class ConfinedTree {
    * directories (an opaque whiteout hides lower layers but not the entries of its own layer).
    */
   async clearBelow(dir: EntryPath, keep: (key: string) => boolean): Promise<void> {
+    await this.drain();
     for (const entry of await readdir(this.abs(dir), { withFileTypes: true })) {
       const child = [...dir, entry.name];
       if (!keep(pathKey(child))) {
@@ -208,6 +269,7 @@ export class ConfinedTree {
 
   /** Sets directory mtimes last (writing into a directory changes its mtime), deepest first. */
   async finish(): Promise<void> {
+    await this.drain();
     const keys = [...this.#dirMeta.keys()].sort((a, b) => b.split("/").length - a.split("/").length);
     for (const key of keys) {
       const meta = this.#dirMeta.get(key);
@@ -230,7 +292,7 @@ export class ConfinedTree {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== "EEXIST" && code !== "ELOOP" && code !== "EISDIR") throw err;
     }
-    await this.remove(path);
+    await this.#removeNow(path);
     return open(this.abs(path), FILE_FLAGS, 0o600);
   }
 
