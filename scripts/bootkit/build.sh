@@ -13,6 +13,9 @@ VHOST_DEVICE_VSOCK_VERSION="${VHOST_DEVICE_VSOCK_VERSION:-0.3.0}"
 guest="${IMP_GUEST_BIN:-$IMP_CACHE/guest/imp-guest}"
 kits="$IMP_CACHE/bootkit"
 mkdir -p "$kits/kernels"
+# One build at a time (setup and a developer's manual run may overlap).
+exec 9>"$kits/.lock"
+flock 9
 
 # --- vhost-device-vsock (optional: without it the tests use virtio-serial; the reason is recorded) ---
 vdv_root="$IMP_CACHE/vhost-device-vsock-$VHOST_DEVICE_VSOCK_VERSION"

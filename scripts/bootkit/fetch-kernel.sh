@@ -25,8 +25,16 @@ rm -rf "$dest" "$dest.tmp"
 mkdir -p "$dest.tmp/deb"
 # apt drops privileges to _apt for downloads; a directory it can write avoids its warning.
 chmod 0777 "$dest.tmp/deb"
-(cd "$dest.tmp/deb" && apt-get download -qq "$pkg=$version" >/dev/null 2>&1) ||
-  { echo "Cannot fetch kernel: apt-get download $pkg=$version failed" >&2; exit 1; }
+if ! (cd "$dest.tmp/deb" && apt-get download -qq "$pkg=$version" >/dev/null 2>&1); then
+  rm -rf "$dest.tmp"
+  # Stale lists can name a version the archive no longer serves: refresh them once, resolve again.
+  if [[ -z "${IMP_FETCH_KERNEL_RETRIED:-}" ]]; then
+    apt-get update -qq >/dev/null
+    IMP_FETCH_KERNEL_RETRIED=1 exec bash "$0" "$@"
+  fi
+  echo "Cannot fetch kernel: apt-get download $pkg=$version failed" >&2
+  exit 1
+fi
 dpkg-deb -x "$dest.tmp/deb/"*.deb "$dest.tmp/root"
 rm -rf "$dest.tmp/deb"
 # Newer (usr-merged) packages ship usr/lib/modules; depmod -b and modprobe -d look in lib/modules.

@@ -95,6 +95,8 @@ export interface TestVm {
   /** The scratch disk image, or undefined without one. */
   readonly scratch: string | undefined;
   readonly channel: "vsock" | "serial";
+  /** Error codes of the failed vsock dial attempts made while the guest booted (empty over serial). */
+  readonly bootDialFailures: readonly string[];
   /** A new connection to the guest agent, past `hello`. */
   connect(timeoutMs?: number): Promise<GuestClient>;
   /** Stops the VM and removes its files; keeps the logs under test-results/ unless `passed`. Idempotent. */
@@ -153,9 +155,10 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
     return disposed;
   };
 
-  const connect = async (timeoutMs = 30_000): Promise<GuestClient> => {
+  const bootDialFailures: string[] = [];
+  const connect = async (timeoutMs = 30_000, onAttemptFailed?: (err: ImpError) => void): Promise<GuestClient> => {
     const deadline = Date.now() + timeoutMs;
-    const stream = await vm.connectGuest({ timeoutMs });
+    const stream = await vm.connectGuest({ timeoutMs, ...(onAttemptFailed === undefined ? {} : { onAttemptFailed }) });
     const client = new GuestClient(stream, { clientName: "imp-e2e" });
     client.on("close", () => undefined);
     // A virtio-serial port may drop what the host sent before the guest opened it: ask again.
@@ -174,10 +177,10 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
 
   try {
     const timeoutMs = options.bootTimeoutMs ?? 60_000;
-    const client = await connect(timeoutMs);
+    const client = await connect(timeoutMs, (err) => bootDialFailures.push(err.code));
     const hello = await client.hello();
     const bootMs = performance.now() - started;
-    return { vm, client, hello, bootMs, rootfs, scratch, channel, connect, dispose };
+    return { vm, client, hello, bootMs, rootfs, scratch, channel, bootDialFailures, connect: (ms) => connect(ms), dispose };
   } catch (err) {
     await dispose(false);
     throw new Error(`Cannot boot test VM ${options.name} (${channel}): ${describeError(err)}\n--- serial console tail ---\n${vm.serial.tail(40)}`, { cause: err });

@@ -202,12 +202,24 @@ export class QemuVm implements AsyncDisposable {
    * opened its end yet — callers repeat their first request until answered). Bounded by `timeoutMs`;
    * fails at once with the VM's down reason when it stops or panics.
    */
-  async connectGuest(options: { readonly timeoutMs: number; readonly port?: number; readonly signal?: AbortSignal }): Promise<Socket> {
+  async connectGuest(options: {
+    readonly timeoutMs: number;
+    readonly port?: number;
+    readonly signal?: AbortSignal;
+    /** vsock only: each failed (temporary) dial attempt, e.g. while the guest still boots. */
+    readonly onAttemptFailed?: (err: ImpError, attempt: number) => void;
+  }): Promise<Socket> {
     const signal = options.signal === undefined ? this.#down.signal : AbortSignal.any([this.#down.signal, options.signal]);
     signal.throwIfAborted();
     switch (this.channel) {
       case "vsock":
-        return dialHybridVsock({ udsPath: this.dir.vsockUds(), port: options.port ?? DEFAULT_GUEST_VSOCK_PORT, totalTimeoutMs: options.timeoutMs, signal });
+        return dialHybridVsock({
+          udsPath: this.dir.vsockUds(),
+          port: options.port ?? DEFAULT_GUEST_VSOCK_PORT,
+          totalTimeoutMs: options.timeoutMs,
+          signal,
+          ...(options.onAttemptFailed === undefined ? {} : { onAttemptFailed: options.onAttemptFailed }),
+        });
       case "serial":
         return withDeadline(`connect to ${this.dir.agentSocket()}`, options.timeoutMs, async (deadline) => {
           for (;;) {
