@@ -3,6 +3,7 @@ import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { defaultLayerLimits, unpackRootfs } from "../../../src/agent/image/layers/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
 import { maliciousCorpus } from "../../fixtures/malicious-layers/corpus.ts";
@@ -50,6 +51,22 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
       assert.deepEqual((await readdir(dir)).sort(), siblings, "something appeared beside the target");
     });
   }
+
+  it("a malicious layer fails the whole build, which leaves no image and no partial tree", async () => {
+    const root = join(work, "cache");
+    const canary = join(work, "build-canary");
+    await mkdir(canary);
+    await writeFile(join(canary, "secret"), "x");
+    const images = new BaseImages({ cache: await ImageCache.open({ root, maxBytes: 1024 ** 3 }) });
+    const good = await layerOf([{ name: "bin/tool", content: "ok" }]);
+    const planted = await layerOf([{ name: "esc", type: "symlink", linkname: canary }]);
+    const bad = await layerOf([{ name: "esc/pwned", content: "x" }]);
+    const before = await snapshot(canary);
+    await assert.rejects(images.ensure({ layers: [good, planted, bad], guestAgent: { path: guest, digest: await fileDigest(guest) } }), { code: "LayerPathThroughSymlink" });
+    assert.deepEqual(await readdir(join(root, "images")), []);
+    assert.deepEqual(await readdir(join(root, "building")), []);
+    assert.deepEqual(await snapshot(canary), before);
+  });
 
   it("never creates a device node on the host (a placeholder stands in until the ext4 step)", async () => {
     const target = join(work, "dev-target");
