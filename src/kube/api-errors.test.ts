@@ -33,7 +33,7 @@ describe("classifyApiError()", () => {
   ];
   for (const row of table) {
     it(`${row.name}`, () => {
-      const err = classifyApiError(row.err, "get", "ConfigMap ns/a");
+      const err = classifyApiError(row.err, { action: "get", object: "ConfigMap ns/a" });
       assert.equal(err.errorClass, row.errorClass);
       assert.equal(err.code, row.code);
       assert.match(err.message, /^Cannot get ConfigMap ns\/a: /);
@@ -42,21 +42,21 @@ describe("classifyApiError()", () => {
   }
 
   it("uses the apiserver's message, also from a JSON string body", () => {
-    const err = classifyApiError(apiException(422, JSON.stringify(status(422, "Invalid", 'metadata.name: Invalid value: "A_B"'))), "create", "ConfigMap ns/A_B");
+    const err = classifyApiError(apiException(422, JSON.stringify(status(422, "Invalid", 'metadata.name: Invalid value: "A_B"'))), { action: "create", object: "ConfigMap ns/A_B" });
     assert.equal(err.message, 'Cannot create ConfigMap ns/A_B: metadata.name: Invalid value: "A_B"');
   });
 
   it("passes ImpErrors through unchanged", () => {
     const original = terminalError("MissingNamespace", "Cannot address ConfigMap ?/a: a namespaced kind needs a namespace");
-    assert.equal(classifyApiError(original, "get", "x"), original);
+    assert.equal(classifyApiError(original, { action: "get", object: "x" }), original);
   });
 
   it("backs the is* predicates", () => {
-    assert.equal(isNotFound(classifyApiError(apiException(404, undefined), "get", "x")), true);
-    assert.equal(isAlreadyExists(classifyApiError(apiException(409, status(409, "AlreadyExists")), "create", "x")), true);
-    assert.equal(isConflict(classifyApiError(apiException(409, status(409, "Conflict")), "patch", "x")), true);
-    assert.equal(isGone(classifyApiError(apiException(410, undefined), "watch", "x")), true);
+    assert.equal(isNotFound(classifyApiError(apiException(404, undefined), { action: "get", object: "x" })), true);
+    assert.equal(isAlreadyExists(classifyApiError(apiException(409, status(409, "AlreadyExists")), { action: "create", object: "x" })), true);
+    assert.equal(isConflict(classifyApiError(apiException(409, status(409, "Conflict")), { action: "patch", object: "x" })), true);
+    assert.equal(isGone(classifyApiError(apiException(410, undefined), { action: "watch", object: "x" })), true);
     assert.equal(isNotFound(new Error("404")), false);
-    assert.ok(classifyApiError(new Error("odd"), "get", "x") instanceof ImpError);
+    assert.ok(classifyApiError(new Error("odd"), { action: "get", object: "x" }) instanceof ImpError);
   });
 });

@@ -74,8 +74,9 @@ function statusBodyOf(err: unknown): { reason?: string; message?: string } | und
  * "Cannot <action> <object>: <state>". ImpErrors pass through unchanged; errors without an HTTP
  * status (refused connections, resets, our own deadlines) are retryable network failures.
  */
-export function classifyApiError(err: unknown, action: string, object: string): ImpError {
+export function classifyApiError(err: unknown, what: { readonly action: string; readonly object: string }): ImpError {
   if (err instanceof ImpError) return err;
+  const { action, object } = what;
   const status = httpStatusOf(err);
   const context = { object, ...(status === undefined ? {} : { status }) };
   if (status === undefined) {

@@ -24,7 +24,10 @@ const depthSources = new WeakMap<Registry, Map<string, () => number>>();
  * `controller` pre-created at zero so dashboards see the series before the first reconcile.
  * `depth` is read at scrape time.
  */
-export function controllerMetrics(registry: Registry, controller: string, depth: () => number): ControllerMetrics {
+export function controllerMetrics(
+  registry: Registry,
+  { controller, depth }: { readonly controller: string; readonly depth: () => number },
+): ControllerMetrics {
   let sources = depthSources.get(registry);
   if (sources === undefined) {
     sources = new Map();

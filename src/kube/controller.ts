@@ -62,7 +62,7 @@ export class Controller {
     this.#clock = options.clock ?? systemClock;
     this.#queue = new WorkQueue({ clock: this.#clock, ...(options.backoff === undefined ? {} : { backoff: options.backoff }) });
     this.#logger = (options.logger ?? silentLogger).child({ controller: options.name });
-    this.#metrics = controllerMetrics(options.registry, options.name, () => this.#queue.length);
+    this.#metrics = controllerMetrics(options.registry, { controller: options.name, depth: () => this.#queue.length });
   }
 
   enqueue(key: ObjectKey): void {

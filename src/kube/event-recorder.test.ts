@@ -16,7 +16,7 @@ function setup(cacheSize?: number) {
 describe("EventRecorder", () => {
   it("writes a core/v1 Event about the object", async () => {
     const { client, recorder } = setup();
-    await recorder.record(vm, "Normal", "Scheduled", "Bound to node n1");
+    await recorder.record(vm, { type: "Normal", reason: "Scheduled", message: "Bound to node n1" });
     const { items } = await client.list({ namespace: "ci" });
     assert.equal(items.length, 1);
     const event = items[0];
@@ -30,10 +30,10 @@ describe("EventRecorder", () => {
   it("folds repeats into one Event with a growing count and lastTimestamp", async () => {
     const { clock, client, recorder } = setup();
     for (let i = 0; i < 5; i++) {
-      await recorder.record(vm, "Warning", "BootFailed", "Guest did not answer within 30 s");
+      await recorder.record(vm, { type: "Warning", reason: "BootFailed", message: "Guest did not answer within 30 s" });
       await clock.advance(60_000);
     }
-    await recorder.record(vm, "Warning", "BootFailed", "a different message");
+    await recorder.record(vm, { type: "Warning", reason: "BootFailed", message: "a different message" });
     const { items } = await client.list({ namespace: "ci" });
     assert.equal(items.length, 2);
     const repeated = items.find((e) => e.message.startsWith("Guest"));
@@ -44,17 +44,17 @@ describe("EventRecorder", () => {
   it("never throws when the API fails, and the next record still works", async () => {
     const { client, recorder } = setup();
     client.failNext("create", retryableError("NetworkError", "Cannot create Event: refused"));
-    await recorder.record(vm, "Normal", "Scheduled", "x");
-    await recorder.record(vm, "Normal", "Scheduled", "x");
+    await recorder.record(vm, { type: "Normal", reason: "Scheduled", message: "x" });
+    await recorder.record(vm, { type: "Normal", reason: "Scheduled", message: "x" });
     assert.equal((await client.list()).items.length, 1);
   });
 
   it("starts a new Event when the remembered one has expired", async () => {
     const { client, recorder } = setup();
-    await recorder.record(vm, "Normal", "Scheduled", "x");
+    await recorder.record(vm, { type: "Normal", reason: "Scheduled", message: "x" });
     const [first] = (await client.list()).items;
     await client.delete({ namespace: "ci", name: first?.metadata?.name ?? "" });
-    await recorder.record(vm, "Normal", "Scheduled", "x");
+    await recorder.record(vm, { type: "Normal", reason: "Scheduled", message: "x" });
     const { items } = await client.list();
     assert.equal(items.length, 1);
     assert.equal(items[0]?.count, 1);

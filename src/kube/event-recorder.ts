@@ -31,14 +31,23 @@ interface SeenEvent {
 export type EventWrite = { readonly kind: "create" } | { readonly kind: "bump"; readonly seen: SeenEvent };
 
 /** Same object, type, reason and message: a repeat that only bumps `count` (client-go's aggregation key). */
-export function eventKey(involved: KubeObject, type: EventType, reason: string, message: string): string {
+export function eventKey(involved: KubeObject, event: Pick<EventToRecord, "type" | "reason" | "message">): string {
   const m = involved.metadata;
-  return [involved.kind ?? "", m?.namespace ?? "", m?.name ?? "", m?.uid ?? "", type, reason, message].join("\u0000");
+  return [involved.kind ?? "", m?.namespace ?? "", m?.name ?? "", m?.uid ?? "", event.type, event.reason, event.message].join("\u0000");
 }
 
 /** Pure: a repeat of a recorded event is a bump of its count, anything else a new Event. */
 export function decideEventWrite(seen: SeenEvent | undefined): EventWrite {
   return seen === undefined ? { kind: "create" } : { kind: "bump", seen };
+}
+
+export interface EventToRecord {
+  readonly type: EventType;
+  /** UpperCamelCase, machine-readable: `Scheduled`, `BootFailed`. */
+  readonly reason: string;
+  /** Human-readable; cut at 1 024 characters. Never secrets. */
+  readonly message: string;
+  readonly signal?: AbortSignal;
 }
 
 export interface EventRecorderOptions {
@@ -71,8 +80,10 @@ export class EventRecorder {
     this.#logger = (options.logger ?? silentLogger).child({ component: options.component });
   }
 
-  async record(involved: KubeObject, type: EventType, reason: string, message: string, signal?: AbortSignal): Promise<void> {
-    const key = eventKey(involved, type, reason, message);
+  /** Records `event` about `involved` (which needs kind, name and, if namespaced, namespace; uid is recommended). */
+  async record(involved: KubeObject, event: EventToRecord): Promise<void> {
+    const { type, reason, message, signal } = event;
+    const key = eventKey(involved, event);
     const now = new Date(this.#clock.now()).toISOString().replace(/\.\d{3}Z$/, "Z");
     const write = decideEventWrite(this.#seen.get(key));
     try {

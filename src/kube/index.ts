@@ -24,7 +24,7 @@ export {
   isGone,
 } from "./api-errors.ts";
 export { createMergePatch, applyMergePatch, jsonEqual } from "./merge-patch.ts";
-export { mutateWithRetry, CONFLICT_RETRY, type MutateOptions } from "./mutate-with-retry.ts";
+export { mutateWithRetry, CONFLICT_RETRY, type MutateRequest } from "./mutate-with-retry.ts";
 export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, type InformerOptions, type EventHandlers } from "./informer.ts";
 export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";
 export {
@@ -57,5 +57,5 @@ export {
   type LeaseObservation,
 } from "./lease-decision.ts";
 export { LeaderElector, DEFAULT_LEADER_ELECTION, type LeaderElectorOptions, type LeaderElectionTimings } from "./leader-elector.ts";
-export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventRecorderOptions } from "./event-recorder.ts";
+export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventToRecord, type EventRecorderOptions } from "./event-recorder.ts";
 export { Manager, DEFAULT_SYNC_TIMEOUT_MS, type Runnable, type SyncedRunnable, type ManagerOptions } from "./manager.ts";

@@ -136,7 +136,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
   }
 
   watch(options: WatchOptions, onEvent: (type: WatchEventType, obj: T) => void): Promise<void> {
-    return runWatch(this.#watcher, this.resource, options, onEvent as (t: WatchEventType, o: unknown) => void);
+    return runWatch(this.#watcher, { resource: this.resource, options, onEvent: onEvent as (t: WatchEventType, o: unknown) => void });
   }
 
   #target(): { group: string; version: string; plural: string } {
@@ -158,7 +158,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     try {
       return await run(requestOptions(this.#kubeConfig, this.#timeoutMs, signal));
     } catch (err) {
-      throw classifyApiError(err, action, object);
+      throw classifyApiError(err, { action, object });
     }
   }
 }
@@ -201,9 +201,7 @@ function requestOptions(kubeConfig: KubeConfig, timeoutMs: number, signal: Abort
  */
 function runWatch(
   watcher: Watch,
-  resource: ResourceDescriptor,
-  options: WatchOptions,
-  onEvent: (type: WatchEventType, obj: unknown) => void,
+  { resource, options, onEvent }: { resource: ResourceDescriptor; options: WatchOptions; onEvent: (type: WatchEventType, obj: unknown) => void },
 ): Promise<void> {
   const what = `${resource.kind} watch`;
   const query = {
@@ -222,7 +220,7 @@ function runWatch(
       options.signal.removeEventListener("abort", onAbort);
       controller?.abort();
       if (err === undefined || err === null) resolve();
-      else reject(fromHandler ? err : classifyApiError(err, "watch", what));
+      else reject(fromHandler ? err : classifyApiError(err, { action: "watch", object: what }));
     };
     const onAbort = (): void => finish();
     if (options.signal.aborted) {

@@ -147,14 +147,14 @@ export class LeaderElector {
         if (!isNotFound(err)) throw err;
       }
       const now = this.#clock.now();
-      this.#observed = lease === undefined ? undefined : observeLease(this.#observed, lease, now);
+      this.#observed = lease === undefined ? undefined : observeLease(this.#observed, { lease, now });
       const action = decideLease({ observed: this.#observed, identity: this.#options.identity, now, leaseDurationMs: this.#timings.leaseDurationMs });
       if (action.kind === "wait") return false;
       const written =
         action.kind === "create"
           ? await this.#options.client.create({ metadata: { namespace: ref.namespace, name: ref.name }, spec: action.spec }, callSignal)
           : await this.#options.client.patch(ref, { metadata: { resourceVersion: action.resourceVersion }, spec: action.spec }, callSignal);
-      this.#observed = observeLease(this.#observed, written, this.#clock.now());
+      this.#observed = observeLease(this.#observed, { lease: written, now: this.#clock.now() });
       if (action.kind !== "renew") this.#logger.info({ transition: action.kind, leaseTransitions: action.spec.leaseTransitions }, "acquired lease");
       return true;
     } catch (err) {

@@ -50,10 +50,10 @@ describe("decideLease()", () => {
 
 describe("observeLease()", () => {
   it("keeps the first observation time while the version is unchanged and restarts it on change", () => {
-    const first = observeLease(undefined, { metadata: { resourceVersion: "1" }, spec: { holderIdentity: "a" } }, 100);
-    const same = observeLease(first, { metadata: { resourceVersion: "1" }, spec: { holderIdentity: "a" } }, 500);
+    const first = observeLease(undefined, { lease: { metadata: { resourceVersion: "1" }, spec: { holderIdentity: "a" } }, now: 100 });
+    const same = observeLease(first, { lease: { metadata: { resourceVersion: "1" }, spec: { holderIdentity: "a" } }, now: 500 });
     assert.equal(same.observedAt, 100);
-    const changed = observeLease(same, { metadata: { resourceVersion: "2" }, spec: { holderIdentity: "a" } }, 900);
+    const changed = observeLease(same, { lease: { metadata: { resourceVersion: "2" }, spec: { holderIdentity: "a" } }, now: 900 });
     assert.equal(changed.observedAt, 900);
   });
 });

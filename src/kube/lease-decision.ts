@@ -33,7 +33,10 @@ export interface LeaseObservation {
  * comparing the holder's `renewTime` with our clock, so clock skew between nodes cannot cause two
  * leaders (client-go's leaderelection does the same).
  */
-export function observeLease(previous: LeaseObservation | undefined, lease: Lease, now: number): LeaseObservation {
+export function observeLease(
+  previous: LeaseObservation | undefined,
+  { lease, now }: { readonly lease: Lease; readonly now: number },
+): LeaseObservation {
   const resourceVersion = lease.metadata?.resourceVersion ?? "";
   if (previous !== undefined && previous.resourceVersion === resourceVersion) return previous;
   return { resourceVersion, spec: lease.spec ?? {}, observedAt: now };

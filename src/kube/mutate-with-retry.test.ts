@@ -21,9 +21,15 @@ describe("mutateWithRetry()", () => {
     const client = await setup();
     await Promise.all(
       Array.from({ length: 10 }, (_, i) =>
-        mutateWithRetry(client, ref, (draft) => {
-          draft.status = { ...draft.status, items: [...(draft.status?.items ?? []), `w${i}`] };
-        }, { subresource: "status", policy: fastPolicy, clock: systemClock }),
+        mutateWithRetry(client, {
+          ref,
+          mutate: (draft) => {
+            draft.status = { ...draft.status, items: [...(draft.status?.items ?? []), `w${i}`] };
+          },
+          subresource: "status",
+          policy: fastPolicy,
+          clock: systemClock,
+        }),
       ),
     );
     const final = await client.get(ref);
@@ -33,10 +39,14 @@ describe("mutateWithRetry()", () => {
 
   it("writes only the status part through the status subresource", async () => {
     const client = await setup();
-    await mutateWithRetry(client, ref, (draft) => {
-      draft.status = { ...draft.status, phase: "Running" };
-      draft.spec = { size: 99 }; // not part of a status write
-    }, { subresource: "status" });
+    await mutateWithRetry(client, {
+      ref,
+      mutate: (draft) => {
+        draft.status = { ...draft.status, phase: "Running" };
+        draft.spec = { size: 99 }; // not part of a status write
+      },
+      subresource: "status",
+    });
     const final = await client.get(ref);
     assert.equal(final.status?.phase, "Running");
     assert.equal(final.spec?.size, 1);
@@ -45,10 +55,13 @@ describe("mutateWithRetry()", () => {
 
   it("skips the write when nothing changed or mutate returns false", async () => {
     const client = await setup();
-    await mutateWithRetry(client, ref, () => undefined);
-    await mutateWithRetry(client, ref, (draft) => {
-      draft.spec = { size: 5 };
-      return false;
+    await mutateWithRetry(client, { ref, mutate: () => undefined });
+    await mutateWithRetry(client, {
+      ref,
+      mutate: (draft) => {
+        draft.spec = { size: 5 };
+        return false;
+      },
     });
     assert.equal(client.calls.patch + client.calls.patchStatus, 0);
   });
@@ -57,7 +70,7 @@ describe("mutateWithRetry()", () => {
     const client = await setup();
     for (let i = 0; i < 3; i++) client.failNext("patch", conflictError("Conflict", "Cannot patch Thing ns/t: modified"));
     await assert.rejects(
-      mutateWithRetry(client, ref, (draft) => void (draft.spec = { size: 2 }), { policy: { ...fastPolicy, maxAttempts: 3 } }),
+      mutateWithRetry(client, { ref, mutate: (draft) => void (draft.spec = { size: 2 }), policy: { ...fastPolicy, maxAttempts: 3 } }),
       (err: unknown) => err instanceof ImpError && err.errorClass === "conflict",
     );
     assert.equal((await client.get(ref)).spec?.size, 1);

@@ -10,7 +10,10 @@ import type { ObjectRef, ResourceClient } from "./resource-client.ts";
  */
 export const CONFLICT_RETRY: BackoffPolicy = { baseMs: 20, factor: 2, capMs: 1_000, jitter: 1, maxAttempts: 10 };
 
-export interface MutateOptions {
+export interface MutateRequest<T> {
+  readonly ref: ObjectRef;
+  /** Edits the draft (a deep copy of the freshest object); returning false skips the write. Pure: it may run several times. */
+  readonly mutate: (draft: T) => void | boolean;
   /** `status` writes through the status subresource and only the status part of the change. */
   readonly subresource?: "main" | "status";
   readonly policy?: BackoffPolicy;
@@ -29,10 +32,9 @@ export interface MutateOptions {
  */
 export async function mutateWithRetry<T extends KubeObject>(
   client: Pick<ResourceClient<T>, "get" | "patch" | "patchStatus">,
-  ref: ObjectRef,
-  mutate: (draft: T) => void | boolean,
-  options: MutateOptions = {},
+  request: MutateRequest<T>,
 ): Promise<T> {
+  const { ref, mutate, ...options } = request;
   const subresource = options.subresource ?? "main";
   return retry(
     async (attempt) => {

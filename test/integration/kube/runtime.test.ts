@@ -144,10 +144,13 @@ describe("kube runtime against a real API server", () => {
       let attempts = 0;
       await Promise.all(
         Array.from({ length: 10 }, (_, i) =>
-          mutateWithRetry(configMaps, ref, (draft) => {
-            attempts += 1;
-            const items = JSON.parse(draft.data?.["items"] ?? "[]") as string[];
-            draft.data = { ...draft.data, items: JSON.stringify([...items, `writer-${i}`]) };
+          mutateWithRetry(configMaps, {
+            ref,
+            mutate: (draft) => {
+              attempts += 1;
+              const items = JSON.parse(draft.data?.["items"] ?? "[]") as string[];
+              draft.data = { ...draft.data, items: JSON.stringify([...items, `writer-${i}`]) };
+            },
           }),
         ),
       );
@@ -162,8 +165,8 @@ describe("kube runtime against a real API server", () => {
       const events = createResourceClient<CoreEvent>(plane.kubeConfig, EVENT_RESOURCE);
       const involved = await configMaps.create({ metadata: { name: "evented", namespace: "crud" } });
       const recorder = new EventRecorder({ client: events, component: "imp-test", instance: "test" });
-      await recorder.record(involved, "Warning", "BootFailed", "guest did not answer");
-      await recorder.record(involved, "Warning", "BootFailed", "guest did not answer");
+      await recorder.record(involved, { type: "Warning", reason: "BootFailed", message: "guest did not answer" });
+      await recorder.record(involved, { type: "Warning", reason: "BootFailed", message: "guest did not answer" });
       const { items } = await events.list({ namespace: "crud", fieldSelector: "involvedObject.name=evented" });
       assert.equal(items.length, 1);
       assert.equal(items[0]?.count, 2);
@@ -180,11 +183,15 @@ describe("kube runtime against a real API server", () => {
         reconcile: async (ctx) => {
           const { namespace, name } = parseKey(ctx.key);
           if (informer.get(ctx.key) === undefined) return done; // deleted: nothing to converge
-          await mutateWithRetry(configMaps, { namespace, name }, (draft) => {
-            if (draft.data?.["stamped"] === "yes") return false;
-            draft.data = { ...draft.data, stamped: "yes" };
-            return true;
-          }, { signal: ctx.signal });
+          await mutateWithRetry(configMaps, {
+            ref: { namespace, name },
+            mutate: (draft) => {
+              if (draft.data?.["stamped"] === "yes") return false;
+              draft.data = { ...draft.data, stamped: "yes" };
+              return true;
+            },
+            signal: ctx.signal,
+          });
           return done;
         },
       });
