@@ -98,3 +98,26 @@ describe("the guest agent as PID 1", { timeout: 300_000 }, (suite) => {
     assert.ok(!console.includes(SENTINEL), "the exec env reached the console log");
   });
 });
+
+describe("an exec with shutdownAfterExit (the runner path)", { timeout: 300_000 }, () => {
+  let t: TestVm;
+  const failures = failureTracker();
+  before(async () => {
+    t = await bootTestVm({ name: "guest-shutdown-after-exit" });
+  });
+  afterEach(failures.record);
+  after(async () => {
+    await t?.dispose(!failures.any);
+  });
+
+  it("reports the exit code, then powers the VM off by itself", async () => {
+    // Subscribe first: the guest powers off right after writing the exit event, so a later
+    // exec.status could find the stream closed.
+    const exitEvent = new Promise<ExitEvent>((resolve) => t.client.on("exit", (e) => e.execId === "runner" && resolve(e)));
+    const reply = await t.client.exec({ execId: "runner", argv: ["/bin/sh", "-c", "exit 3"], env: { PATH }, shutdownAfterExit: "poweroff" });
+    assert.equal(reply.started, true);
+    assert.equal((await exitEvent).exitCode, 3);
+    const vmExit = await t.vm.exited();
+    assert.deepEqual({ code: vmExit.code, signal: vmExit.signal }, { code: 0, signal: null });
+  });
+});
