@@ -54,6 +54,11 @@ describe("imp image pull / ls / rm", () => {
     await writeFile(authFile, JSON.stringify({ auths: { [basic.host]: { auth: Buffer.from("ci:pw").toString("base64") } } }));
     const { stdout } = await imp(["image", "pull", "--store", storeRoot, "--auth-file", authFile, "--platform", "linux/amd64", `${basic.host}/cli/tool:1`], { IMP_STORE: "/nonexistent" });
     assert.match(stdout, new RegExp(tool.manifest.digest));
+    const secretFile = join(work, "pull-secret.yaml");
+    const dockerconfigjson = Buffer.from(JSON.stringify({ auths: { [basic.host]: { username: "ci", password: "pw" } } })).toString("base64");
+    await writeFile(secretFile, `apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\nmetadata:\n  name: pull\ndata:\n  .dockerconfigjson: ${dockerconfigjson}\n`);
+    const fromSecret = await imp(["image", "pull", "-q", "--store", join(work, "store-secret"), "--auth-file", secretFile, "--platform", "linux/amd64", `${basic.host}/cli/tool:1`]);
+    assert.equal(fromSecret.stdout, `${tool.manifest.digest}\n`);
     await assert.rejects(imp(["image", "pull", "--platform", "linux/amd64", `${basic.host}/cli/tool:1`]), (err: Error & { code?: number; stderr?: string }) => {
       assert.equal(err.code, 1);
       assert.match(err.stderr ?? "", /^imp: Cannot pull from 127\.0\.0\.1:\d+\/cli\/tool: the registry requires credentials and none are configured/);

@@ -3,7 +3,8 @@ import { readFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import type { Command } from "commander";
 import type { CredentialLookup, Platform, PullProgress } from "../../../agent/index.ts";
-import { credentialsFromDockerConfig, formatPlatform, FsContentStore, ImagePuller, nodePlatform } from "../../../agent/index.ts";
+import { parse as parseYaml } from "yaml";
+import { credentialsFromDockerConfig, credentialsFromSecretData, formatPlatform, FsContentStore, ImagePuller, nodePlatform } from "../../../agent/index.ts";
 import { humanBytes, shortDigest, storeDir, withStoreOption } from "./common.ts";
 
 interface PullOpts {
@@ -22,7 +23,7 @@ export function registerImagePull(image: Command): void {
     .description("pull an image (config and layers, verified) into the content store")
     .option("--platform <os/arch[/variant]>", "platform to pick from an index (default: this machine's)")
     .option("--concurrency <n>", "layers fetched at once", "3")
-    .option("--auth-file <path>", "registry credentials in Docker config.json form (the content of a .dockerconfigjson Secret key); default $IMP_AUTH_FILE")
+    .option("--auth-file <path>", "registry credentials: a Docker config.json, or a kubernetes.io/dockerconfigjson Secret as kubectl prints it (YAML or JSON); default $IMP_AUTH_FILE")
     .option("--plain-http", "speak plain HTTP to this registry (loopback registries always do)")
     .option("--default-registry <host>", "registry for references that name none (default $IMP_DEFAULT_REGISTRY)")
     .option("-q, --quiet", "print only the manifest digest")
@@ -32,7 +33,7 @@ export function registerImagePull(image: Command): void {
       const concurrency = Number(opts.concurrency);
       if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 32) throw new Error(`Cannot pull ${reference}: --concurrency must be 1..32`);
       const authFile = opts.authFile ?? process.env.IMP_AUTH_FILE;
-      const credentials: CredentialLookup | undefined = authFile === undefined ? undefined : credentialsFromDockerConfig(await readFile(authFile, "utf8"));
+      const credentials = authFile === undefined ? undefined : readCredentials(await readFile(authFile, "utf8"));
       const defaultRegistry = opts.defaultRegistry ?? process.env.IMP_DEFAULT_REGISTRY;
       const puller = new ImagePuller({
         ...(credentials === undefined ? {} : { credentials }),
@@ -64,6 +65,24 @@ export function registerImagePull(image: Command): void {
         process.off("SIGTERM", onSignal);
       }
     });
+}
+
+/**
+ * `--auth-file` takes a Docker config.json, or a `kubernetes.io/dockerconfigjson` Secret as
+ * `kubectl get secret NAME -o yaml|json` prints it.
+ */
+function readCredentials(text: string): CredentialLookup {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch {
+    doc = undefined;
+  }
+  const secret = doc as { kind?: unknown; data?: unknown } | undefined;
+  if (secret?.kind === "Secret" && typeof secret.data === "object" && secret.data !== null) {
+    return credentialsFromSecretData(secret.data as Record<string, string>);
+  }
+  return credentialsFromDockerConfig(text);
 }
 
 function parsePlatform(text: string): Platform {
