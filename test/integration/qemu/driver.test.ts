@@ -4,8 +4,7 @@
  */
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QemuVm, type QemuVmOptions } from "../../../src/agent/index.ts";
@@ -16,10 +15,20 @@ const dir = mkdtempSync(join(tmpdir(), "imp-qd-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 
-/** PIDs of processes whose command line mentions `needle` (our per-test directory). */
+/** PIDs of live processes whose command line mentions `needle` (our per-test directory). */
 function processesMentioning(needle: string): number[] {
-  const out = execFileSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" });
-  return out.split("\n").filter((l) => l.includes(needle) && !l.includes(" ps ")).map((l) => Number(l.trim().split(/\s+/)[0]));
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      if (/\) Z /.test(stat)) continue; // a zombie is already dead, only not yet reaped
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(needle)) pids.push(Number(entry));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return pids;
 }
 
 function options(overrides: Partial<QemuVmOptions>): QemuVmOptions {
