@@ -1,6 +1,9 @@
 package pid1
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseCmdlineFindsScratchAndKeepsQuotedValues(t *testing.T) {
 	c := ParseCmdline(`console=ttyS0 ro init=/.imp/imp-guest imp.scratch=/dev/vdb quiet x="a b" imp.scratch=/dev/vdc` + "\n")
@@ -37,5 +40,13 @@ func TestBootMountPlanCoversEveryRequiredFilesystem(t *testing.T) {
 		if got[target] != fs {
 			t.Fatalf("%s: got %q, want %q", target, got[target], fs)
 		}
+	}
+}
+
+func TestInnermostFirstUnmountsChildrenAndLaterMountsFirst(t *testing.T) {
+	got := innermostFirst([]string{"/", "/proc", "/dev", "/dev/pts", "/run", "/run", "/sys", "/sys/fs/cgroup"})
+	want := []string{"/sys/fs/cgroup", "/dev/pts", "/sys", "/run", "/run", "/dev", "/proc", "/"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }

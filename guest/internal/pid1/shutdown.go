@@ -63,9 +63,25 @@ func mountTargetsInnermostFirst() []string {
 			targets = append(targets, unescapeMount(fields[1]))
 		}
 	}
-	// Later mounts first, and deeper paths before their parents.
-	sort.SliceStable(targets, func(i, j int) bool { return strings.Count(targets[i], "/") > strings.Count(targets[j], "/") })
-	return targets
+	return innermostFirst(targets)
+}
+
+// innermostFirst orders mount targets (given in mount order) for unmounting: deeper paths before
+// their parents, and among equals the later mount first (it may sit on top of an earlier one). Pure.
+func innermostFirst(targets []string) []string {
+	out := make([]string, len(targets))
+	for i, t := range targets {
+		out[len(targets)-1-i] = t
+	}
+	sort.SliceStable(out, func(i, j int) bool { return depth(out[i]) > depth(out[j]) })
+	return out
+}
+
+func depth(path string) int {
+	if path == "/" {
+		return 0
+	}
+	return strings.Count(path, "/")
 }
 
 // unescapeMount undoes the octal escapes of /proc/self/mounts (\040 for space, etc.).
