@@ -100,3 +100,36 @@ describe("parseGuestFrame()", () => {
     assert.throws(() => parseGuestFrame(Buffer.alloc(0)), /not UTF-8 JSON/);
   });
 });
+
+describe("the decode path on arbitrary bytes", () => {
+  it("only ever yields valid messages or ImpErrors (seeded random input)", () => {
+    let state = 0x1234_5678;
+    const next = (): number => {
+      state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
+      return state >>> 16;
+    };
+    const fragments = ['{"v":1,', '"type":"exit",', '"id":0,', '"execId":"a",', '"exitCode":', "300", "0", "}", '"output"', '"data":"', "\u00ff", "[", "]", ","];
+    for (let round = 0; round < 2000; round++) {
+      const decoder = new FrameDecoder(4096);
+      const parts: Buffer[] = [];
+      for (let i = next() % 6; i >= 0; i--) {
+        const body = Buffer.from(Array.from({ length: next() % 8 }, () => fragments[next() % fragments.length]).join(""));
+        const header = Buffer.alloc(4);
+        header.writeUInt32BE(next() % 50 === 0 ? 5000 + next() : body.length, 0);
+        parts.push(header, body);
+      }
+      try {
+        for (const body of decoder.push(Buffer.concat(parts))) {
+          try {
+            const message = parseGuestFrame(body);
+            assert.ok(["output", "exit", "error", "hello", "configure", "exec", "exec.status", "signal", "shutdown"].includes(message.type));
+          } catch (err) {
+            assert.ok(err instanceof ImpError, String(err));
+          }
+        }
+      } catch (err) {
+        assert.ok(err instanceof ImpError && err.code === "guest.frame_too_large", String(err));
+      }
+    }
+  });
+});
