@@ -3,7 +3,9 @@ import assert from "node:assert/strict";
 import { Writable } from "node:stream";
 import { Registry } from "prom-client";
 import { FakeClock, conflictError, createLogger, retryableError, terminalError } from "../shared/index.ts";
-import { Controller, ownerKeys, type ReconcileContext } from "./controller.ts";
+import { Controller, generationChanged, ownerKeys, type ReconcileContext } from "./controller.ts";
+import type { EventHandlers } from "./informer.ts";
+import type { KubeObject } from "./resource.ts";
 import { CONFLICT_IMMEDIATE_RETRIES, decideRequeue, done, requeueAfter, type ReconcileResult } from "./reconcile-result.ts";
 
 const backoff = { baseMs: 100, factor: 2, capMs: 10_000, jitter: 0, maxAttempts: Infinity };
@@ -215,5 +217,42 @@ describe("ownerKeys()", () => {
     };
     assert.deepEqual(ownerKeys("ImpVM")(child), ["ci/vm-1"]);
     assert.deepEqual(ownerKeys("Other", false)(child), ["x"]);
+  });
+});
+
+describe("Controller.watch()", () => {
+  function fakeSource<T>() {
+    let handlers: EventHandlers<T> = {};
+    return {
+      addEventHandler(h: EventHandlers<T>) {
+        handlers = h;
+        return () => (handlers = {});
+      },
+      emit: () => handlers,
+    };
+  }
+
+  it("maps children to their owner's key and filters status-only updates with generationChanged", async () => {
+    const reconciled: string[] = [];
+    const { controller, stop, running } = setup(async (ctx) => {
+      reconciled.push(ctx.key);
+      return done;
+    });
+    const vms = fakeSource<KubeObject>();
+    const secrets = fakeSource<KubeObject>();
+    controller.watch(vms, { updateMatters: generationChanged });
+    controller.watch(secrets, { toKeys: ownerKeys("ImpVM") });
+    const v1 = { metadata: { name: "vm", namespace: "ci", generation: 1 } };
+    const statusOnly = { metadata: { name: "vm", namespace: "ci", generation: 1 }, status: { phase: "Running" } };
+    vms.emit().onUpdate?.(v1, statusOnly);
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    assert.deepEqual(reconciled, [], "a status-only update is ignored");
+    vms.emit().onUpdate?.(statusOnly, statusOnly);
+    await until(() => reconciled.length === 1, "a resync passes the filter");
+    secrets.emit().onDelete?.({ metadata: { name: "vm-setup", namespace: "ci", ownerReferences: [{ kind: "ImpVM", name: "vm" }] } });
+    await until(() => reconciled.length === 2, "the owner is reconciled");
+    assert.deepEqual(reconciled, ["ci/vm", "ci/vm"]);
+    stop.abort();
+    await running;
   });
 });

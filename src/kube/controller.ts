@@ -26,6 +26,15 @@ export interface EventSource<T> {
   addEventHandler(handlers: EventHandlers<T>): () => void;
 }
 
+export interface WatchMapping<T> {
+  readonly toKeys?: (obj: T) => Iterable<ObjectKey>;
+  readonly updateMatters?: (old: T, obj: T) => boolean;
+}
+
+/** An update predicate: only spec changes (metadata.generation) matter; status-only writes are ignored. */
+export const generationChanged = (old: KubeObject, obj: KubeObject): boolean =>
+  old.metadata?.generation === undefined || old.metadata.generation !== obj.metadata?.generation;
+
 export interface ControllerOptions {
   readonly name: string;
   readonly reconcile: Reconciler;
@@ -74,14 +83,20 @@ export class Controller {
   }
 
   /**
-   * Enqueues keys for every add/update/delete from `source`. `toKeys` maps an object to the keys
-   * to reconcile (default: its own key; use `ownerKeys(kind)` for children). Returns an unsubscribe.
+   * Enqueues keys for every add/update/delete from `source`. Returns an unsubscribe.
+   * - `toKeys` maps an object to the keys to reconcile (default: its own key; `ownerKeys(kind)` for children);
+   * - `updateMatters(old, obj)` filters updates, e.g. `generationChanged` to ignore status-only writes
+   *   (resyncs, where `old === obj`, always pass so periodic re-checks still happen).
    */
-  watch<T extends KubeObject>(source: EventSource<T>, toKeys: (obj: T) => Iterable<ObjectKey> = (o) => [keyOf(o)]): () => void {
+  watch<T extends KubeObject>(source: EventSource<T>, options: WatchMapping<T> = {}): () => void {
+    const toKeys = options.toKeys ?? ((o: T) => [keyOf(o)]);
     const enqueueAll = (obj: T): void => {
       for (const key of toKeys(obj)) this.#queue.add(key);
     };
-    return source.addEventHandler({ onAdd: enqueueAll, onUpdate: (_old, obj) => enqueueAll(obj), onDelete: enqueueAll });
+    const onUpdate = (old: T, obj: T): void => {
+      if (old === obj || (options.updateMatters?.(old, obj) ?? true)) enqueueAll(obj);
+    };
+    return source.addEventHandler({ onAdd: enqueueAll, onUpdate, onDelete: enqueueAll });
   }
 
   /** Keys ready now (the queue-depth metric), for health and tests. */

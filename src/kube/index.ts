@@ -11,7 +11,7 @@ export type {
   WatchOptions,
   DeleteOptions,
 } from "./resource-client.ts";
-export { createResourceClient, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_FIELD_MANAGER, type KubeResourceClientOptions } from "./kube-resource-client.ts";
+export { createResourceClient, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_FIELD_MANAGER, LIST_PAGE_SIZE, type KubeResourceClientOptions } from "./kube-resource-client.ts";
 export { FakeResourceClient } from "./fake-resource-client.ts";
 export {
   classifyApiError,
@@ -30,7 +30,9 @@ export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./w
 export {
   Controller,
   ownerKeys,
+  generationChanged,
   DEFAULT_WORKERS,
+  type WatchMapping,
   type ControllerOptions,
   type ReconcileContext,
   type Reconciler,

@@ -28,10 +28,14 @@ export interface KubeResourceClientOptions {
   readonly callTimeoutMs?: number;
   /** Recorded as `managedFields[].manager` on writes. */
   readonly fieldManager?: string;
+  /** Objects per list request; `list` follows continue tokens until done. */
+  readonly listPageSize?: number;
 }
 
 export const DEFAULT_CALL_TIMEOUT_MS = 15_000;
 export const DEFAULT_FIELD_MANAGER = "imp";
+/** client-go's reflector pages by 500 too. */
+export const LIST_PAGE_SIZE = 500;
 
 /**
  * `ResourceClient` over client-node's `CustomObjectsApi`, for any kind including core ones.
@@ -58,6 +62,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
   readonly #timeoutMs: number;
   readonly #fieldManager: string;
   readonly #apiVersion: string;
+  readonly #pageSize: number;
 
   constructor(kubeConfig: KubeConfig, resource: ResourceDescriptor, options: KubeResourceClientOptions) {
     this.resource = resource;
@@ -67,6 +72,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     this.#timeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     this.#fieldManager = options.fieldManager ?? DEFAULT_FIELD_MANAGER;
     this.#apiVersion = apiVersionOf(resource);
+    this.#pageSize = options.listPageSize ?? LIST_PAGE_SIZE;
   }
 
   get(ref: ObjectRef, signal?: AbortSignal): Promise<T> {
@@ -77,21 +83,32 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     ) as Promise<T>;
   }
 
+  /** Pages through the collection (`listPageSize` per request) so huge lists do not arrive in one response. */
   async list(options: ListOptions = {}): Promise<ListResult<T>> {
     const what = `${this.resource.kind} list${options.namespace === undefined ? "" : ` in ${options.namespace}`}`;
     const query = {
       ...this.#target(),
+      limit: this.#pageSize,
       ...(options.labelSelector === undefined ? {} : { labelSelector: options.labelSelector }),
       ...(options.fieldSelector === undefined ? {} : { fieldSelector: options.fieldSelector }),
     };
-    const body = (await this.#call("list", what, options.signal, (o) =>
-      this.resource.namespaced && options.namespace !== undefined
-        ? this.#api.listNamespacedCustomObject({ ...query, namespace: options.namespace }, o)
-        : this.#api.listClusterCustomObject(query, o),
-    )) as { items?: T[]; metadata?: { resourceVersion?: string } };
-    // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
-    const items = (body.items ?? []).map((item) => ({ ...item, apiVersion: this.#apiVersion, kind: this.resource.kind }));
-    return { items, resourceVersion: body.metadata?.resourceVersion ?? "" };
+    const items: T[] = [];
+    let resourceVersion = "";
+    let next: string | undefined;
+    do {
+      const page = { ...query, ...(next === undefined ? {} : { _continue: next }) };
+      const body = (await this.#call("list", what, options.signal, (o) =>
+        this.resource.namespaced && options.namespace !== undefined
+          ? this.#api.listNamespacedCustomObject({ ...page, namespace: options.namespace }, o)
+          : this.#api.listClusterCustomObject(page, o),
+      )) as { items?: T[]; metadata?: { resourceVersion?: string; continue?: string } };
+      // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
+      for (const item of body.items ?? []) items.push({ ...item, apiVersion: this.#apiVersion, kind: this.resource.kind });
+      // Every page of one list is served from the snapshot of the first; its version is the list's.
+      if (resourceVersion === "") resourceVersion = body.metadata?.resourceVersion ?? "";
+      next = body.metadata?.continue === "" ? undefined : body.metadata?.continue;
+    } while (next !== undefined);
+    return { items, resourceVersion };
   }
 
   create(obj: T, signal?: AbortSignal): Promise<T> {

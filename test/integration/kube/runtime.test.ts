@@ -80,7 +80,7 @@ describe("kube runtime against a real API server", () => {
     plane = await startControlPlane({ controllerManager: false });
     configMaps = createResourceClient<ConfigMap>(plane.kubeConfig, CONFIG_MAPS);
     const namespaces = createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES);
-    for (const name of ["crud", "informer", "conflicts", "controller", "quiet"]) await namespaces.create({ metadata: { name } });
+    for (const name of ["crud", "informer", "conflicts", "controller", "quiet", "paged"]) await namespaces.create({ metadata: { name } });
   });
   after(async () => {
     await plane?.stop();
@@ -99,6 +99,14 @@ describe("kube runtime against a real API server", () => {
       assert.notEqual(listed.resourceVersion, "");
       await configMaps.delete({ namespace: "crud", name: "a" });
       await assert.rejects(configMaps.get({ namespace: "crud", name: "a" }), rejectsWith("terminal", "NotFound"));
+    });
+
+    it("lists across pages", async () => {
+      for (let i = 0; i < 5; i++) await configMaps.create({ metadata: { name: `page-${i}`, namespace: "paged" } });
+      const smallPages = createResourceClient<ConfigMap>(plane.kubeConfig, CONFIG_MAPS, { listPageSize: 2 });
+      const listed = await smallPages.list({ namespace: "paged" });
+      assert.deepEqual(listed.items.map((o) => o.metadata?.name).sort(), ["page-0", "page-1", "page-2", "page-3", "page-4"]);
+      assert.notEqual(listed.resourceVersion, "");
     });
 
     it("classifies AlreadyExists, stale resourceVersion and invalid objects", async () => {
