@@ -108,10 +108,12 @@ export class Informer<T extends KubeObject> {
     return this.#watching;
   }
 
+  /** The cached object; shared with the cache, so read-only (edit a `structuredClone`). */
   get(key: ObjectKey): T | undefined {
     return this.#cache.get(key);
   }
 
+  /** All cached objects (a new array of shared, read-only objects). */
   list(): T[] {
     return [...this.#cache.values()];
   }
