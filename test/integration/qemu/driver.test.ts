@@ -56,20 +56,21 @@ describe("QemuVm.start()", () => {
     assert.deepEqual(processesMentioning(o.dir), []);
   });
 
-  it("fails connectGuest at once with qemu.exited and QEMU's own words when QEMU cannot load the kernel", async () => {
+  it("fails connectGuest with qemu.exited and QEMU's own words once QEMU could not load the kernel", async () => {
     const kernel = join(dir, "not-a-kernel");
     writeFileSync(kernel, "garbage");
     const o = options({ channel: "serial", machine: { ...options({}).machine, kernel } });
     const vm = await QemuVm.start(o);
     try {
-      await assert.rejects(vm.connectGuest({ timeoutMs: 60_000 }).then(() => vm.connectGuest({ timeoutMs: 60_000 })), (err: unknown) => {
+      const exit = await vm.exited();
+      assert.notEqual(exit.code, 0);
+      assert.ok(vm.downSignal.aborted);
+      await assert.rejects(vm.connectGuest({ timeoutMs: 60_000 }), (err: unknown) => {
         assert.ok(err instanceof ImpError, String(err));
         assert.equal(err.code, "qemu.exited");
         assert.match(err.message, /qemu: .*kernel/i);
         return true;
       });
-      const exit = await vm.exited();
-      assert.notEqual(exit.code, 0);
     } finally {
       await vm.stop();
     }
