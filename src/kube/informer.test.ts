@@ -153,6 +153,23 @@ describe("Informer", () => {
     await running;
   });
 
+  it("reports syncing, then ok, then stale when the API stays silent", async () => {
+    const { clock, client, informer, stop, running } = setup();
+    assert.equal(informer.health(75_000).status, "syncing");
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    assert.equal(informer.health(75_000).status, "ok");
+    await until(() => client.openWatches === 1, "the watch is open");
+    // Every reconnect within the next 76 s fails (backoff 1+2+4+8+16+30 s).
+    for (let i = 0; i < 7; i++) client.failNext("watch", retryableError("NetworkError", "refused"));
+    client.dropWatches(retryableError("NetworkError", "reset"));
+    await clock.advance(76_000);
+    const health = informer.health(75_000);
+    assert.equal(health.status, "stale");
+    assert.ok((health.silentForMs ?? 0) > 75_000);
+    stop.abort();
+    await running;
+  });
+
   it("resolves start() once stopped and closes the watch", async () => {
     const { client, informer, stop, running } = setup();
     await informer.waitForSync(AbortSignal.timeout(5_000));

@@ -98,6 +98,17 @@ export class Informer<T extends KubeObject> {
     return this.#lastEventAt;
   }
 
+  /**
+   * For health endpoints: `syncing` before the first list, `stale` when nothing was heard from the
+   * API for `maxSilenceMs` (use a few watch timeouts, e.g. 3 × 25 s), `ok` otherwise.
+   */
+  health(maxSilenceMs: number): { readonly status: "syncing" | "ok" | "stale"; readonly silentForMs: number | undefined } {
+    const last = this.#lastEventAt;
+    if (!this.#synced || last === undefined) return { status: "syncing", silentForMs: undefined };
+    const silentForMs = this.#clock.now() - last;
+    return { status: silentForMs > maxSilenceMs ? "stale" : "ok", silentForMs };
+  }
+
   /** Counters since start: list requests (the first and every relist), watch requests, failed list/watch attempts, 410s. */
   stats(): { readonly lists: number; readonly watches: number; readonly failures: number; readonly expired: number } {
     return { ...this.#stats };
