@@ -13,7 +13,7 @@
 import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pack } from "tar-stream";
@@ -126,7 +126,7 @@ async function main(): Promise<void> {
       rows.push([run, times.imp ?? NaN, times.ref ?? NaN, ratio, phases]);
     }
     rows.push(["median", percentile(rows.map((r) => r[1] as number), 50), percentile(rows.map((r) => r[2] as number), 50), percentile(ratios, 50), ""]);
-    table(`Cold build, ${(unpacked / 1024 ** 2).toFixed(0)} MiB tar in ${layers.length} layers (goal: ratio ≤ 1.0)`, ["run", "imp ms", "skopeo+umoci+mkfs ms", "ratio", "imp phases ms"], rows);
+    table(`Cold build, ${(unpacked / 1024 ** 2).toFixed(0)} MiB tar in ${layers.length} layers (goal: ratio ≤ 1.0; load average ${loadavg()[0]?.toFixed(1)})`, ["run", "imp ms", "skopeo+umoci+mkfs ms", "ratio", "imp phases ms"], rows);
 
     const small = layers.slice(3).map((l): LayerBlob => ({ digest: l.digest, mediaType: l.mediaType, open: () => Promise.resolve(Readable.from([l.bytes])) }));
     await perVmDisks(work, guestAgent, small);
@@ -182,6 +182,8 @@ async function perVmDisks(work: string, guestAgent: { path: string; digest: stri
   for (const [name, layers] of cases) {
     const image = await images.ensure({ layers, guestAgent });
     await prepareVmDisks(await mkdtemp(join(root, "warmup-")), image, templates, scratch);
+    // Flush what the builds before left dirty, so writeback of earlier phases does not land in these samples.
+    execFileSync("sync");
     const samples: number[] = [];
     let method = "";
     for (let i = 0; i < vmIterations; i++) {
@@ -197,7 +199,7 @@ async function perVmDisks(work: string, guestAgent: { path: string; digest: stri
     }
     rows.push([name, (image.sizeBytes / 1024 ** 2).toFixed(0), vmIterations, percentile(samples, 50), percentile(samples, 95), method]);
   }
-  table("Per-VM disks on a warm cache: lookup + hard-link base + 10 GiB scratch (goal ≤ 20 ms)", ["image", "image MiB", "n", "median ms", "p95 ms", "scratch"], rows);
+  table(`Per-VM disks on a warm cache: lookup + hard-link base + 10 GiB scratch (goal ≤ 20 ms; load average ${loadavg()[0]?.toFixed(1)})`, ["image", "image MiB", "n", "median ms", "p95 ms", "scratch"], rows);
 }
 
 await main();

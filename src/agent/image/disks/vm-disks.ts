@@ -4,8 +4,8 @@
  * (see scratch-template.ts). The hard link is the VM's reference on the cached image (see
  * cache/image-cache.ts): removing the VM's directory releases it.
  */
-import { link, rm, stat, utimes } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { link, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
 import type { CachedImage } from "../cache/index.ts";
 import type { ScratchSpec, ScratchTemplates } from "./scratch-template.ts";
@@ -23,7 +23,8 @@ export interface VmDisks {
 
 /**
  * Creates `base.ext4` (hard link to the cached image) and `scratch.ext4` in `vmDir`, which must
- * exist and be on the cache's filesystem. Idempotent: disks already there are kept.
+ * exist and be on the cache's filesystem. Idempotent: disks already there are kept. `image` comes
+ * from `ImageCache.ensure`/`lookup`, which already marked it used for LRU.
  */
 export async function prepareVmDisks(vmDir: string, image: CachedImage, scratch: ScratchTemplates, spec: ScratchSpec): Promise<VmDisks> {
   const base = join(vmDir, BASE_DISK);
@@ -38,8 +39,6 @@ export async function prepareVmDisks(vmDir: string, image: CachedImage, scratch:
     if (code === "ENOENT") throw terminalError("ImageVanished", `Cannot reference base image ${image.key}: it was evicted; ensure it again`, { cause: err, context: { key: image.key } });
     if (code !== "EEXIST" || !(await sameFile(image.path, base))) throw err;
   }
-  const now = new Date();
-  await utimes(join(dirname(image.path), "used"), now, now).catch(() => undefined);
   let scratchMethod: VmDisks["scratchMethod"] = "existing";
   if ((await stat(scratchPath).catch(() => undefined)) === undefined) scratchMethod = await scratch.create(scratchPath, spec);
   return { base, scratch: scratchPath, scratchMethod };
