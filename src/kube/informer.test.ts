@@ -170,6 +170,25 @@ describe("Informer", () => {
     await running;
   });
 
+  it("replays the cache as adds to a handler added after sync, and survives a throwing handler", async () => {
+    const { client, informer, stop, running } = setup();
+    await client.create(cm("a"));
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    const late: string[] = [];
+    informer.addEventHandler({ onAdd: (o) => late.push(o.metadata?.name ?? "") });
+    informer.addEventHandler({
+      onAdd: () => {
+        throw new Error("handler bug");
+      },
+    });
+    assert.deepEqual(late, ["a"]);
+    await until(() => client.openWatches === 1, "the watch is open");
+    await client.create(cm("b"));
+    assert.deepEqual(late, ["a", "b"], "a throwing handler neither stops the watch nor other handlers");
+    stop.abort();
+    await running;
+  });
+
   it("resolves start() once stopped and closes the watch", async () => {
     const { client, informer, stop, running } = setup();
     await informer.waitForSync(AbortSignal.timeout(5_000));
