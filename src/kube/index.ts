@@ -1,6 +1,6 @@
 // Public entry of the controller runtime. Everything else in src/kube is internal.
 export type { ResourceDescriptor, KubeObject, ObjectMeta, ObjectKey } from "./resource.ts";
-export { apiVersionOf, collectionPath, keyOf, parseKey, describeObject } from "./resource.ts";
+export { apiVersionOf, collectionPath, keyOf, parseKey, describeObject, resourceDescriptor } from "./resource.ts";
 export type {
   ResourceClient,
   ObjectRef,

@@ -12,6 +12,21 @@ export interface ResourceDescriptor {
   readonly namespaced: boolean;
 }
 
+/**
+ * Builds a descriptor from CRD-style names (`scope: "Cluster" | "Namespaced"`), e.g. src/api's
+ * `KindNames`: `resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM })`. Structural, so
+ * src/kube does not depend on src/api.
+ */
+export function resourceDescriptor(names: {
+  readonly group: string;
+  readonly version: string;
+  readonly kind: string;
+  readonly plural: string;
+  readonly scope: "Cluster" | "Namespaced";
+}): ResourceDescriptor {
+  return { group: names.group, version: names.version, plural: names.plural, kind: names.kind, namespaced: names.scope === "Namespaced" };
+}
+
 /** Object metadata fields the runtime reads or writes; everything else passes through untouched. */
 export interface ObjectMeta {
   name?: string;
