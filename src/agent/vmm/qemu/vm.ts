@@ -191,7 +191,7 @@ export class QemuVm implements AsyncDisposable {
     return this.#down.signal;
   }
 
-  /** Resolves when QEMU has exited and its console is fully captured. */
+  /** Resolves when QEMU has exited; its whole console is then in `serial.tail()` (the file is complete after `stop()`). */
   exited(): Promise<QemuExit> {
     return this.#qemu.exited();
   }
