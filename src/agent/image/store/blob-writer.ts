@@ -6,11 +6,18 @@
  */
 import { createHash, randomBytes, type Hash } from "node:crypto";
 import { open, rename, unlink, type FileHandle } from "node:fs/promises";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
 import type { ExpectedBlob, WriteOptions } from "./content-store.ts";
 
 export const TEMP_PREFIX = ".tmp-";
+/**
+ * Temp names carry the writer's pid and a tag of its host name, so a store shared between PID
+ * namespaces (agent container, CLI on the host) only trusts the "writer is dead" check for its own.
+ */
+export const HOST_TAG = createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+export const tempName = (pid: number): string => `${TEMP_PREFIX}${pid}-${HOST_TAG}-${randomBytes(6).toString("hex")}`;
 // Network chunks are small (~64 KiB); writing ~1 MiB batches halves the syscall cost.
 const WRITE_BATCH_BYTES = 1024 * 1024;
 
@@ -33,7 +40,7 @@ export class BlobWriter {
   }
 
   static async create(dir: string, expected: ExpectedBlob, finalName: string): Promise<BlobWriter> {
-    const temp = join(dir, `${TEMP_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`);
+    const temp = join(dir, tempName(process.pid));
     return new BlobWriter(dir, expected, finalName, temp, await open(temp, "wx", 0o644));
   }
 

@@ -4,6 +4,7 @@ import { mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
+import { HOST_TAG } from "./blob-writer.ts";
 import { FsContentStore } from "./content-store.ts";
 
 const digestOf = (b: Buffer): string => `sha256:${createHash("sha256").update(b).digest("hex")}`;
@@ -72,15 +73,17 @@ describe("FsContentStore", async () => {
     assert.equal(read, false);
   });
 
-  it("removes temp files of dead writers and old ones on open, keeps live recent ones", async () => {
+  it("removes temp files of dead writers and old ones on open, keeps live, recent and foreign-host ones", async () => {
     const dir = join(root, "f", "blobs", "sha256");
     await FsContentStore.open(join(root, "f"));
-    await writeFile(join(dir, ".tmp-999999999-dead"), "partial");
-    await writeFile(join(dir, `.tmp-${process.pid}-live`), "partial");
-    await writeFile(join(dir, `.tmp-${process.ppid}-old`), "partial");
-    const old = new Date(Date.now() - 2 * 3600 * 1000);
-    await utimes(join(dir, `.tmp-${process.ppid}-old`), old, old);
+    const dead = `.tmp-999999999-${HOST_TAG}-dead`;
+    const live = `.tmp-${process.pid}-${HOST_TAG}-live`;
+    const old = `.tmp-${process.ppid}-${HOST_TAG}-old`;
+    const foreign = ".tmp-999999999-0000zzzz-otherhost";
+    for (const name of [dead, live, old, foreign]) await writeFile(join(dir, name), "partial");
+    const hoursAgo = new Date(Date.now() - 2 * 3600 * 1000);
+    await utimes(join(dir, old), hoursAgo, hoursAgo);
     const store = await FsContentStore.open(join(root, "f"));
-    assert.deepEqual(await store.tempFiles(), [`.tmp-${process.pid}-live`]);
+    assert.deepEqual((await store.tempFiles()).sort(), [foreign, live].sort(), "a pid from another host's namespace proves nothing");
   });
 });

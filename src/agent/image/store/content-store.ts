@@ -2,7 +2,7 @@
  * The node's content store: blobs addressed by sha256 digest under `<root>/blobs/sha256/<hex>`.
  *
  * A blob file exists only when its bytes were verified: `write` streams into a temp file in the same
- * directory (`.tmp-<pid>-<random>`), counts and hashes every byte, stops as soon as the stream exceeds
+ * directory (`.tmp-<pid>-<host tag>-<random>`), counts and hashes every byte, stops as soon as the stream exceeds
  * the expected size, fsyncs, checks digest and size, then renames into place and fsyncs the directory.
  * An interrupted write (abort, crash, power loss) leaves at most a temp file, never a blob that looks
  * complete; `open` removes temp files whose writer process is gone or that are older than an hour.
@@ -11,7 +11,7 @@ import { createReadStream, type ReadStream } from "node:fs";
 import { mkdir, open, readdir, rm, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
-import { BlobWriter, TEMP_PREFIX } from "./blob-writer.ts";
+import { BlobWriter, HOST_TAG, TEMP_PREFIX } from "./blob-writer.ts";
 import { sha256Hex } from "./digest.ts";
 
 /** What a blob must be: the store refuses to keep anything else. */
@@ -159,7 +159,8 @@ export class FsContentStore implements ContentStore {
   async #removeStaleTemps(): Promise<void> {
     const now = Date.now();
     for (const name of await this.tempFiles()) {
-      const pid = Number(name.slice(TEMP_PREFIX.length).split("-")[0]);
+      const [pidText, hostTag] = name.slice(TEMP_PREFIX.length).split("-");
+      const pid = hostTag === HOST_TAG ? Number(pidText) : Number.NaN;
       const info = await stat(join(this.#dir, name)).catch(() => undefined);
       if (info === undefined) continue;
       const writerGone = !Number.isInteger(pid) || pid === process.pid ? false : !processAlive(pid);
