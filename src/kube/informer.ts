@@ -149,12 +149,13 @@ export class Informer<T extends KubeObject> {
   async #runListWatch(signal: AbortSignal): Promise<void> {
     let needList = true;
     while (!signal.aborted) {
-      const watchStartedAt = this.#clock.now();
+      let watchStartedAt = this.#clock.now();
       let sawEvent = false;
       try {
         if (needList) {
           await this.#relist(signal);
           needList = false;
+          watchStartedAt = this.#clock.now();
         }
         this.#watching = true;
         this.#stats.watches += 1;
