@@ -30,6 +30,22 @@ describe("a QEMU VM reached over virtio-serial", { timeout: 300_000 }, (suite) =
     assert.equal(result.exitCode, 5);
   });
 
+  it("keeps an exec running while the host reconnects to the port, then reports its exit code", async () => {
+    const reply = await t.client.exec({
+      execId: "serial-disc",
+      argv: ["/bin/sh", "-c", "while [ ! -e /tmp/release ]; do sleep 0.1; done; exit 4"],
+      env: { PATH: "/bin" },
+    });
+    assert.equal(reply.started, true);
+    const fresh = await t.reconnect();
+    assert.equal((await fresh.execStatus("serial-disc")).state, "running");
+    assert.equal((await fresh.exec({ execId: "serial-disc", argv: ["/bin/true"], env: {} })).started, false);
+    await runExec(fresh, { execId: "serial-release", argv: ["/bin/touch", "/tmp/release"], env: { PATH: "/bin" } });
+    for (let i = 0; i < 300 && (await fresh.execStatus("serial-disc")).state === "running"; i++) await new Promise((r) => setTimeout(r, 100));
+    const status = await fresh.execStatus("serial-disc");
+    assert.deepEqual([status.state, status.exitCode], ["exited", 4]);
+  });
+
   it("shuts down on request and QEMU exits 0", async () => {
     await t.client.shutdown("poweroff");
     const exit = await t.vm.exited();

@@ -85,7 +85,7 @@ export interface TestVmOptions {
 
 export interface TestVm {
   readonly vm: QemuVm;
-  /** The client of the first connection, already past `hello`. */
+  /** The current primary connection, past `hello` (replaced by `reconnect()`). */
   readonly client: GuestClient;
   readonly hello: HelloReply;
   /** Milliseconds from spawning QEMU to the `hello` reply. */
@@ -97,8 +97,13 @@ export interface TestVm {
   readonly channel: "vsock" | "serial";
   /** Error codes of the failed vsock dial attempts made while the guest booted (empty over serial). */
   readonly bootDialFailures: readonly string[];
-  /** A new connection to the guest agent, past `hello`. */
+  /**
+   * An additional connection to the guest agent, past `hello`. vsock only: QEMU's virtio-serial
+   * socket serves one host connection at a time (use `reconnect()` there).
+   */
   connect(timeoutMs?: number): Promise<GuestClient>;
+  /** Drops the primary connection and opens a new one (the agent's reconnect path); works on both channels. */
+  reconnect(timeoutMs?: number): Promise<GuestClient>;
   /** Stops the VM and removes its files; keeps the logs under test-results/ unless `passed`. Idempotent. */
   dispose(passed: boolean): Promise<void>;
 }
@@ -177,10 +182,24 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
 
   try {
     const timeoutMs = options.bootTimeoutMs ?? 60_000;
-    const client = await connect(timeoutMs, (err) => bootDialFailures.push(err.code));
+    let client = await connect(timeoutMs, (err) => bootDialFailures.push(err.code));
     const hello = await client.hello();
     const bootMs = performance.now() - started;
-    return { vm, client, hello, bootMs, rootfs, scratch, channel, bootDialFailures, connect: (ms) => connect(ms), dispose };
+    return {
+      vm, hello, bootMs, rootfs, scratch, channel, bootDialFailures, dispose,
+      get client() {
+        return client;
+      },
+      connect: async (ms) => {
+        if (channel === "serial") throw new Error("Cannot open a second connection over virtio-serial: QEMU serves one at a time; use reconnect()");
+        return connect(ms);
+      },
+      reconnect: async (ms) => {
+        client.close();
+        client = await connect(ms);
+        return client;
+      },
+    };
   } catch (err) {
     await dispose(false);
     throw new Error(`Cannot boot test VM ${options.name} (${channel}): ${describeError(err)}\n--- serial console tail ---\n${vm.serial.tail(40)}`, { cause: err });
