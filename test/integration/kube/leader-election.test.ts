@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url";
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { LEASE_RESOURCE, createResourceClient, type Lease } from "../../../src/kube/index.ts";
+import { Informer, LEASE_RESOURCE, createResourceClient, type KubeObject, type Lease } from "../../../src/kube/index.ts";
 
 const childScript = fileURLToPath(new URL("./elector-child.fixture.ts", import.meta.url));
 // Short timings so the test is quick; the same code runs with client-go's 15/10/2 s defaults.
@@ -58,10 +58,22 @@ const exited = (proc: ChildProcess): Promise<void> =>
 describe("leader election between two processes", () => {
   let plane: ControlPlane;
   const children: ChildProcess[] = [];
+  // Runs beside the election tests (which take well over 30 s) to check the informer's defaults
+  // against client-node's 30 s watch inactivity timeout on a namespace where nothing happens.
+  const quiet = { stop: new AbortController(), startedAt: 0, running: Promise.resolve(), informer: undefined as Informer<KubeObject> | undefined };
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
+    const informer = new Informer<KubeObject>({
+      client: createResourceClient<KubeObject>(plane.kubeConfig, { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true }),
+      namespace: "kube-public",
+    });
+    quiet.informer = informer;
+    quiet.startedAt = Date.now();
+    quiet.running = informer.start(quiet.stop.signal);
   });
   after(async () => {
+    quiet.stop.abort();
+    await quiet.running;
     for (const child of children) child.kill("SIGKILL");
     await Promise.all(children.map(exited));
     await plane?.stop();
@@ -125,5 +137,18 @@ describe("leader election between two processes", () => {
     const leading = await b.next("leading", 30_000);
     console.log(`leader election handover after release: ${leading.at - stoppedAt} ms`);
     assert.ok(leading.at - stoppedAt < LEASE_MS, "a released lease is taken before it would have expired");
+  });
+
+  it("keeps a quiet informer's watch healthy past client-node's 30 s inactivity timeout", async () => {
+    const informer = quiet.informer;
+    assert.ok(informer !== undefined);
+    const remaining = 40_000 - (Date.now() - quiet.startedAt);
+    if (remaining > 0) await new Promise((resolve) => setTimeout(resolve, remaining));
+    const stats = informer.stats();
+    console.log(`quiet informer over ${Math.round((Date.now() - quiet.startedAt) / 1000)} s: ${JSON.stringify(stats)}`);
+    assert.equal(stats.failures, 0, "no watch ended in an error (client-side timeout or otherwise)");
+    assert.equal(stats.lists, 1);
+    assert.ok(stats.watches >= 2, "the server ended at least one watch on schedule and it was resumed");
+    assert.equal(informer.health(75_000).status, "ok");
   });
 });
