@@ -1,11 +1,11 @@
 /** `imp image pull REF`: pulls an image into the node's content store with a progress bar per layer. */
 import { readFile } from "node:fs/promises";
-import cliProgress from "cli-progress";
 import type { Command } from "commander";
-import type { CredentialLookup, Platform, PullProgress } from "../../../agent/index.ts";
+import type { CredentialLookup, Platform } from "../../../agent/index.ts";
 import { parse as parseYaml } from "yaml";
 import { credentialsFromDockerConfig, credentialsFromSecretData, formatPlatform, FsContentStore, ImagePuller, nodePlatform } from "../../../agent/index.ts";
-import { humanBytes, shortDigest, storeDir, withStoreOption } from "./common.ts";
+import { humanBytes, storeDir, withStoreOption } from "./common.ts";
+import { progressView } from "./pull-progress.ts";
 
 interface PullOpts {
   store?: string;
@@ -91,79 +91,4 @@ function parsePlatform(text: string): Platform {
     throw new Error(`Cannot use platform ${JSON.stringify(text)}: write os/arch or os/arch/variant`);
   }
   return { os, architecture, ...(variant === undefined || variant === "" ? {} : { variant }) };
-}
-
-interface ProgressView {
-  onProgress(event: PullProgress): void;
-  fetchedBytes(): number;
-  stop(): void;
-}
-
-/** Bars on a terminal; one line per finished layer otherwise (logs, CI). */
-function progressView(tty: boolean): ProgressView {
-  const received = new Map<string, number>();
-  const fetchedBytes = (): number => [...received.values()].reduce((a, b) => a + b, 0);
-  if (!tty) {
-    return {
-      onProgress: (e) => {
-        if (e.kind === "layer-bytes") received.set(e.digest, e.received);
-        if (e.kind === "layer-done") process.stderr.write(`${shortDigest(e.digest)}  pulled  ${humanBytes(e.size)}\n`);
-        if (e.kind === "layer-cached") process.stderr.write(`${shortDigest(e.digest)}  already in store  ${humanBytes(e.size)}\n`);
-        if (e.kind === "retry") process.stderr.write(`retrying (${e.attempt}) in ${e.delayMs} ms: ${e.error}\n`);
-      },
-      fetchedBytes,
-      stop: () => undefined,
-    };
-  }
-  const bars = new cliProgress.MultiBar(
-    {
-      format: " {name} [{bar}] {value} / {total}  {state}",
-      formatValue: (v, _o, type) => (type === "value" || type === "total" ? humanBytes(v) : String(v)),
-      hideCursor: true,
-      clearOnComplete: false,
-      barsize: 30,
-      stream: process.stderr,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-  const perLayer = new Map<string, cliProgress.SingleBar>();
-  let stopped = false;
-  const bar = (digest: string, size: number): cliProgress.SingleBar => {
-    let b = perLayer.get(digest);
-    if (b === undefined) {
-      b = bars.create(Math.max(size, 1), 0, { name: shortDigest(digest), state: "waiting" });
-      perLayer.set(digest, b);
-    }
-    return b;
-  };
-  return {
-    onProgress: (e) => {
-      switch (e.kind) {
-        case "resolved":
-          for (const l of e.layers) bar(l.digest, l.size);
-          break;
-        case "layer-start":
-          bar(e.digest, e.size).update(0, { state: "downloading" });
-          break;
-        case "layer-bytes":
-          received.set(e.digest, e.received);
-          bar(e.digest, e.size).update(e.received, { state: "downloading" });
-          break;
-        case "layer-done":
-          bar(e.digest, e.size).update(e.size, { state: "verified" });
-          break;
-        case "layer-cached":
-          bar(e.digest, e.size).update(e.size, { state: "already in store" });
-          break;
-        case "retry":
-          bars.log(`retrying (${e.attempt}) in ${e.delayMs} ms: ${e.error}\n`);
-          break;
-      }
-    },
-    fetchedBytes,
-    stop: () => {
-      if (!stopped) bars.stop();
-      stopped = true;
-    },
-  };
 }
