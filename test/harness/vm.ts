@@ -118,10 +118,15 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
   // Short path: Unix socket names inside must stay under 108 bytes.
   const dir = await mkdtemp(join(tmpdir(), "imp-vm-"));
   const rootfs = join(dir, "rootfs.ext4");
-  await cp(kit.rootfs, rootfs);
   const scratchMiB = options.scratchMiB ?? 256;
   const scratch = scratchMiB > 0 ? join(dir, "scratch.ext4") : undefined;
-  if (scratch !== undefined) await makeScratchDisk(scratch, scratchMiB);
+  try {
+    await cp(kit.rootfs, rootfs);
+    if (scratch !== undefined) await makeScratchDisk(scratch, scratchMiB);
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
 
   const cmdline = [
     "console=ttyS0", "quiet", "panic=-1", "ro", "root=/dev/vda", `init=${options.init ?? kit.guestInit}`,
@@ -130,25 +135,31 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
   ];
   const tscKhz = await readHostTscKhz();
   const started = performance.now();
-  const vm = await QemuVm.start({
-    dir: join(dir, "vm"),
-    channel: channel as QemuChannelKind,
-    dieWithParent: true,
-    ...(kit.vhostDeviceVsock === null ? {} : { vhostDeviceVsock: kit.vhostDeviceVsock }),
-    machine: {
-      kernel: kit.kernel,
-      initrd: kit.initrd,
-      cmdline,
-      memoryMiB: options.memoryMiB ?? 512,
-      vcpus: 1,
-      accel: "tcg",
-      ...(tscKhz === undefined ? {} : { tscKhz }),
-      drives: [
-        { id: "root", path: rootfs },
-        ...(scratch === undefined ? [] : [{ id: "scratch", path: scratch }]),
-      ],
-    },
-  });
+  let vm: QemuVm;
+  try {
+    vm = await QemuVm.start({
+      dir: join(dir, "vm"),
+      channel: channel as QemuChannelKind,
+      dieWithParent: true,
+      ...(kit.vhostDeviceVsock === null ? {} : { vhostDeviceVsock: kit.vhostDeviceVsock }),
+      machine: {
+        kernel: kit.kernel,
+        initrd: kit.initrd,
+        cmdline,
+        memoryMiB: options.memoryMiB ?? 512,
+        vcpus: 1,
+        accel: "tcg",
+        ...(tscKhz === undefined ? {} : { tscKhz }),
+        drives: [
+          { id: "root", path: rootfs },
+          ...(scratch === undefined ? [] : [{ id: "scratch", path: scratch }]),
+        ],
+      },
+    });
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
 
   let disposed: Promise<void> | undefined;
   const dispose = (passed: boolean): Promise<void> => {
