@@ -3,3 +3,4 @@ export { BaseImages, type BaseImageRequest, type BaseImagesOptions, type BuildEv
 export { baseImageKey, BUILDER_FORMAT_VERSION, fileDigest, uuidOfKey, type BaseImageKeyInput } from "./cache-key.ts";
 export { acquireFileLock, type HeldLock } from "./file-lock.ts";
 export { IMAGE_FILE, ImageCache, type CachedImage, type CacheEntry, type EnsureResult, type GcResult, type ImageCacheOptions, type ImageProducer } from "./image-cache.ts";
+export { defaultStaging, type StagingOptions } from "./staging.ts";

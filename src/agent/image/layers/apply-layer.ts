@@ -26,6 +26,8 @@ import type { LayerBudget } from "./limits.ts";
 export interface LayerBlob {
   readonly digest: string;
   readonly mediaType: string;
+  /** Compressed size when known (used to guess whether the image fits in memory staging). */
+  readonly size?: number;
   /** Opens a fresh stream of the (compressed) blob. */
   open(): Promise<Readable>;
 }
@@ -38,9 +40,6 @@ export interface LayerStats {
 
 /** tar-stream decodes PAX records into `pax` (as UTF-8 strings). */
 type TarHeader = Header & { readonly pax?: Readonly<Record<string, string>> | null };
-
-/** Files up to this size are read into memory and written concurrently (see ConfinedTree.fileFromBuffer). */
-const BUFFERED_FILE_BYTES = 1024 * 1024;
 
 async function collect(content: AsyncIterable<Buffer>, size: number): Promise<Buffer> {
   const data = Buffer.allocUnsafe(size);
@@ -146,7 +145,7 @@ class LayerState {
     switch (header.type) {
       case "file":
       case "contiguous-file":
-        if ((header.size ?? 0) <= BUFFERED_FILE_BYTES) {
+        if ((header.size ?? 0) <= this.#tree.maxBufferedBytes) {
           const data = await collect(content, header.size ?? 0);
           await this.#tree.fileFromBuffer(path, meta, data);
           this.fileBytes += data.length;

@@ -54,12 +54,16 @@ export class ConfinedTree {
   /** Small-file writes in flight (see `fileFromBuffer`), and the first error one of them hit. */
   readonly #inflight = new Set<Promise<void>>();
   #inflightError: unknown;
+  #inflightBytes = 0;
   readonly #maxInflight: number;
+  /** Files up to this size may go through `fileFromBuffer`; also the bound on buffered bytes in flight. */
+  readonly maxBufferedBytes: number;
 
   /** `root` must be an empty directory that nothing else writes to. */
-  constructor(root: string, options: { readonly maxInflightWrites?: number } = {}) {
+  constructor(root: string, options: { readonly maxInflightWrites?: number; readonly maxBufferedBytes?: number } = {}) {
     this.root = root;
-    this.#maxInflight = options.maxInflightWrites ?? 16;
+    this.#maxInflight = options.maxInflightWrites ?? Number(process.env.IMP_X_INFLIGHT ?? 16);
+    this.maxBufferedBytes = options.maxBufferedBytes ?? Number(process.env.IMP_X_BUFFER ?? 1024 * 1024);
   }
 
   /**
@@ -85,13 +89,18 @@ export class ConfinedTree {
   async fileFromBuffer(path: EntryPath, meta: EntryMeta, data: Buffer): Promise<void> {
     if (this.#inflightError !== undefined) throw this.#inflightError;
     await this.checkAncestors(path, true);
-    while (this.#inflight.size >= this.#maxInflight) await Promise.race(this.#inflight);
+    while (this.#inflight.size >= this.#maxInflight || (this.#inflight.size > 0 && this.#inflightBytes + data.length > 4 * this.maxBufferedBytes)) {
+      await Promise.race(this.#inflight);
+    }
+    this.#inflightBytes += data.length;
     const task = this.#writeNew(path, meta, data).then(
       () => undefined,
       (err: unknown) => {
         this.#inflightError ??= err;
       },
-    );
+    ).finally(() => {
+      this.#inflightBytes -= data.length;
+    });
     this.#inflight.add(task);
     void task.finally(() => this.#inflight.delete(task));
   }

@@ -4,5 +4,5 @@ import type { LayerBlob } from "./apply-layer.ts";
 
 /** The image's layers, lowest first, read from the content store (blobs there were verified on write). */
 export function layerBlobsOf(image: PulledImage, store: ContentStore): LayerBlob[] {
-  return image.layers.map((layer) => ({ digest: layer.digest, mediaType: layer.mediaType, open: () => store.openRead(layer.digest) }));
+  return image.layers.map((layer) => ({ digest: layer.digest, mediaType: layer.mediaType, size: layer.size, open: () => store.openRead(layer.digest) }));
 }

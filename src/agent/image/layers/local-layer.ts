@@ -3,7 +3,7 @@
  * bytes, media type from the magic number (gzip, zstd, else plain tar).
  */
 import { createReadStream } from "node:fs";
-import { open } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import { fileDigestOf } from "./file-digest.ts";
 import type { LayerBlob } from "./apply-layer.ts";
 
@@ -20,5 +20,5 @@ export async function localLayer(path: string): Promise<LayerBlob> {
     : magic.equals(Buffer.from([0x28, 0xb5, 0x2f, 0xfd]))
       ? "application/vnd.oci.image.layer.v1.tar+zstd"
       : "application/vnd.oci.image.layer.v1.tar";
-  return { digest: await fileDigestOf(path), mediaType, open: () => Promise.resolve(createReadStream(path)) };
+  return { digest: await fileDigestOf(path), mediaType, size: (await stat(path)).size, open: () => Promise.resolve(createReadStream(path)) };
 }

@@ -38,6 +38,7 @@ interface BuildOpts extends CacheOpts {
   guest?: string;
   layer: string[];
   plainHttp?: boolean;
+  diskStaging?: boolean;
   quiet?: boolean;
 }
 
@@ -48,6 +49,7 @@ export function registerImageBuild(image: Command): void {
     .option("--guest <path>", "guest agent binary to inject at /.imp/imp-guest (default: $IMP_GUEST or $IMP_CACHE/guest/imp-guest)")
     .option("--layer <file>", "extra layer (tar, tar.gz or tar.zst) applied on top, in order; repeatable", (v: string, acc: string[]) => [...acc, v], [])
     .option("--plain-http", "speak plain HTTP to the registry when pulling")
+    .option("--disk-staging", "unpack on disk even when the image fits the memory staging area (/dev/shm)")
     .option("-q, --quiet", "print only the image path")
     .action(async (reference: string, opts: BuildOpts) => {
       const store = await FsContentStore.open(storeDir(opts));
@@ -61,9 +63,10 @@ export function registerImageBuild(image: Command): void {
       const log = (event: BuildEvent): void => {
         if (opts.quiet === true) return;
         if (event.kind === "layer-applied") process.stderr.write(`applied layer ${event.index + 1} ${shortDigest(event.digest)} in ${event.ms} ms\n`);
+        if (event.kind === "unpacked") process.stderr.write(`unpacked ${event.entries} entries (${humanBytes(event.fileBytes)}) in ${event.ms} ms, staged in ${event.staging}\n`);
         if (event.kind === "ext4-built") process.stderr.write(`made ext4 (${humanBytes(event.sizeBytes)} apparent) in ${event.ms} ms\n`);
       };
-      const result = await new BaseImages({ cache }).ensure(
+      const result = await new BaseImages({ cache, ...(opts.diskStaging === true ? { staging: null } : {}) }).ensure(
         { layers: [...layerBlobsOf(record, store), ...extra], guestAgent: { path: guestPath, digest: await fileDigest(guestPath) } },
         { onEvent: log },
       );
