@@ -62,8 +62,8 @@ export class ConfinedTree {
   /** `root` must be an empty directory that nothing else writes to. */
   constructor(root: string, options: { readonly maxInflightWrites?: number; readonly maxBufferedBytes?: number } = {}) {
     this.root = root;
-    this.#maxInflight = options.maxInflightWrites ?? Number(process.env.IMP_X_INFLIGHT ?? 16);
-    this.maxBufferedBytes = options.maxBufferedBytes ?? Number(process.env.IMP_X_BUFFER ?? 1024 * 1024);
+    this.#maxInflight = options.maxInflightWrites ?? 16;
+    this.maxBufferedBytes = options.maxBufferedBytes ?? 1024 * 1024;
   }
 
   /**
