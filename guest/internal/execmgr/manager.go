@@ -4,14 +4,13 @@ package execmgr
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"imp.dev/guest/internal/proto"
 )
 
@@ -48,7 +47,7 @@ type Manager struct {
 type execRecord struct {
 	state    string // proto.StateRunning | StateExited | StateFailed
 	pid      int
-	proc     *os.Process
+	pidfd    int // pidfd of the leader, owned; -1 once closed (at reap) or if none. Guarded by Manager.mu
 	exitCode int
 	signal   string
 	err      string
@@ -85,7 +84,7 @@ func (m *Manager) Start(req *proto.ExecRequest) (proto.ExecState, bool, *proto.E
 	if len(m.execs) >= m.maxExecs {
 		return proto.ExecState{}, false, proto.Errorf(0, proto.CodeTooManyExecs, "%d exec ids already recorded", m.maxExecs)
 	}
-	rec := &execRecord{state: proto.StateRunning, done: make(chan struct{})}
+	rec := &execRecord{state: proto.StateRunning, pidfd: -1, done: make(chan struct{})}
 	if req.ShutdownAfterExit != nil {
 		rec.shutdown = *req.ShutdownAfterExit
 	}
@@ -132,11 +131,14 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 		outW.Close()
 		return err
 	}
-	attr := &os.ProcAttr{
+	// The pidfd comes from the fork itself (CLONE_PIDFD, close-on-exec), so it can only ever refer
+	// to this child. It is owned by the record and closed when the leader is reaped (onExit).
+	pidfd := -1
+	attr := &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   env,
-		Files: []*os.File{devnull, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	}
 	if req.UID != nil || req.GID != nil {
 		cred := &syscall.Credential{Groups: []uint32{}}
@@ -150,13 +152,14 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 	}
 	pumps := &sync.WaitGroup{}
 	pid, err := m.reaper.Start(func() (int, error) {
-		p, err := os.StartProcess(path, req.Argv, attr)
+		pid, _, err := syscall.StartProcess(path, req.Argv, attr)
 		if err != nil {
-			return 0, err
+			return 0, &os.PathError{Op: "fork/exec", Path: path, Err: err}
 		}
-		rec.proc = p
-		return p.Pid, nil
+		rec.pidfd = pidfd
+		return pid, nil
 	}, func(ws syscall.WaitStatus) { m.onExit(req.ExecID, rec, ws, pumps, outR, errR) })
+	runtime.KeepAlive(devnull) // the raw fds above must stay open until the fork is done
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -180,42 +183,6 @@ func (m *Manager) Status(execID string) (proto.ExecState, bool) {
 		return proto.ExecState{}, false
 	}
 	return rec.snapshot(execID), true
-}
-
-// ErrUnknownExec is returned by Signal for an id never seen.
-var ErrUnknownExec = errors.New("unknown exec id")
-
-// Signal sends sig to the exec's process group. No-op (nil) if it is no longer running.
-func (m *Manager) Signal(execID string, sig syscall.Signal) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := m.execs[execID]
-	if !ok {
-		return ErrUnknownExec
-	}
-	return rec.signalLocked(sig)
-}
-
-func (r *execRecord) signalLocked(sig syscall.Signal) error {
-	if r.state != proto.StateRunning || r.reaped || r.pid <= 0 {
-		return nil
-	}
-	err := syscall.Kill(-r.pid, sig)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
-}
-
-// SignalAll sends sig to every running exec (SIGTERM/SIGINT forwarding).
-func (m *Manager) SignalAll(sig syscall.Signal) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, rec := range m.execs {
-		if err := rec.signalLocked(sig); err != nil {
-			m.log.Warn("cannot signal exec", "execId", id, "signal", unix.SignalName(sig), "error", err)
-		}
-	}
 }
 
 // StopAccepting makes later Start calls fail with shutting_down.

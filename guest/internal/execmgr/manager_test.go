@@ -57,7 +57,7 @@ type recorder struct {
 	exits  chan proto.ExitEvent
 }
 
-func newRecorder() *recorder { return &recorder{exits: make(chan proto.ExitEvent, 16)} }
+func newRecorder() *recorder { return &recorder{exits: make(chan proto.ExitEvent, 1024)} }
 
 func (r *recorder) Publish(e any) {
 	r.mu.Lock()
@@ -226,10 +226,12 @@ func TestOutputIsChunkedAtMost32KiBInSequence(t *testing.T) {
 
 func TestSignalReachesTheProcessGroupAndIsANoOpAfterExit(t *testing.T) {
 	m, rec := newManager(t)
-	if _, _, perr := m.Start(sh("sig", "sleep 30 & wait")); perr != nil {
+	pidFile := filepath.Join(t.TempDir(), "bg.pid")
+	if _, _, perr := m.Start(sh("sig", "sleep 30 >/dev/null 2>&1 & echo $! >"+pidFile+"; wait")); perr != nil {
 		t.Fatal(perr)
 	}
-	time.Sleep(100 * time.Millisecond) // let the shell start its child; the result does not depend on it
+	bg := openPidfd(t, readPid(t, pidFile)) // the shell's child, in the exec's process group
+	defer unix.Close(bg)
 	if err := m.Signal("sig", syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,8 @@ func TestSignalReachesTheProcessGroupAndIsANoOpAfterExit(t *testing.T) {
 	if exit.Signal != "SIGTERM" || exit.ExitCode != 128+15 {
 		t.Fatalf("exit = %+v", exit)
 	}
-	if err := m.Signal("sig", syscall.SIGKILL); err != nil {
+	waitGone(t, bg) // the group member got the signal too
+	if err := m.Signal("sig", syscall.SIGKILL); err != ErrExecExited {
 		t.Fatalf("signal after exit: %v", err)
 	}
 	if err := m.Signal("nope", syscall.SIGKILL); err != ErrUnknownExec {

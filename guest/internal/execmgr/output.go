@@ -31,6 +31,7 @@ func (m *Manager) pump(execID, stream string, r *os.File, wg *sync.WaitGroup) {
 func (m *Manager) onExit(execID string, rec *execRecord, ws syscall.WaitStatus, pumps *sync.WaitGroup, outR, errR *os.File) {
 	m.mu.Lock()
 	rec.reaped = true
+	rec.closePidfdLocked()
 	m.mu.Unlock()
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()
@@ -43,14 +44,15 @@ func (m *Manager) onExit(execID string, rec *execRecord, ws syscall.WaitStatus, 
 	errR.Close()
 	<-drained
 	code, sig := exitStatus(ws)
-	m.pub.Publish(proto.NewExitEvent(execID, code, sig))
+	// The state turns exited before the event goes out, so a host that got the exit event and asks
+	// exec.status never sees running; done closes only after, so WaitAll (shutdown) waits for it.
 	m.mu.Lock()
 	rec.state = proto.StateExited
 	rec.exitCode = code
 	rec.signal = sig
-	if rec.proc != nil {
-		_ = rec.proc.Release()
-	}
+	m.mu.Unlock()
+	m.pub.Publish(proto.NewExitEvent(execID, code, sig))
+	m.mu.Lock()
 	close(rec.done)
 	m.mu.Unlock()
 	m.log.Info("exec exited", "execId", execID, "exitCode", code, "signal", sig)

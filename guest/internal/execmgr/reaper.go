@@ -42,6 +42,20 @@ func (r *Reaper) Start(start func() (int, error), onExit func(syscall.WaitStatus
 	return pid, nil
 }
 
+// whileUnreaped runs fn with reaping paused if pid is a child registered with Start and not yet
+// reaped, and reports whether it ran. While fn runs, that child (live or zombie) still holds its
+// pid, so the number, and the process group id it leads, cannot be handed to another process.
+// fn must be short and must not call back into the Reaper.
+func (r *Reaper) whileUnreaped(pid int, fn func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.waiters[pid]; !ok {
+		return false
+	}
+	fn()
+	return true
+}
+
 // Run reaps on every SIGCHLD (and every second, since signals coalesce and may be missed) until
 // ctx ends. Blocks.
 func (r *Reaper) Run(ctx context.Context) {

@@ -198,6 +198,11 @@ func (s *Server) dispatch(ctx context.Context, req *proto.Request) (any, *proto.
 		if errors.Is(err, execmgr.ErrUnknownExec) {
 			return nil, proto.Errorf(req.ID, proto.CodeNotFound, "no exec with id %s", req.Signal.ExecID)
 		}
+		if errors.Is(err, execmgr.ErrExecExited) {
+			// Already exited: a successful no-op (docs/guest-protocol.md), so a retry is safe.
+			s.log.Debug("signal not sent: exec already exited", "execId", req.Signal.ExecID, "signal", req.Signal.Signal)
+			return proto.EmptyReply(req), nil
+		}
 		if err != nil {
 			return nil, proto.Errorf(req.ID, proto.CodeInternal, "cannot signal exec: %v", err)
 		}

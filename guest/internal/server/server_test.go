@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -341,5 +342,22 @@ func TestExecWithoutShutdownAfterExitLeavesTheGuestUp(t *testing.T) {
 	defer h.mu.Unlock()
 	if len(h.shutdown) != 0 {
 		t.Fatalf("shut down: %v", h.shutdown)
+	}
+}
+
+func TestSignalAfterExitIsASuccessfulNoOp(t *testing.T) {
+	h := start(t, Options{})
+	c := h.dial()
+	c.send(`{"v":1,"type":"exec","id":1,"execId":"gone","argv":["/bin/true"],"env":{}}`)
+	c.until("exit", 0)
+	for id := 2; id <= 3; id++ { // and again: safe to retry
+		c.send(fmt.Sprintf(`{"v":1,"type":"signal","id":%d,"execId":"gone","signal":"SIGKILL"}`, id))
+		m := c.recv()
+		for m != nil && m["id"] != float64(id) {
+			m = c.recv()
+		}
+		if m == nil || m["type"] != "signal" || m["error"] != nil {
+			t.Fatalf("signal after exit: %v", m)
+		}
 	}
 }
