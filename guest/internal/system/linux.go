@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -17,14 +18,21 @@ import (
 	"imp.dev/guest/internal/proto"
 )
 
-// Linux applies configure to the running kernel. Every step is idempotent (replace, not add).
+// Linux applies configure to the running kernel. Every step is idempotent (replace, not add): a
+// new address on an interface replaces the one this agent set there before. Configure calls are
+// serialised. Use it by pointer.
 type Linux struct {
 	// Root is prepended to /etc/resolv.conf (the overlay root is "/").
 	Root string
 	Log  *slog.Logger
+
+	mu    sync.Mutex
+	addrs map[string]*netlink.Addr // interface name -> the address we set there last
 }
 
 func (l *Linux) Configure(_ context.Context, req *proto.ConfigureRequest) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if req.Seed != nil {
 		if err := AddEntropy(req.Seed); err != nil {
 			return fmt.Errorf("entropy: %w", err)
@@ -38,7 +46,7 @@ func (l *Linux) Configure(_ context.Context, req *proto.ConfigureRequest) error 
 		l.Log.Info("hostname set", "hostname", *req.Hostname)
 	}
 	if req.Network != nil {
-		if err := configureNetwork(req.Network); err != nil {
+		if err := l.configureNetwork(req.Network); err != nil {
 			return fmt.Errorf("network %s: %w", req.Network.Interface, err)
 		}
 		if err := writeResolvConf(filepath.Join(l.Root, "etc/resolv.conf"), req.Network.DNS); err != nil {
@@ -58,7 +66,7 @@ func LoopbackUp() error {
 	return netlink.LinkSetUp(lo)
 }
 
-func configureNetwork(n *proto.NetworkConfig) error {
+func (l *Linux) configureNetwork(n *proto.NetworkConfig) error {
 	if err := LoopbackUp(); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
@@ -73,6 +81,18 @@ func configureNetwork(n *proto.NetworkConfig) error {
 	if err := netlink.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("set address: %w", err)
 	}
+	// AddrReplace only replaces an equal address; a different one is added beside. Remove the one
+	// we set before (only that: addresses the kernel or anyone else set stay). It is forgotten
+	// only once removed, so a failed removal is retried by the next configure.
+	if prev := l.addrs[n.Interface]; prev != nil && prev.IPNet.String() != addr.IPNet.String() {
+		if err := netlink.AddrDel(link, prev); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove previous address %s: %w", prev.IPNet, err)
+		}
+	}
+	if l.addrs == nil {
+		l.addrs = map[string]*netlink.Addr{}
+	}
+	l.addrs[n.Interface] = addr
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("link up: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -96,6 +98,50 @@ func TestLinuxConfigureNamesTheFailingStep(t *testing.T) {
 		err := sys.Configure(context.Background(), &proto.ConfigureRequest{Network: &proto.NetworkConfig{Interface: "nosuch0", Address: "192.0.2.9/24"}})
 		if err == nil || !bytes.Contains([]byte(err.Error()), []byte("network nosuch0: find link")) {
 			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+func TestLinuxConfigureWithANewAddressReplacesTheOneItSetBefore(t *testing.T) {
+	sys := &Linux{Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	configure := func(address, gateway string) {
+		req := &proto.ConfigureRequest{Network: &proto.NetworkConfig{Interface: "lo", Address: address, Gateway: gateway}}
+		if err := sys.Configure(context.Background(), req); err != nil {
+			t.Errorf("Configure %s: %v", address, err)
+		}
+	}
+	inFreshNamespaces(t, func() {
+		lo, _ := netlink.LinkByName("lo")
+		other, _ := netlink.ParseAddr("203.0.113.5/32") // set by someone else: must survive
+		configure("192.0.2.9/24", "192.0.2.1")
+		if err := netlink.AddrAdd(lo, other); err != nil {
+			t.Errorf("add foreign address: %v", err)
+			return
+		}
+		configure("198.51.100.7/24", "198.51.100.1")
+		configure("198.51.100.7/24", "198.51.100.1") // repeating it changes nothing
+		configure("198.51.100.7/28", "198.51.100.1") // same IP, new prefix: still one address
+		addrs, _ := netlink.AddrList(lo, netlink.FAMILY_V4)
+		var got []string
+		for _, a := range addrs {
+			got = append(got, a.IPNet.String())
+		}
+		sort.Strings(got)
+		if strings.Join(got, " ") != "127.0.0.1/8 198.51.100.7/28 203.0.113.5/32" {
+			t.Errorf("addresses on lo: %v", got)
+		}
+		routes, _ := netlink.RouteList(lo, netlink.FAMILY_V4)
+		gateways := 0
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+				gateways++
+				if r.Gw.String() != "198.51.100.1" {
+					t.Errorf("default route via %s", r.Gw)
+				}
+			}
+		}
+		if gateways != 1 {
+			t.Errorf("%d default routes: %v", gateways, routes)
 		}
 	})
 }
