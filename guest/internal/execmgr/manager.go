@@ -6,7 +6,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -159,7 +158,6 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 		rec.pidfd = pidfd
 		return pid, nil
 	}, func(ws syscall.WaitStatus) { m.onExit(req.ExecID, rec, ws, pumps, outR, errR) })
-	runtime.KeepAlive(devnull) // the raw fds above must stay open until the fork is done
 	outW.Close()
 	errW.Close()
 	if err != nil {
