@@ -12,7 +12,7 @@ const STATE_FILE = "state.json";
 
 export async function clusterUp(dir: string): Promise<ControlPlaneState & { startupMs: number }> {
   const existing = await readState(dir);
-  if (existing !== undefined && Object.values(existing.pids).some((pid) => pid !== undefined && alive(pid))) {
+  if (existing !== undefined && Object.values(existing.pids).some((pid) => pid !== undefined && isProcessAlive(pid))) {
     throw terminalError("ClusterRunning", `Cannot start a dev cluster in ${dir}: one is running (kubeconfig ${existing.kubeconfigPath}); run \`imp dev cluster down\` first`);
   }
   await rm(dir, { recursive: true, force: true });
@@ -29,12 +29,12 @@ export async function clusterDown(dir: string, graceMs = 5_000): Promise<{ stopp
   const stopped: string[] = [];
   // Reverse start order: controller manager, API server, then etcd.
   for (const [name, pid] of Object.entries(state.pids).reverse()) {
-    if (pid === undefined || !alive(pid)) continue;
+    if (pid === undefined || !isProcessAlive(pid)) continue;
     process.kill(pid, "SIGTERM");
     try {
-      await waitFor(`stop ${name}`, () => (alive(pid) ? undefined : true), { timeoutMs: graceMs, intervalMs: 50 });
+      await waitFor(`stop ${name}`, () => (isProcessAlive(pid) ? undefined : true), { timeoutMs: graceMs, intervalMs: 50 });
     } catch {
-      if (alive(pid)) process.kill(pid, "SIGKILL");
+      if (isProcessAlive(pid)) process.kill(pid, "SIGKILL");
     }
     stopped.push(name);
   }
@@ -45,7 +45,7 @@ export async function clusterDown(dir: string, graceMs = 5_000): Promise<{ stopp
 export async function clusterStatus(dir: string): Promise<(ControlPlaneState & { running: Record<string, boolean> }) | undefined> {
   const state = await readState(dir);
   if (state === undefined) return undefined;
-  const running = Object.fromEntries(Object.entries(state.pids).map(([name, pid]) => [name, pid !== undefined && alive(pid)]));
+  const running = Object.fromEntries(Object.entries(state.pids).map(([name, pid]) => [name, pid !== undefined && isProcessAlive(pid)]));
   return { ...state, running };
 }
 
@@ -57,7 +57,8 @@ async function readState(dir: string): Promise<ControlPlaneState | undefined> {
   }
 }
 
-function alive(pid: number): boolean {
+/** Whether a process with this pid exists (signal 0 probes without delivering anything). */
+export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

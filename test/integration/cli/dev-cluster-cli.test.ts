@@ -6,19 +6,10 @@ import { describe, it, after } from "node:test";
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { findBinaries } from "../../../src/devcluster/index.ts";
+import { findBinaries, isProcessAlive } from "../../../src/devcluster/index.ts";
 
 const run = promisify(execFile);
 const imp = fileURLToPath(new URL("../../../bin/imp.js", import.meta.url));
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-
 describe("imp dev cluster (detached) and imp crds install", () => {
   let dir = "";
   after(async () => {
@@ -36,7 +27,7 @@ describe("imp dev cluster (detached) and imp crds install", () => {
     const state = JSON.parse(await readFile(join(dir, "state.json"), "utf8")) as { pids: Record<string, number> };
     const pids = Object.values(state.pids);
     assert.equal(pids.length, 3);
-    assert.ok(pids.every(alive), "control plane died with the `up` command");
+    assert.ok(pids.every(isProcessAlive), "control plane died with the `up` command");
 
     const install = await run(process.execPath, [imp, "crds", "install", "--kubeconfig", kubeconfig]);
     assert.match(install.stdout, /impvms\.imp\.dev created/);
@@ -50,6 +41,6 @@ describe("imp dev cluster (detached) and imp crds install", () => {
 
     const down = await run(process.execPath, [imp, "dev", "cluster", "down", "--dir", dir]);
     assert.match(down.stdout, /stopped kube-controller-manager, kube-apiserver, etcd/);
-    assert.ok(pids.every((pid) => !alive(pid)), "a control-plane process survived `down`");
+    assert.ok(pids.every((pid) => !isProcessAlive(pid)), "a control-plane process survived `down`");
   });
 });

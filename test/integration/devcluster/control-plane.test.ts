@@ -5,19 +5,10 @@ import assert from "node:assert/strict";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 import { CoreV1Api } from "@kubernetes/client-node";
-import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { isProcessAlive, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 
 const run = promisify(execFile);
-
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const portOpen = (port: number): Promise<boolean> =>
   new Promise((resolve) => {
@@ -87,7 +78,7 @@ describe("dev control plane teardown", () => {
     const port = Number(new URL(plane.server).port);
     assert.equal(pids.length, 3);
     await plane.stop();
-    for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} still alive`);
+    for (const pid of pids) assert.equal(isProcessAlive(pid), false, `pid ${pid} still alive`);
     assert.equal(await portOpen(port), false);
   });
 
@@ -105,6 +96,6 @@ describe("dev control plane teardown", () => {
     });
     assert.equal(pids.length, 3);
     child.kill("SIGKILL");
-    await waitFor("orphaned control plane to die", () => (pids.some(alive) ? undefined : true), { timeoutMs: 15_000, intervalMs: 100 });
+    await waitFor("orphaned control plane to die", () => (pids.some(isProcessAlive) ? undefined : true), { timeoutMs: 15_000, intervalMs: 100 });
   });
 });
