@@ -52,6 +52,18 @@ describe("prepareVmDisks()", () => {
     assert.deepEqual(listing.trim().split("\n").map((l) => l.split("/")[5]), [".", "..", "lost+found"]);
   });
 
+  it("takes a ready spare scratch disk when one is waiting (a rename), and it is a valid empty ext4", async () => {
+    const vm = join(work, "vm-spare");
+    await mkdir(vm);
+    const image = await cache.lookup(key);
+    assert.ok(image);
+    await templates.warm(spec);
+    const disks = await prepareVmDisks(vm, image, templates, spec);
+    assert.equal(disks.scratchMethod, "spare");
+    assert.equal((await stat(disks.scratch)).size, spec.sizeBytes);
+    execFileSync("e2fsck", ["-fn", disks.scratch], { stdio: "ignore" });
+  });
+
   it("is idempotent and release drops the VM's reference", async () => {
     const vm = join(work, "vm3");
     await mkdir(vm);

@@ -64,6 +64,7 @@ export interface GcResult {
 }
 
 const KEY = /^[0-9a-f]{64}$/;
+const TOUCH_EVERY_MS = 60_000;
 
 export class ImageCache {
   readonly root: string;
@@ -71,6 +72,7 @@ export class ImageCache {
   readonly #lockTimeoutMs: number;
   readonly #logger: Logger;
   readonly #inflight = new Map<string, Promise<EnsureResult>>();
+  readonly #touched = new Map<string, number>();
 
   private constructor(options: ImageCacheOptions) {
     this.root = options.root;
@@ -99,8 +101,12 @@ export class ImageCache {
     const path = this.pathOf(key);
     const info = await stat(path).catch(() => undefined);
     if (info === undefined) return undefined;
-    const now = new Date();
-    await utimes(join(this.root, "images", key, "used"), now, now).catch(() => undefined);
+    // LRU needs minutes, not milliseconds: one metadata write per key per minute keeps the hot path light.
+    const now = Date.now();
+    if (now - (this.#touched.get(key) ?? 0) > TOUCH_EVERY_MS) {
+      this.#touched.set(key, now);
+      await utimes(join(this.root, "images", key, "used"), now / 1000, now / 1000).catch(() => undefined);
+    }
     return { key, path, sizeBytes: info.blocks * 512 };
   }
 

@@ -8,7 +8,7 @@ import { link, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
 import type { CachedImage } from "../cache/index.ts";
-import type { ScratchSpec, ScratchTemplates } from "./scratch-template.ts";
+import type { ScratchMethod, ScratchSpec, ScratchTemplates } from "./scratch-template.ts";
 
 export const BASE_DISK = "base.ext4";
 export const SCRATCH_DISK = "scratch.ext4";
@@ -18,7 +18,7 @@ export interface VmDisks {
   readonly base: string;
   /** The VM's own writable scratch disk (ext4, upper layer of the guest's overlay root). */
   readonly scratch: string;
-  readonly scratchMethod: "cloned" | "sparse" | "existing";
+  readonly scratchMethod: ScratchMethod | "existing";
 }
 
 /**
