@@ -55,7 +55,7 @@ async function applyFixups(options: BuildExt4Options, timeoutMs: number): Promis
       }
     }
     const script = join(dir, "script");
-    await writeFile(script, debugfsScript(rootfs.specials, fixes));
+    await writeFile(script, debugfsScript(rootfs.specials, fixes, rootfs.specialParentMtimes));
     const { stderr } = await runTool("debugfs", ["-w", "-f", script, options.output], { timeoutMs, ...(options.signal === undefined ? {} : { signal: options.signal }) });
     const errors = debugfsErrors(stderr);
     if (errors.length > 0) {

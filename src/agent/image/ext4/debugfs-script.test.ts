@@ -22,6 +22,10 @@ describe("debugfsScript()", () => {
     assert.equal(debugfsScript(new Map(), [{ path: "usr/bin/ping", name: "security.capability", valueFile: "/w/v0" }]), 'ea_set -f "/w/v0" "usr/bin/ping" "security.capability"\n');
   });
 
+  it("restores the mtimes of directories that received nodes", () => {
+    assert.equal(debugfsScript(new Map(), [], new Map([["dev", 1700000000.9], ["", 5]])), 'sif "/dev" mtime @1700000000\nsif "/" mtime @5\n');
+  });
+
   it("is empty when there is nothing to fix", () => assert.equal(debugfsScript(new Map(), []), ""));
 
   for (const bad of ['a"b', "a\nrm x", "a\\b", "é"]) {

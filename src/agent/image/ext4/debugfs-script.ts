@@ -18,7 +18,7 @@ export interface XattrFix {
 }
 
 /** The debugfs commands (one per line) that turn placeholders into nodes and set xattrs. */
-export function debugfsScript(specials: ReadonlyMap<string, SpecialNode>, xattrs: readonly XattrFix[]): string {
+export function debugfsScript(specials: ReadonlyMap<string, SpecialNode>, xattrs: readonly XattrFix[], dirMtimes: ReadonlyMap<string, number> = new Map()): string {
   const lines: string[] = [];
   for (const [path, node] of specials) {
     const slash = path.lastIndexOf("/");
@@ -34,6 +34,8 @@ export function debugfsScript(specials: ReadonlyMap<string, SpecialNode>, xattrs
     for (const field of ["mtime", "atime", "ctime"]) lines.push(`sif ${p} ${field} @${seconds}`);
   }
   for (const fix of xattrs) lines.push(`ea_set -f ${quote(fix.valueFile)} ${quote(fix.path)} ${quote(fix.name)}`);
+  // mknod inside a directory changed its mtime; put back the one its layer gave it.
+  for (const [dir, mtime] of dirMtimes) lines.push(`sif ${quote(`/${dir}`)} mtime @${Math.floor(mtime)}`);
   return lines.length === 0 ? "" : `${lines.join("\n")}\n`;
 }
 

@@ -122,6 +122,11 @@ export class ConfinedTree {
     return this.#specials;
   }
 
+  /** The mtime a layer gave the directory `key` ("" is the root), if any. */
+  dirMtime(key: string): number | undefined {
+    return this.#dirMeta.get(key)?.mtime;
+  }
+
   /** Extended attributes of paths that exist in the tree now, by path key. */
   xattrs(): ReadonlyMap<string, Xattrs> {
     return this.#xattrs;

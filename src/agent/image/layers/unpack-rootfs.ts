@@ -33,6 +33,8 @@ export interface UnpackedRootfs {
   readonly dir: string;
   readonly specials: ReadonlyMap<string, SpecialNode>;
   readonly xattrs: ReadonlyMap<string, Xattrs>;
+  /** Layer mtimes of the directories holding device nodes or FIFOs (creating those inside the image changes them). */
+  readonly specialParentMtimes: ReadonlyMap<string, number>;
   /** Entries and file bytes summed over all layers: an upper bound of what the final tree holds. */
   readonly entries: number;
   readonly fileBytes: number;
@@ -56,7 +58,13 @@ export async function unpackRootfs(options: UnpackOptions): Promise<UnpackedRoot
   }
   await injectGuestAgent(tree, options.guestAgentPath);
   await tree.finish();
-  return { dir: options.target, specials: tree.specials(), xattrs: tree.xattrs(), entries: budget.entries + 2, fileBytes, droppedXattrs };
+  const specialParentMtimes = new Map<string, number>();
+  for (const key of tree.specials().keys()) {
+    const parent = key.includes("/") ? key.slice(0, key.lastIndexOf("/")) : "";
+    const mtime = tree.dirMtime(parent);
+    if (mtime !== undefined) specialParentMtimes.set(parent, mtime);
+  }
+  return { dir: options.target, specials: tree.specials(), xattrs: tree.xattrs(), specialParentMtimes, entries: budget.entries + 2, fileBytes, droppedXattrs };
 }
 
 /**
