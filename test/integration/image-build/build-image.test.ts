@@ -83,6 +83,9 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
 
   it("keeps file capabilities and user xattrs, drops SELinux labels", () => {
     assert.match(debugfs(image, 'ea_list "/usr/bin/ping"'), /security\.capability \(20\) = 01 00 00 02 00 20 00 00/);
+    const binary = debugfs(image, 'ea_list "/usr/bin/newuidmap"');
+    assert.match(binary, /security\.capability \(20\) = 01 00 00 02 80 20 00 00 00/, "binary values must survive byte-exact");
+    assert.match(binary, /user\.blob \(5\) = ff fe 00 80 c3/);
     const keep = debugfs(image, 'ea_list "/etc/keep"');
     assert.match(keep, /user\.origin \(6\) = "layer1"/);
     assert.doesNotMatch(keep, /selinux/);

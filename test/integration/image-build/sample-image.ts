@@ -8,6 +8,8 @@ import type { TarEntry } from "../../fixtures/malicious-layers/tar-layer.ts";
 import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
 
 const CAP_NET_RAW = Buffer.from([0x01, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).toString("latin1");
+/** cap_setuid,cap_net_raw+ep: has a 0x80 byte, which is not valid UTF-8 on its own. */
+const CAP_SETUID_NET_RAW = Buffer.from([0x01, 0x00, 0x00, 0x02, 0x80, 0x20, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
 const OLD = new Date("2020-05-06T07:08:09Z");
 
 export const sampleLayerEntries: readonly (readonly TarEntry[])[] = [
@@ -22,6 +24,7 @@ export const sampleLayerEntries: readonly (readonly TarEntry[])[] = [
     { name: "usr/bin/passwd", content: "setuid binary", mode: 0o4755 },
     { name: "usr/bin/wall", content: "setgid binary", mode: 0o2755, gid: 5 },
     { name: "usr/bin/ping", content: "ping", mode: 0o755, pax: { "SCHILY.xattr.security.capability": CAP_NET_RAW } },
+    { name: "usr/bin/newuidmap", content: "newuidmap", mode: 0o755, binaryXattrs: { "security.capability": CAP_SETUID_NET_RAW, "user.blob": Buffer.from([0xff, 0xfe, 0x00, 0x80, 0xc3]) } },
     { name: "etc/", type: "directory" },
     { name: "etc/config", content: "v1\n", mode: 0o640, uid: 1000, gid: 1000 },
     { name: "etc/removed", content: "gone in layer 2\n" },

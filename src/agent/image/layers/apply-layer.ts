@@ -21,6 +21,7 @@ import type { ConfinedTree, EntryMeta, SpecialKind, Xattrs } from "./confined-tr
 import { compressionOf, decompressor } from "./decompress.ts";
 import { entryMeaning, parseEntryPath, pathKey, type EntryPath } from "./entry-path.ts";
 import type { LayerBudget } from "./limits.ts";
+import { PaxXattrTap } from "./pax-xattr-tap.ts";
 
 /** A layer blob to apply: its digest (for messages and the cache key), media type and bytes. */
 export interface LayerBlob {
@@ -60,10 +61,11 @@ export async function applyLayer(tree: ConfinedTree, layer: LayerBlob, budget: L
   const input = await layer.open();
   const meter = budget.meter(layer.digest);
   const extract = tarExtract();
-  const piped = pipeline(input, meter.compressed, decompressor(compression), meter.uncompressed, extract, signal === undefined ? {} : { signal });
+  const tap = new PaxXattrTap();
+  const piped = pipeline(input, meter.compressed, decompressor(compression), meter.uncompressed, tap, extract, signal === undefined ? {} : { signal });
   // Observed below; this handler only stops an early rejection from counting as unhandled.
   piped.catch(() => undefined);
-  const state = new LayerState(tree, layer.digest, budget);
+  const state = new LayerState(tree, layer.digest, budget, tap);
   try {
     for await (const entry of extract) {
       await state.apply(entry.header as TarHeader, entry as unknown as AsyncIterable<Buffer>);
@@ -86,6 +88,8 @@ class LayerState {
   readonly #tree: ConfinedTree;
   readonly #layer: string;
   readonly #budget: LayerBudget;
+  readonly #tap: PaxXattrTap;
+  #index = 0;
   /** Paths this layer created, and their ancestors (an opaque marker keeps both). */
   readonly #touched = new Set<string>();
   readonly #touchedAncestors = new Set<string>();
@@ -93,15 +97,17 @@ class LayerState {
   fileBytes = 0;
   droppedXattrs = 0;
 
-  constructor(tree: ConfinedTree, layer: string, budget: LayerBudget) {
+  constructor(tree: ConfinedTree, layer: string, budget: LayerBudget, tap: PaxXattrTap) {
     this.#tree = tree;
     this.#layer = layer;
     this.#budget = budget;
+    this.#tap = tap;
   }
 
   async apply(header: TarHeader, content: AsyncIterable<Buffer>): Promise<void> {
     this.#budget.countEntry(this.#layer);
     this.entries++;
+    const raw = this.#tap.xattrsOf(this.#index++, header.name);
     const meaning = entryMeaning(header.name);
     switch (meaning.kind) {
       case "ignored":
@@ -111,7 +117,7 @@ class LayerState {
       case "opaque":
         return this.#opaque(meaning.dir);
       case "path":
-        return this.#entry(meaning.path, header, content);
+        return this.#entry(meaning.path, header, content, raw);
     }
   }
 
@@ -137,7 +143,7 @@ class LayerState {
     return (await this.#tree.checkAncestors(path, true)) ? this.#tree.lstat(path) : undefined;
   }
 
-  async #entry(path: EntryPath, header: TarHeader, content: AsyncIterable<Buffer>): Promise<void> {
+  async #entry(path: EntryPath, header: TarHeader, content: AsyncIterable<Buffer>, raw: ReadonlyMap<string, Buffer> | undefined): Promise<void> {
     const key = pathKey(path);
     if (this.#touched.has(key)) throw this.#error("LayerDuplicateEntry", path, "the path appears twice in this layer (duplicates are refused)");
     this.#touch(path);
@@ -170,7 +176,7 @@ class LayerState {
       default:
         throw this.#error("LayerUnsupportedEntry", path, `its tar type ${JSON.stringify(header.type)} is not supported`);
     }
-    if (header.type !== "link") this.#xattrsOf(path, header);
+    if (header.type !== "link") this.#xattrsOf(path, header, raw);
   }
 
   async #special(path: EntryPath, header: TarHeader, meta: EntryMeta): Promise<void> {
@@ -182,14 +188,18 @@ class LayerState {
     await this.#tree.special(path, { ...meta, kind, major: header.devmajor ?? 0, minor: header.devminor ?? 0 });
   }
 
-  #xattrsOf(path: EntryPath, header: TarHeader): void {
+  /**
+   * Kept xattrs of an entry. Values come byte-exact from the tap (`raw`); when the tap could not follow
+   * the stream, from tar-stream's UTF-8 decoding, where a value with U+FFFD did not survive and is dropped.
+   */
+  #xattrsOf(path: EntryPath, header: TarHeader, raw: ReadonlyMap<string, Buffer> | undefined): void {
     const kept: Record<string, Buffer> = {};
-    for (const [name, value] of Object.entries(header.pax ?? {})) {
-      if (!name.startsWith("SCHILY.xattr.")) continue;
+    const decoded = Object.entries(header.pax ?? {}).filter(([name]) => name.startsWith("SCHILY.xattr."));
+    for (const [name, text] of decoded) {
       const attr = name.slice("SCHILY.xattr.".length);
-      // tar-stream decodes PAX values as UTF-8; a value with U+FFFD did not survive and is dropped.
-      const keep = (attr === "security.capability" || attr.startsWith("user.")) && !value.includes("\uFFFD") && /^[\x21-\x7e]+$/.test(attr);
-      if (keep && SAFE_SPECIAL_NAME.test(pathKey(path)) && !/["\\]/.test(pathKey(path))) kept[attr] = Buffer.from(value, "utf8");
+      const value = raw?.get(attr) ?? (text.includes("\uFFFD") ? undefined : Buffer.from(text, "utf8"));
+      const keep = (attr === "security.capability" || attr.startsWith("user.")) && value !== undefined && /^[\x21-\x7e]+$/.test(attr);
+      if (keep && SAFE_SPECIAL_NAME.test(pathKey(path)) && !/["\\]/.test(pathKey(path))) kept[attr] = value;
       else this.droppedXattrs++;
     }
     this.#tree.setXattrs(path, kept as Xattrs);
