@@ -97,9 +97,15 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
     assert.match(stat("/dev"), /mtime: 0x65937d25/, "making device nodes inside the image must not change their directory's mtime");
   });
 
-  it("holds only the guest agent under /.imp, root-owned and executable", () => {
+  it("has the directories the guest agent mounts over before its overlay exists", () => {
     const meta = ext4Metadata(image);
-    assert.deepEqual([...meta.keys()].filter((p) => p.startsWith(".imp/")), [".imp/imp-guest"]);
+    for (const dir of ["dev", "proc", "sys", "run", "tmp"]) assert.equal(((meta.get(dir)?.mode ?? 0) & 0o170000), 0o040000, dir);
+    assert.equal(meta.get("tmp")?.mode, 0o41777, "an image's own /tmp is kept as it is");
+  });
+
+  it("holds only the guest agent (and its two mount points) under /.imp, root-owned", () => {
+    const meta = ext4Metadata(image);
+    assert.deepEqual([...meta.keys()].filter((p) => p.startsWith(".imp/")).sort(), [".imp/imp-guest", ".imp/oldroot", ".imp/scratch"]);
     assert.deepEqual({ ...meta.get(".imp/imp-guest"), ino: 0 }, { ino: 0, mode: 0o100755, uid: 0, gid: 0 });
     assert.equal(cat("/.imp/imp-guest"), "#!/bin/sh\necho guest\n");
   });
@@ -111,8 +117,9 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
     await writeOciLayout(layout, buildImage(layers), "sample");
     const bundle = join(work, "bundle");
     execFileSync("umoci", ["unpack", "--image", `${layout}:sample`, bundle], { stdio: "ignore" });
-    const ours = without(ext4Tree(gzipImage), ["lost+found", ".imp"]);
-    const theirs = without(hostTree(join(bundle, "rootfs")), [".imp"]);
+    // Ours adds lost+found (mkfs), /.imp and the guest's mount points the sample image lacks.
+    const ours = without(ext4Tree(gzipImage), ["lost+found", ".imp", "proc", "sys", "run"]);
+    const theirs = without(hostTree(join(bundle, "rootfs")), [".imp", "proc", "sys", "run"]);
     assert.deepEqual(Object.fromEntries(ours), Object.fromEntries(theirs));
     assert.ok(ours.size > 25, `compared only ${ours.size} paths`);
   });

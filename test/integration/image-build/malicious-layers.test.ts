@@ -85,7 +85,7 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
     const layer = await layerOf([{ name: ".imp", type: "symlink", linkname: "/etc" }, { name: "etc", type: "directory" }]);
     await unpackRootfs({ target, layers: [layer], guestAgentPath: guest, limits: defaultLayerLimits() });
     assert.equal((await lstat(join(target, ".imp"))).isDirectory(), true);
-    assert.deepEqual(await readdir(join(target, ".imp")), ["imp-guest"]);
+    assert.deepEqual((await readdir(join(target, ".imp"))).sort(), ["imp-guest", "oldroot", "scratch"]);
     assert.equal((await lstat(join(target, ".imp/imp-guest"))).mode & 0o7777, 0o755);
   });
 });

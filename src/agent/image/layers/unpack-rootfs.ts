@@ -57,6 +57,7 @@ export async function unpackRootfs(options: UnpackOptions): Promise<UnpackedRoot
     options.onLayer?.(layer.digest, index);
   }
   await injectGuestAgent(tree, options.guestAgentPath);
+  await ensureMountPoints(tree);
   await tree.finish();
   const specialParentMtimes = new Map<string, number>();
   for (const key of tree.specials().keys()) {
@@ -65,6 +66,24 @@ export async function unpackRootfs(options: UnpackOptions): Promise<UnpackedRoot
     if (mtime !== undefined) specialParentMtimes.set(parent, mtime);
   }
   return { dir: options.target, specials: tree.specials(), xattrs: tree.xattrs(), specialParentMtimes, entries: budget.entries + 2, fileBytes, droppedXattrs };
+}
+
+/**
+ * Directories the guest agent mounts over while the base is still the (read-only) root: `/proc` and
+ * `/dev` before the overlay exists, `/run` for its staging tmpfs (docs/guest-protocol.md, "Guest
+ * boot"); `/sys` and `/tmp` for completeness, as container runtimes create them. A missing one is
+ * created; a non-directory there (the image's own business otherwise) is replaced, because the
+ * guest cannot fix a read-only base. `/.imp/oldroot` and `/.imp/scratch` are where the guest parks
+ * the old root and the scratch mount after `pivot_root`.
+ */
+const MOUNT_POINTS: readonly (readonly [string, number])[] = [["dev", 0o755], ["proc", 0o555], ["sys", 0o555], ["run", 0o755], ["tmp", 0o1777]];
+
+async function ensureMountPoints(tree: ConfinedTree): Promise<void> {
+  for (const [name, mode] of MOUNT_POINTS) {
+    const info = await tree.lstat([name]);
+    if (info?.isDirectory() !== true) await tree.directory([name], { mode, uid: 0, gid: 0, mtime: 0 });
+  }
+  for (const name of ["oldroot", "scratch"]) await tree.directory([GUEST_AGENT_DIR, name], { mode: 0o700, uid: 0, gid: 0, mtime: 0 });
 }
 
 /**
