@@ -5,6 +5,7 @@ import { controllerMetrics, type ControllerMetrics } from "./controller-metrics.
 import type { EventHandlers } from "./informer.ts";
 import { decideRequeue, type ReconcileAttempt, type ReconcileResult } from "./reconcile-result.ts";
 import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
+import type { RateLimit } from "./token-bucket.ts";
 import { WorkQueue } from "./work-queue.ts";
 
 /** Everything one reconcile gets. `logger` is bound to {controller, key, reconcileID} (STYLE 33). */
@@ -45,6 +46,8 @@ export interface ControllerOptions {
   readonly logger?: Logger;
   readonly clock?: Clock;
   readonly backoff?: BackoffPolicy;
+  /** Overall limit on failure retries across keys (`WorkQueue`); default 10 qps, burst 100. */
+  readonly rateLimit?: RateLimit;
 }
 
 export const DEFAULT_WORKERS = 2;
@@ -69,7 +72,11 @@ export class Controller {
     this.name = options.name;
     this.#options = options;
     this.#clock = options.clock ?? systemClock;
-    this.#queue = new WorkQueue({ clock: this.#clock, ...(options.backoff === undefined ? {} : { backoff: options.backoff }) });
+    this.#queue = new WorkQueue({
+      clock: this.#clock,
+      ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
+      ...(options.rateLimit === undefined ? {} : { rateLimit: options.rateLimit }),
+    });
     this.#logger = (options.logger ?? silentLogger).child({ controller: options.name });
     this.#metrics = controllerMetrics(options.registry, { controller: options.name, depth: () => this.#queue.length });
   }

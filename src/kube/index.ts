@@ -27,6 +27,7 @@ export { createMergePatch, applyMergePatch, jsonEqual } from "./merge-patch.ts";
 export { mutateWithRetry, CONFLICT_RETRY, type MutateRequest } from "./mutate-with-retry.ts";
 export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, type InformerOptions, type EventHandlers } from "./informer.ts";
 export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";
+export { TokenBucket, DEFAULT_QUEUE_RATE_LIMIT, type RateLimit } from "./token-bucket.ts";
 export {
   Controller,
   ownerKeys,

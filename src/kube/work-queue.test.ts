@@ -118,6 +118,53 @@ describe("WorkQueue", () => {
     });
   });
 
+  describe("when many keys fail at once", () => {
+    /** Keys that became ready after each `stepMs` of fake time, until `untilMs`. */
+    async function readyOverTime(clock: FakeClock, queue: WorkQueue, stepMs: number, untilMs: number): Promise<number[]> {
+      const counts: number[] = [];
+      for (let t = stepMs; t <= untilMs; t += stepMs) {
+        await clock.advance(stepMs);
+        counts.push((await drainReady(queue)).length);
+      }
+      return counts;
+    }
+
+    it("retries the burst after their backoff, then one key per 1/qps (default 10 qps, burst 100)", async () => {
+      const clock = new FakeClock();
+      const queue = new WorkQueue({ clock, backoff: policy });
+      for (let i = 0; i < 130; i++) queue.addRateLimited(`ns/k${i}`);
+      // t=100 ms: the 100-token burst plus the 101st key, whose token was due at 100 ms.
+      const counts = await readyOverTime(clock, queue, 100, 3_000);
+      assert.equal(counts[0], 101);
+      assert.deepEqual(counts.slice(1, 29), Array.from({ length: 28 }, () => 1));
+      assert.equal(counts.reduce((a, b) => a + b, 0), 130);
+      assert.equal(clock.pendingSleeps, 0);
+    });
+
+    it("waits the larger of the key's backoff and the shared bucket", async () => {
+      const clock = new FakeClock();
+      const queue = new WorkQueue({ clock, backoff: policy, rateLimit: { qps: 2, burst: 1 } });
+      queue.addRateLimited("first"); // backoff 100 ms, token at once → 100 ms
+      queue.addRateLimited("second"); // backoff 100 ms, token in 500 ms → 500 ms
+      await clock.advance(100);
+      assert.deepEqual(await drainReady(queue), ["first"]);
+      await clock.advance(399);
+      assert.deepEqual(await drainReady(queue), []);
+      await clock.advance(1);
+      assert.deepEqual(await drainReady(queue), ["second"]);
+
+    });
+
+    it("does not rate-limit add() and addAfter()", async () => {
+      const clock = new FakeClock();
+      const queue = new WorkQueue({ clock, backoff: policy, rateLimit: { qps: 1, burst: 1 } });
+      for (let i = 0; i < 5; i++) queue.add(`a${i}`);
+      for (let i = 0; i < 5; i++) queue.addAfter(`b${i}`, 10);
+      await clock.advance(10);
+      assert.equal((await drainReady(queue)).length, 10);
+    });
+  });
+
   describe("addAfter()", () => {
     it("queues the key when the clock reaches the delay, not before", async () => {
       const clock = new FakeClock();

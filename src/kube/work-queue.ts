@@ -1,4 +1,5 @@
 import { backoffDelay, systemClock, type BackoffPolicy, type Clock } from "../shared/index.ts";
+import { DEFAULT_QUEUE_RATE_LIMIT, TokenBucket, type RateLimit } from "./token-bucket.ts";
 
 /**
  * Per-key failure backoff for reconcile errors: 100 ms doubling to 5 min, no attempt limit (the
@@ -16,6 +17,8 @@ export const DEFAULT_RECONCILE_BACKOFF: BackoffPolicy = {
 export interface WorkQueueOptions {
   readonly clock?: Clock;
   readonly backoff?: BackoffPolicy;
+  /** Overall limit on `addRateLimited`, shared by all keys. Default 10 qps, burst 100. */
+  readonly rateLimit?: RateLimit;
   readonly random?: () => number;
 }
 
@@ -24,7 +27,10 @@ export interface WorkQueueOptions {
  * - a key is queued at most once however often it is added (dirty set);
  * - a key is never handed out while a previous `get()` of it has not been `done()`; adding it in
  *   that window re-queues it exactly once, after `done()`;
- * - `addRateLimited` delays by the key's own exponential backoff, `forget` resets it;
+ * - `addRateLimited` delays by the larger of the key's own exponential backoff (`forget` resets
+ *   it) and the wait for a token from one bucket shared by all keys (client-go's
+ *   `MaxOfRateLimiter(itemExponential, bucket)`), so a mass failure is retried at `qps`, not at once;
+ *   `add` and `addAfter` are not rate-limited;
  * - `addAfter` uses the injected Clock, and keeps only the earliest pending time per key.
  * After `shutDown()` adds are ignored, waiting `get()`s return undefined, queued keys are dropped
  * and `drained()` resolves once every handed-out key is `done()`.
@@ -33,6 +39,7 @@ export class WorkQueue {
   readonly #clock: Clock;
   readonly #backoff: BackoffPolicy;
   readonly #random: () => number;
+  readonly #bucket: TokenBucket;
   readonly #stop = new AbortController();
   #queue: string[] = [];
   readonly #dirty = new Set<string>();
@@ -47,6 +54,7 @@ export class WorkQueue {
     this.#clock = options.clock ?? systemClock;
     this.#backoff = options.backoff ?? DEFAULT_RECONCILE_BACKOFF;
     this.#random = options.random ?? Math.random;
+    this.#bucket = new TokenBucket(options.rateLimit ?? DEFAULT_QUEUE_RATE_LIMIT, this.#clock);
   }
 
   /** Queues `key` unless it is already queued. Idempotent; a no-op after shutdown. */
@@ -78,11 +86,15 @@ export class WorkQueue {
     );
   }
 
-  /** Queues `key` after its next backoff delay and counts a failure for it. */
+  /**
+   * Counts a failure for `key` and queues it after max(its next backoff delay, the wait for an
+   * overall token). Every call takes a token, as in client-go.
+   */
   addRateLimited(key: string): void {
+    if (this.#stop.signal.aborted) return;
     const failures = (this.#failures.get(key) ?? 0) + 1;
     this.#failures.set(key, failures);
-    this.addAfter(key, backoffDelay(this.#backoff, failures, this.#random));
+    this.addAfter(key, Math.max(backoffDelay(this.#backoff, failures, this.#random), this.#bucket.reserve()));
   }
 
   /** Resets `key`'s backoff; call after a success or when giving up on the key. */
