@@ -57,7 +57,7 @@ export function apiServerArgs(input: ApiServerArgsInput): string[] {
   ];
 }
 
-export function controllerManagerArgs(kubeconfigPath: string, pki: Pki): string[] {
+export function controllerManagerArgs(kubeconfigPath: string, pki: Pki, port: number): string[] {
   return [
     `--kubeconfig=${kubeconfigPath}`,
     `--authentication-kubeconfig=${kubeconfigPath}`,
@@ -66,7 +66,8 @@ export function controllerManagerArgs(kubeconfigPath: string, pki: Pki): string[
     "--controllers=garbagecollector,namespace,serviceaccount",
     "--leader-elect=false",
     "--bind-address=127.0.0.1",
-    "--secure-port=0",
+    // Serves /healthz (always allowed without authorization) for the readiness probe.
+    `--secure-port=${port}`,
     `--service-account-private-key-file=${pki.serviceAccountKey}`,
     `--root-ca-file=${pki.caCert}`,
     "--v=1",

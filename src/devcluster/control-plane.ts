@@ -2,14 +2,15 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
-import { retryableError, waitFor } from "../shared/index.ts";
+import { ImpError, retryableError, terminalError, waitFor } from "../shared/index.ts";
 import { findBinaries, type ControlPlaneBinaries } from "./binaries.ts";
 import { apiServerArgs, controllerManagerArgs, etcdArgs } from "./component-args.ts";
 import { renderKubeconfig } from "./kubeconfig.ts";
+import { logTail } from "./log-tail.ts";
 import { ManagedProcess } from "./managed-process.ts";
 import { createPki, type Pki } from "./pki.ts";
 import { freePort } from "./ports.ts";
-import { etcdHealthy, httpsGet, loadProbeTls, type ProbeTls } from "./readiness.ts";
+import { etcdHealthy, httpsGet, loadProbeTls } from "./readiness.ts";
 
 export interface ControlPlaneOptions {
   /** Run kube-controller-manager (garbage collector, namespace controller). Default true. */
@@ -23,6 +24,8 @@ export interface ControlPlaneOptions {
   /** Per-component readiness timeout. */
   readonly readyTimeoutMs?: number;
   readonly signal?: AbortSignal;
+  /** Binaries to run instead of the cached ones (tests use this to start components that fail). */
+  readonly binaries?: ControlPlaneBinaries;
 }
 
 export interface ControlPlaneState {
@@ -53,11 +56,26 @@ export interface ControlPlane extends AsyncDisposable {
 }
 
 const DEFAULT_READY_TIMEOUT_MS = 60_000;
+/** Start attempts when another process took a port between our probe and the component's bind. */
+const PORT_CLASH_ATTEMPTS = 3;
 
-/** Starts a control plane and waits until it serves; on any failure everything started so far is stopped again. */
+/**
+ * Starts a control plane and waits until it serves. On any failure everything started so far is
+ * stopped again; a lost race for a free port is retried with new ports.
+ */
 export async function startControlPlane(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options);
+    } catch (err) {
+      if (attempt >= PORT_CLASH_ATTEMPTS || !(err instanceof ImpError && err.code === "PortClash")) throw err;
+    }
+  }
+}
+
+async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
   const started = Date.now();
-  const binaries = await findBinaries();
+  const binaries = options.binaries ?? (await findBinaries());
   const ownsDir = options.dir === undefined;
   const dir = options.dir ?? (await mkdtemp(join(tmpdir(), "imp-dev-")));
   await mkdir(join(dir, "certs"), { recursive: true });
@@ -69,43 +87,34 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     processes.push(proc);
     return proc;
   };
+  const waitReady = (proc: ManagedProcess, ready: () => Promise<boolean>): Promise<void> =>
+    waitComponentReady(proc, join(dir, `${proc.name}.log`), ready, readyTimeoutMs, options.signal);
   const stopAll = async (): Promise<void> => {
     for (const proc of [...processes].reverse()) await proc.stop();
   };
 
   try {
-    const [pki, etcdClient, etcdPeer, apiPort, kcmPort] = await Promise.all([
-      createPki(join(dir, "certs")),
-      freePort(),
-      freePort(),
-      freePort(),
-      freePort(),
-    ]);
+    const pki = await createPki(join(dir, "certs"));
+    // Each port is picked right before its component binds it, to keep the race window small.
+    const [etcdClient, etcdPeer] = [await freePort(), await freePort()];
     const etcd = spawnComponent("etcd", binaries.etcd, etcdArgs(join(dir, "etcd"), { client: etcdClient, peer: etcdPeer }));
-    await waitReady("etcd", etcd, () => etcdHealthy(etcdClient), readyTimeoutMs, options.signal);
+    await waitReady(etcd, () => etcdHealthy(etcdClient));
 
+    const apiPort = await freePort();
     const server = `https://127.0.0.1:${apiPort}`;
     const tls = await loadProbeTls(pki);
     const apiArgs = apiServerArgs({ port: apiPort, etcdClientPort: etcdClient, pki, certDir: join(dir, "certs") });
+    const apiReady = async (): Promise<boolean> => (await httpsGet(`${server}/readyz`, tls))?.status === 200;
     let apiserver = spawnComponent("kube-apiserver", binaries.kubeApiserver, apiArgs);
-    await waitApiReady(apiserver, server, tls, readyTimeoutMs, options.signal);
+    await waitReady(apiserver, apiReady);
 
     const kubeconfigPath = join(dir, "admin.kubeconfig");
     await writeFile(kubeconfigPath, await renderKubeconfig(server, pki), { mode: 0o600 });
     let controllerManager: ManagedProcess | undefined;
     if (options.controllerManager ?? true) {
-      controllerManager = spawnComponent("kube-controller-manager", binaries.kubeControllerManager, [
-        ...controllerManagerArgs(kubeconfigPath, pki),
-        `--secure-port=${kcmPort}`,
-      ]);
-      const kcm = controllerManager;
-      await waitReady(
-        "kube-controller-manager",
-        kcm,
-        async () => (await httpsGet(`https://127.0.0.1:${kcmPort}/healthz`, "insecure"))?.status === 200,
-        readyTimeoutMs,
-        options.signal,
-      );
+      const kcmPort = await freePort();
+      controllerManager = spawnComponent("kube-controller-manager", binaries.kubeControllerManager, controllerManagerArgs(kubeconfigPath, pki, kcmPort));
+      await waitReady(controllerManager, async () => (await httpsGet(`https://127.0.0.1:${kcmPort}/healthz`, "insecure"))?.status === 200);
     }
 
     const kubeConfig = new KubeConfig();
@@ -141,7 +150,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
           processes.splice(processes.indexOf(controllerManager), 1);
           processes.push(controllerManager);
         }
-        await waitApiReady(apiserver, server, tls, readyTimeoutMs, options.signal);
+        await waitReady(apiserver, apiReady);
       },
       stop: async () => {
         if (stopped) return;
@@ -159,30 +168,37 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   }
 }
 
-async function waitReady(
-  what: string,
+/**
+ * Waits until `ready()` holds. A component that exits meanwhile ends the wait at once with a
+ * terminal error carrying the tail of its log (the log itself may be removed with the state dir);
+ * an exit caused by a port another process took is reported as `PortClash`, which the caller retries.
+ */
+async function waitComponentReady(
   proc: ManagedProcess,
+  logFile: string,
   ready: () => Promise<boolean>,
   timeoutMs: number,
   signal: AbortSignal | undefined,
 ): Promise<void> {
-  await waitFor(
-    `start ${what}`,
-    async () => {
-      if (!proc.running) {
-        throw retryableError("ComponentExited", `Cannot start ${what}: it exited with code ${await proc.exited()}; see ${what}.log`);
-      }
-      return (await ready()) ? true : undefined;
-    },
-    { timeoutMs, intervalMs: 100, ...(signal === undefined ? {} : { signal }) },
-  ).catch(async (err: unknown) => {
-    if (!proc.running) throw retryableError("ComponentExited", `Cannot start ${what}: it exited with code ${await proc.exited()}`, { cause: err });
-    throw err;
-  });
-}
-
-function waitApiReady(proc: ManagedProcess, server: string, tls: ProbeTls, timeoutMs: number, signal: AbortSignal | undefined): Promise<void> {
-  return waitReady("kube-apiserver", proc, async () => (await httpsGet(`${server}/readyz`, tls))?.status === 200, timeoutMs, signal);
+  const exitedError = async (): Promise<ImpError> => {
+    const code = await proc.exited();
+    const tail = await logTail(logFile);
+    const clash = /address already in use/i.test(tail);
+    return (clash ? retryableError : terminalError)(clash ? "PortClash" : "ComponentExited", `Cannot start ${proc.name}: it exited with code ${String(code)}; last lines of its log:\n${tail}`, {
+      context: { component: proc.name },
+    });
+  };
+  // The wait ends as soon as the process exits, whatever the readiness probe is doing.
+  const exitedSignal = new AbortController();
+  void proc.exited().then(() => exitedSignal.abort(new Error(`${proc.name} exited`)));
+  const waitSignal = signal === undefined ? exitedSignal.signal : AbortSignal.any([exitedSignal.signal, signal]);
+  try {
+    await waitFor(`start ${proc.name}`, async () => ((await ready()) ? true : undefined), { timeoutMs, intervalMs: 100, signal: waitSignal });
+  } catch (err) {
+    if (!proc.running) throw await exitedError();
+    if (!(err instanceof ImpError && err.code === "Timeout")) throw err;
+    throw new ImpError("retryable", "Timeout", `Cannot start ${proc.name}: not ready within ${timeoutMs} ms; last lines of its log:\n${await logTail(logFile)}`, { cause: err });
+  }
 }
 
 export type { Pki };

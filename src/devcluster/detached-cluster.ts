@@ -1,25 +1,49 @@
-import { readFile, rm, writeFile, mkdir } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { readFile, readdir, rm, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError, waitFor } from "../shared/index.ts";
 import { startControlPlane, type ControlPlaneState } from "./control-plane.ts";
 
 /**
  * `imp dev cluster up|down|status`: a control plane that outlives the command that started it.
- * Its processes and paths are recorded in `<dir>/state.json`, which `down` uses to stop exactly them.
+ * Its processes and paths are recorded in `<dir>/state.json`, which `down` uses to stop exactly
+ * them. Each process is recorded with its kernel start time, so a pid reused after a reboot is
+ * never signalled.
  */
 
 const STATE_FILE = "state.json";
 
-export async function clusterUp(dir: string): Promise<ControlPlaneState & { startupMs: number }> {
+interface RecordedProcess {
+  readonly pid: number;
+  /** Field 22 of /proc/<pid>/stat: start time in clock ticks since boot. */
+  readonly startTime: string;
+}
+
+interface DetachedState extends ControlPlaneState {
+  readonly processes: Readonly<Record<string, RecordedProcess>>;
+}
+
+export async function clusterUp(dir: string, signal?: AbortSignal): Promise<ControlPlaneState & { startupMs: number }> {
   const existing = await readState(dir);
-  if (existing !== undefined && Object.values(existing.pids).some((pid) => pid !== undefined && isProcessAlive(pid))) {
-    throw terminalError("ClusterRunning", `Cannot start a dev cluster in ${dir}: one is running (kubeconfig ${existing.kubeconfigPath}); run \`imp dev cluster down\` first`);
+  if (existing !== undefined) {
+    if (Object.values(existing.processes).some(isSameProcessRunning)) {
+      throw terminalError("ClusterRunning", `Cannot start a dev cluster in ${dir}: one is running (kubeconfig ${existing.kubeconfigPath}); run \`imp dev cluster down\` first`);
+    }
+    await rm(dir, { recursive: true, force: true });
+  } else if ((await readdir(dir).catch(() => [])).length > 0) {
+    // Never delete a directory that this command did not create.
+    throw terminalError("DirNotEmpty", `Cannot start a dev cluster in ${dir}: the directory is not empty and holds no dev cluster state; pick another --dir`);
   }
-  await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
-  const plane = await startControlPlane({ dir, detached: true, keepDir: true });
+  const plane = await startControlPlane({ dir, detached: true, keepDir: true, ...(signal === undefined ? {} : { signal }) });
   const state = plane.state();
-  await writeFile(join(dir, STATE_FILE), JSON.stringify(state, null, 2));
+  const processes: Record<string, RecordedProcess> = {};
+  for (const [name, pid] of Object.entries(state.pids)) {
+    const startTime = pid === undefined ? undefined : await processStartTime(pid);
+    if (pid !== undefined && startTime !== undefined) processes[name] = { pid, startTime };
+  }
+  const detached: DetachedState = { ...state, processes };
+  await writeFile(join(dir, STATE_FILE), JSON.stringify(detached, null, 2));
   return { ...state, startupMs: plane.startupMs };
 }
 
@@ -28,13 +52,13 @@ export async function clusterDown(dir: string, graceMs = 5_000): Promise<{ stopp
   if (state === undefined) return { stopped: [] };
   const stopped: string[] = [];
   // Reverse start order: controller manager, API server, then etcd.
-  for (const [name, pid] of Object.entries(state.pids).reverse()) {
-    if (pid === undefined || !isProcessAlive(pid)) continue;
-    process.kill(pid, "SIGTERM");
+  for (const [name, proc] of Object.entries(state.processes).reverse()) {
+    if (!isSameProcessRunning(proc)) continue;
+    process.kill(proc.pid, "SIGTERM");
     try {
-      await waitFor(`stop ${name}`, () => (isProcessAlive(pid) ? undefined : true), { timeoutMs: graceMs, intervalMs: 50 });
+      await waitFor(`stop ${name}`, () => (isSameProcessRunning(proc) ? undefined : true), { timeoutMs: graceMs, intervalMs: 50 });
     } catch {
-      if (isProcessAlive(pid)) process.kill(pid, "SIGKILL");
+      if (isSameProcessRunning(proc)) process.kill(proc.pid, "SIGKILL");
     }
     stopped.push(name);
   }
@@ -45,13 +69,14 @@ export async function clusterDown(dir: string, graceMs = 5_000): Promise<{ stopp
 export async function clusterStatus(dir: string): Promise<(ControlPlaneState & { running: Record<string, boolean> }) | undefined> {
   const state = await readState(dir);
   if (state === undefined) return undefined;
-  const running = Object.fromEntries(Object.entries(state.pids).map(([name, pid]) => [name, pid !== undefined && isProcessAlive(pid)]));
+  const running = Object.fromEntries(Object.entries(state.processes).map(([name, proc]) => [name, isSameProcessRunning(proc)]));
   return { ...state, running };
 }
 
-async function readState(dir: string): Promise<ControlPlaneState | undefined> {
+async function readState(dir: string): Promise<DetachedState | undefined> {
   try {
-    return JSON.parse(await readFile(join(dir, STATE_FILE), "utf8")) as ControlPlaneState;
+    const state = JSON.parse(await readFile(join(dir, STATE_FILE), "utf8")) as Partial<DetachedState>;
+    return state.processes === undefined ? undefined : (state as DetachedState);
   } catch {
     return undefined;
   }
@@ -65,4 +90,30 @@ export function isProcessAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+function isSameProcessRunning(proc: RecordedProcess): boolean {
+  return isProcessAlive(proc.pid) && processStartTimeSync(proc.pid) === proc.startTime;
+}
+
+async function processStartTime(pid: number): Promise<string | undefined> {
+  try {
+    return parseStartTime(await readFile(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+function processStartTimeSync(pid: number): string | undefined {
+  try {
+    return parseStartTime(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Field 22 of /proc/<pid>/stat; the command name (field 2) may hold spaces and parentheses, so count from its closing one. */
+export function parseStartTime(stat: string): string | undefined {
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return fields[19];
 }

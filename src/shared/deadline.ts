@@ -1,4 +1,4 @@
-import { retryableError } from "./errors.ts";
+import { classOf, retryableError } from "./errors.ts";
 
 /**
  * Every wait in Imp has a timeout. `withDeadline` runs `fn` with a signal that aborts after `ms`
@@ -22,7 +22,11 @@ export async function withDeadline<T>(
   }
 }
 
-/** Polls `check` every `intervalMs` until it returns a value other than undefined, or times out. */
+/**
+ * Polls `check` every `intervalMs` until it returns a value other than undefined, or times out.
+ * An error thrown by `check` counts as "not yet" unless it is classified terminal: then waiting
+ * cannot help, and it is rethrown at once (e.g. the process being waited for has exited).
+ */
 export async function waitFor<T>(
   what: string,
   check: () => Promise<T | undefined> | T | undefined,
@@ -39,6 +43,7 @@ export async function waitFor<T>(
           const value = await check();
           if (value !== undefined) return value;
         } catch (err) {
+          if (classOf(err) === "terminal") throw err;
           lastError = err;
         }
         await new Promise<void>((resolve) => {

@@ -12,7 +12,13 @@ export function registerDev(program: Command): void {
     .description("start the control plane in the background and print its kubeconfig path")
     .option("--dir <dir>", "state directory", defaultDir())
     .action(async (opts: { dir: string }) => {
-      const state = await clusterUp(opts.dir);
+      // Ctrl-C while starting must not leave detached processes behind: abort, and the start unwinds.
+      const interrupted = new AbortController();
+      const onSignal = (): void => interrupted.abort(new Error("interrupted"));
+      process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
+      const state = await clusterUp(opts.dir, interrupted.signal).finally(() => {
+        process.off("SIGINT", onSignal).off("SIGTERM", onSignal);
+      });
       process.stdout.write(
         `control plane ready in ${(state.startupMs / 1000).toFixed(1)} s at ${state.server}\n` +
           `export KUBECONFIG=${state.kubeconfigPath}\n`,

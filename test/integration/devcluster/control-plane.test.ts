@@ -1,5 +1,8 @@
 import { execFile, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
 import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { promisify } from "node:util";
@@ -82,9 +85,11 @@ describe("dev control plane teardown", () => {
     assert.equal(await portOpen(port), false);
   });
 
-  it("a SIGKILLed owner takes its control plane with it", async () => {
+  it("a SIGKILLed owner takes its control plane with it", async (t) => {
     const script = fileURLToPath(new URL("./owner-process.fixture.ts", import.meta.url));
-    const child = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
+    const dir = await mkdtemp(join(tmpdir(), "imp-owner-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const child = spawn(process.execPath, [script, dir], { stdio: ["ignore", "pipe", "inherit"] });
     const pids = await new Promise<number[]>((resolve, reject) => {
       let out = "";
       child.stdout.on("data", (chunk: Buffer) => {
