@@ -39,6 +39,12 @@ describe("the guest agent as PID 1", { timeout: 300_000 }, (suite) => {
     for (const [target, fstype] of Object.entries(want)) assert.equal(mounts.get(target), fstype, `${target} in\n${result.stdout}`);
   });
 
+  it("starts every exec with no signal ignored (PID 1's own handling is not inherited)", async () => {
+    const result = await runExec(t.client, { execId: "sigign", argv: ["/bin/cat", "/proc/self/status"], env: {} });
+    assert.equal(result.exitCode, 0, result.stderr);
+    assert.match(result.stdout, /^SigIgn:\t0000000000000000$/m);
+  });
+
   it("applies configure: hostname, address, resolv.conf and an entropy seed", async () => {
     await t.client.configure({
       hostname: "imp-e2e-host",

@@ -84,8 +84,7 @@ func run(cfg config, log *slog.Logger) error {
 	var srv *server.Server
 	var shutdown func(mode string)
 	if cfg.mode == "pid1" {
-		// Go exits on an unhandled SIGHUP/SIGQUIT/SIGUSR*; as PID 1 that would panic the kernel.
-		signal.Ignore(syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+		catchFatalSignals(log)
 		if _, err := pid1.Boot(log, system.LoopbackUp); err != nil {
 			return err
 		}
