@@ -87,7 +87,9 @@ const plane = await startControlPlane();
 const stop = async (): Promise<void> => {
   await plane.stop();
 };
-process.once("SIGINT", () => void stop().then(() => process.exit(130)));
+for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+  process.once(signal, () => void stop().then(() => process.exit(code)));
+}
 try {
   await controlPlaneDemo(plane);
   await vmDemo();
