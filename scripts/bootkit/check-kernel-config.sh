@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check-kernel-config.sh CONFIG_FILE
 # Lists the kernel options a production (Firecracker) guest kernel must have built in (=y) for Imp but
-# that CONFIG_FILE lacks or has only as modules; exits 1 if any. The reasons are in
+# that CONFIG_FILE lacks or has only as modules, then the options it must NOT have (neither y nor m)
+# but has; exits 1 if any. The reasons are in
 # docs/kernel-requirements.md; keep the two lists in step.
 set -euo pipefail
 config="$1"
@@ -12,11 +13,20 @@ required=(
   SERIAL_8250 SERIAL_8250_CONSOLE SERIO_I8042 KEYBOARD_ATKBD KVM_GUEST PARAVIRT
   NAMESPACES PID_NS NET_NS USER_NS SECCOMP_FILTER UNIX INET IPV6 PACKET PROC_FS SYSFS BINFMT_ELF BINFMT_SCRIPT
 )
+# VSOCKETS_LOOPBACK would let guest processes reach the guest agent's vsock port.
+forbidden=(VSOCKETS_LOOPBACK)
 missing=0
 for option in "${required[@]}"; do
   value="$(sed -n "s/^CONFIG_${option}=\(.*\)/\1/p" "$config" | head -n 1)"
   if [[ "$value" != y ]]; then
     printf 'CONFIG_%-30s %s\n' "$option" "${value:-not set}"
+    missing=1
+  fi
+done
+for option in "${forbidden[@]}"; do
+  value="$(sed -n "s/^CONFIG_${option}=\(.*\)/\1/p" "$config" | head -n 1)"
+  if [[ -n "$value" && "$value" != n ]]; then
+    printf 'CONFIG_%-30s %s (must not be set)\n' "$option" "$value"
     missing=1
   fi
 done

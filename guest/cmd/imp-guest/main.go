@@ -160,7 +160,7 @@ func startListeners(ctx context.Context, cfg config, srv *server.Server, log *sl
 		go serve(ctx, srv, ln, "tcp", log)
 	}
 	if cfg.vsockPort > 0 {
-		ln, err := transport.ListenVsock(uint32(cfg.vsockPort))
+		ln, err := transport.ListenVsock(uint32(cfg.vsockPort), log)
 		if err != nil {
 			// A VM without vsock may still have the serial port; keep going.
 			log.Warn("cannot listen on vsock", "port", cfg.vsockPort, "error", err)

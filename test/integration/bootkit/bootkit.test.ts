@@ -62,7 +62,7 @@ describe("the boot kit", () => {
     const missing = result.stdout.trim().split("\n").map((l) => l.split(/\s+/)[0]);
     assert.deepEqual(missing, [
       "CONFIG_VIRTIO_MMIO", "CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES", "CONFIG_VIRTIO_BLK", "CONFIG_OVERLAY_FS",
-      "CONFIG_VSOCKETS", "CONFIG_VIRTIO_VSOCKETS", "CONFIG_VIRTIO_NET",
+      "CONFIG_VSOCKETS", "CONFIG_VIRTIO_VSOCKETS", "CONFIG_VIRTIO_NET", "CONFIG_VSOCKETS_LOOPBACK",
     ]);
   });
 });
