@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QemuVm, type QemuVmOptions } from "../../../src/agent/index.ts";
-import { ImpError } from "../../../src/shared/index.ts";
+import { ImpError, waitFor } from "../../../src/shared/index.ts";
 import { loadBootKit } from "../../harness/vm.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "imp-qd-"));
@@ -90,7 +90,8 @@ describe("QemuVm.stop()", () => {
     });
     const vm = await QemuVm.start(o);
     assert.ok(vm.running);
-    assert.equal(processesMentioning(o.dir).length, 2, "qemu and vhost-device-vsock");
+    // Right after spawn a child may still be the forked Node.js, not yet exec'd into its program.
+    await waitFor("qemu and vhost-device-vsock to run", () => (processesMentioning(o.dir).length === 2 ? true : undefined), { timeoutMs: 10_000, intervalMs: 20 });
     const exit = await vm.stop(2_000);
     assert.equal(vm.running, false);
     assert.ok(exit.signal === "SIGTERM" || exit.code === 0, JSON.stringify(exit));

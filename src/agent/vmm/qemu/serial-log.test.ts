@@ -9,6 +9,10 @@ const dir = mkdtempSync(join(tmpdir(), "imp-serial-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("findFatalConsoleLine()", () => {
+  it("waits for the newline before reporting a fatal line", () => {
+    assert.equal(findFatalConsoleLine("imp-initramfs: FATAL: "), undefined);
+    assert.equal(findFatalConsoleLine("imp-initramfs: FATAL: init /x is not an executable file\r\n"), "imp-initramfs: FATAL: init /x is not an executable file");
+  });
   it("finds a kernel panic and an initramfs failure as whole lines", () => {
     assert.equal(findFatalConsoleLine("ok\r\n[ 1.2] Kernel panic - not syncing: Attempted to kill init!\r\nmore"), "[ 1.2] Kernel panic - not syncing: Attempted to kill init!");
     assert.equal(findFatalConsoleLine("imp-initramfs: FATAL: cannot load module x.ko\n"), "imp-initramfs: FATAL: cannot load module x.ko");

@@ -6,14 +6,18 @@ export const FATAL_CONSOLE_PATTERNS: readonly RegExp[] = [
   /imp-initramfs: FATAL: .*/,
 ];
 
-/** The first fatal console line in `text`, if any. Pure. */
+/**
+ * The first complete fatal console line in `text`, if any. Pure. A line counts only once its
+ * newline has arrived: the console delivers lines in pieces, and a half line would hide the reason.
+ */
 export function findFatalConsoleLine(text: string): string | undefined {
   for (const pattern of FATAL_CONSOLE_PATTERNS) {
-    const match = pattern.exec(text);
-    if (match !== null) {
-      const start = text.lastIndexOf("\n", match.index) + 1;
+    const global = new RegExp(pattern.source, "g");
+    for (const match of text.matchAll(global)) {
       const end = text.indexOf("\n", match.index);
-      return text.slice(start, end < 0 ? undefined : end).trim();
+      if (end < 0) break;
+      const start = text.lastIndexOf("\n", match.index) + 1;
+      return text.slice(start, end).trim();
     }
   }
   return undefined;
