@@ -71,7 +71,8 @@ func main() {
 	if err := run(cfg, log); err != nil {
 		log.Error("guest agent failed", "error", err)
 		if cfg.mode == "pid1" {
-			pid1.PowerOff(log, "poweroff")
+			// A PID 1 that exits panics the kernel; end the machine the way its VMM expects.
+			pid1.PowerOff(log, pid1.ReadCmdline().ShutdownMode())
 		}
 		os.Exit(1)
 	}
@@ -83,11 +84,14 @@ func run(cfg config, log *slog.Logger) error {
 	var sys server.System
 	var srv *server.Server
 	var shutdown func(mode string)
+	unaskedMode := "poweroff" // for shutdowns the host did not ask for (SIGTERM, Ctrl-Alt-Del)
 	if cfg.mode == "pid1" {
 		catchFatalSignals(log)
-		if _, err := pid1.Boot(log, system.LoopbackUp); err != nil {
+		cmdline, err := pid1.Boot(log, system.LoopbackUp)
+		if err != nil {
 			return err
 		}
+		unaskedMode = cmdline.ShutdownMode()
 		sys = &system.Linux{Root: "/", Log: log}
 		shutdown = func(mode string) { stopExecs(srv, log); pid1.PowerOff(log, mode) }
 	} else {
@@ -102,7 +106,7 @@ func run(cfg config, log *slog.Logger) error {
 	if err := startListeners(ctx, cfg, srv, log); err != nil {
 		return err
 	}
-	go forwardSignals(ctx, srv, log, func() { shutdown("poweroff") })
+	go forwardSignals(ctx, srv, log, func() { shutdown(unaskedMode) })
 	log.Info("guest agent serving", "version", agentVersion, "mode", cfg.mode, "pid", os.Getpid())
 	<-ctx.Done()
 	return nil

@@ -2,7 +2,12 @@
 // final sync/unmount/power-off. It is skipped entirely when the agent runs as an ordinary process.
 package pid1
 
-import "strings"
+import (
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
 
 // Cmdline holds the kernel parameters the agent reads.
 type Cmdline struct {
@@ -49,4 +54,27 @@ func splitCmdline(text string) []string {
 		fields = append(fields, cur.String())
 	}
 	return fields
+}
+
+// ShutdownMode is how to end the machine when the host did not say (boot failure, SIGTERM,
+// Ctrl-Alt-Del): "reboot" when the kernel was given a reboot method (`reboot=k` etc.), else
+// "poweroff". Firecracker, booted with `reboot=k`, has no power-off device and exits only when the
+// guest reboots; QEMU runs with -no-reboot and exits on either. Pure.
+func (c Cmdline) ShutdownMode() string {
+	if c.Params["reboot"] != "" {
+		return "reboot"
+	}
+	return "poweroff"
+}
+
+// ReadCmdline reads /proc/cmdline, mounting /proc first if it is not there yet (a boot that failed
+// early). Best effort: an unreadable command line parses as empty.
+func ReadCmdline() Cmdline {
+	text, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		_ = os.MkdirAll("/proc", 0o755)
+		_ = unix.Mount("proc", "/proc", "proc", nodevExec, "")
+		text, _ = os.ReadFile("/proc/cmdline")
+	}
+	return ParseCmdline(string(text))
 }

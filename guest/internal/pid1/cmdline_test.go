@@ -50,3 +50,18 @@ func TestInnermostFirstUnmountsChildrenAndLaterMountsFirst(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+func TestShutdownModeFollowsTheKernelRebootMethod(t *testing.T) {
+	cases := map[string]string{
+		"console=ttyS0 reboot=k panic=1 pci=off init=/.imp/imp-guest": "reboot", // Firecracker
+		"console=ttyS0 reboot=t,s":                                    "reboot",
+		"console=ttyS0 panic=-1 ro root=/dev/vda":                     "poweroff", // QEMU tests
+		"console=ttyS0 reboot= quiet":                                 "poweroff",
+		"":                                                            "poweroff",
+	}
+	for text, want := range cases {
+		if got := ParseCmdline(text).ShutdownMode(); got != want {
+			t.Errorf("%q: got %s, want %s", text, got, want)
+		}
+	}
+}
