@@ -139,15 +139,8 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	}
-	if req.UID != nil || req.GID != nil {
-		cred := &syscall.Credential{Groups: []uint32{}}
-		if req.UID != nil {
-			cred.Uid = *req.UID
-		}
-		if req.GID != nil {
-			cred.Gid = *req.GID
-		}
-		attr.Sys.Credential = cred
+	if req.UID != nil && req.GID != nil { // validation guarantees both or neither
+		attr.Sys.Credential = &syscall.Credential{Uid: *req.UID, Gid: *req.GID, Groups: []uint32{}}
 	}
 	pumps := &sync.WaitGroup{}
 	pid, err := m.reaper.Start(func() (int, error) {

@@ -114,6 +114,10 @@ func validateExec(e *ExecRequest) error {
 	if e.Cwd != nil && strings.IndexByte(*e.Cwd, 0) >= 0 {
 		return errors.New("cwd must not contain NUL")
 	}
+	if (e.UID == nil) != (e.GID == nil) {
+		// One without the other would run the job with gid 0 (or uid 0): never guess.
+		return errors.New("uid and gid must be given together (or neither, for root)")
+	}
 	if e.ShutdownAfterExit != nil && *e.ShutdownAfterExit != "poweroff" && *e.ShutdownAfterExit != "reboot" {
 		return errors.New(`shutdownAfterExit must be "poweroff" or "reboot"`)
 	}
