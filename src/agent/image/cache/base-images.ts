@@ -104,6 +104,7 @@ export class BaseImages {
       target,
       layers: request.layers,
       guestAgentPath: request.guestAgent.path,
+      guestAgentDigest: request.guestAgent.digest,
       limits: { ...this.#limits, maxUncompressedBytes: Math.min(where.limit, this.#limits.maxUncompressedBytes) },
       ...(signal === undefined ? {} : { signal }),
       onLayer: (digest, index) => {

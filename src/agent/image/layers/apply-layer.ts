@@ -9,8 +9,11 @@
  *   no layer producer emits duplicates, and refusing them removes a class of order-dependent tricks.
  * - A whiteout that would delete something the same layer created is refused (whiteouts only apply
  *   to lower layers).
- * - Kept xattrs: `security.capability` and `user.*`; others (SELinux labels, `trusted.*` overlay
- *   bookkeeping) are dropped and counted.
+ * - Kept xattrs: `security.capability` and `user.*` whose names are printable ASCII without quotes
+ *   or backslashes (they appear in the debugfs script); others (SELinux labels, `trusted.*` overlay
+ *   bookkeeping, odd names) are dropped and counted.
+ * - The compressed bytes are hashed as they stream; a blob whose sha256 is not `layer.digest` fails
+ *   the layer with `DigestMismatch` (the digest is in the cache key, so the bytes must be the ones it names).
  */
 import { pipeline } from "node:stream/promises";
 import type { Stats } from "node:fs";
@@ -22,6 +25,7 @@ import { compressionOf, decompressor } from "./decompress.ts";
 import { entryMeaning, parseEntryPath, pathKey, type EntryPath } from "./entry-path.ts";
 import type { LayerBudget } from "./limits.ts";
 import { PaxXattrTap } from "./pax-xattr-tap.ts";
+import { digestMismatch, digestOfStream, verifyingStream } from "./verify-digest.ts";
 
 /** A layer blob to apply: its digest (for messages and the cache key), media type and bytes. */
 export interface LayerBlob {
@@ -58,11 +62,12 @@ const SAFE_SPECIAL_NAME = /^[\x20-\x7e]+$/;
 /** Applies `layer` on top of `tree`. On error the tree is left partly written; the caller discards it. */
 export async function applyLayer(tree: ConfinedTree, layer: LayerBlob, budget: LayerBudget, signal?: AbortSignal): Promise<LayerStats> {
   const compression = compressionOf(layer.mediaType);
+  const verifier = verifyingStream(layer.digest, `layer ${layer.digest}`);
   const input = await layer.open();
   const meter = budget.meter(layer.digest);
   const extract = tarExtract();
   const tap = new PaxXattrTap();
-  const piped = pipeline(input, meter.compressed, decompressor(compression), meter.uncompressed, tap, extract, signal === undefined ? {} : { signal });
+  const piped = pipeline(input, verifier, meter.compressed, decompressor(compression), meter.uncompressed, tap, extract, signal === undefined ? {} : { signal });
   // Observed below; this handler only stops an early rejection from counting as unhandled.
   piped.catch(() => undefined);
   const state = new LayerState(tree, layer.digest, budget, tap);
@@ -79,9 +84,23 @@ export async function applyLayer(tree: ConfinedTree, layer: LayerBlob, budget: L
     const pipeErr = await piped.then(() => undefined, (e: unknown) => e);
     if (err instanceof ImpError) throw err;
     if (pipeErr instanceof ImpError) throw pipeErr;
+    // Malformed data may be a blob that is not what its digest names: say so when that is the cause.
+    if (signal?.aborted !== true) await throwIfBlobDiffers(layer);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENAMETOOLONG") {
+      throw terminalError("LayerPathTooLong", `Cannot apply layer ${layer.digest}: a path is too long to create below the build directory (${(err as Error).message})`, {
+        cause: err, context: { layer: layer.digest },
+      });
+    }
     throw terminalError("LayerApplyFailed", `Cannot apply layer ${layer.digest}: ${(err as Error).message}`, { cause: err, context: { layer: layer.digest } });
   }
   return { entries: state.entries, fileBytes: state.fileBytes, droppedXattrs: state.droppedXattrs };
+}
+
+/** Re-reads the blob after a failure and throws `DigestMismatch` when its bytes are not the digest's. */
+async function throwIfBlobDiffers(layer: LayerBlob): Promise<void> {
+  const actual = await layer.open().then(digestOfStream, () => undefined);
+  if (actual !== undefined && actual !== layer.digest) throw digestMismatch(`layer ${layer.digest}`, layer.digest, actual);
 }
 
 class LayerState {
@@ -198,7 +217,8 @@ class LayerState {
     for (const [name, text] of decoded) {
       const attr = name.slice("SCHILY.xattr.".length);
       const value = raw?.get(attr) ?? (text.includes("\uFFFD") ? undefined : Buffer.from(text, "utf8"));
-      const keep = (attr === "security.capability" || attr.startsWith("user.")) && value !== undefined && /^[\x21-\x7e]+$/.test(attr);
+      // The name appears in the debugfs script: quotes and backslashes cannot be quoted there.
+      const keep = (attr === "security.capability" || attr.startsWith("user.")) && value !== undefined && /^[\x21-\x7e]+$/.test(attr) && !/["\\]/.test(attr);
       if (keep && SAFE_SPECIAL_NAME.test(pathKey(path)) && !/["\\]/.test(pathKey(path))) kept[attr] = value;
       else this.droppedXattrs++;
     }

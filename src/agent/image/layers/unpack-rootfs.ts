@@ -10,6 +10,7 @@ import { terminalError } from "../../../shared/index.ts";
 import { applyLayer, type LayerBlob } from "./apply-layer.ts";
 import { ConfinedTree, type SpecialNode, type Xattrs } from "./confined-tree.ts";
 import { LayerBudget, type LayerLimits } from "./limits.ts";
+import { verifyFile } from "./verify-digest.ts";
 
 /** Where the guest agent lives inside every image; the kernel boots it with `init=/.imp/imp-guest`. */
 export const GUEST_AGENT_DIR = ".imp";
@@ -23,6 +24,12 @@ export interface UnpackOptions {
   readonly layers: readonly LayerBlob[];
   /** Host path of the guest agent binary to copy to `/.imp/imp-guest`. */
   readonly guestAgentPath: string;
+  /**
+   * `sha256:<hex>` the guest agent must have (the one in the cache key). The copy inside the tree is
+   * hashed and must match, else `DigestMismatch`: a binary replaced after its digest was taken is never
+   * cached under the old key. Omitted only by tests of layer application.
+   */
+  readonly guestAgentDigest?: string;
   readonly limits: LayerLimits;
   readonly signal?: AbortSignal;
   /** Called after each layer is applied. */
@@ -56,7 +63,7 @@ export async function unpackRootfs(options: UnpackOptions): Promise<UnpackedRoot
     droppedXattrs += stats.droppedXattrs;
     options.onLayer?.(layer.digest, index);
   }
-  await injectGuestAgent(tree, options.guestAgentPath);
+  await injectGuestAgent(tree, options.guestAgentPath, options.guestAgentDigest);
   await ensureMountPoints(tree);
   await tree.finish();
   const specialParentMtimes = new Map<string, number>();
@@ -90,7 +97,7 @@ async function ensureMountPoints(tree: ConfinedTree): Promise<void> {
  * Replaces whatever the image has at `/.imp` (a directory, a file, or a symlink that could redirect
  * the write) with a fresh root-owned directory holding only the guest agent.
  */
-async function injectGuestAgent(tree: ConfinedTree, source: string): Promise<void> {
+async function injectGuestAgent(tree: ConfinedTree, source: string, digest: string | undefined): Promise<void> {
   const dir = [GUEST_AGENT_DIR];
   await tree.remove(dir);
   const abs = tree.abs(dir);
@@ -104,6 +111,8 @@ async function injectGuestAgent(tree: ConfinedTree, source: string): Promise<voi
   } catch (err) {
     throw terminalError("GuestAgentMissing", `Cannot inject the guest agent from ${source}: ${(err as Error).message}`, { cause: err, context: { source } });
   }
+  // Hash the copy, not the source: these are the bytes that end up in the image.
+  if (digest !== undefined) await verifyFile(dest, digest, `the guest agent ${source}`);
   await chown(dest, 0, 0);
   await chmod(dest, 0o755);
 }
