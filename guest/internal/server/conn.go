@@ -62,6 +62,12 @@ func (c *conn) send(f outFrame) bool {
 // writeLoop writes queued frames until the stream closes or a write fails.
 func (c *conn) writeLoop() {
 	defer func() {
+		// A panic here must not end PID 1: drop this stream only.
+		if recover() != nil {
+			c.close()
+		}
+	}()
+	defer func() {
 		// Release anyone waiting for a flush on frames that will never be written.
 		for {
 			select {

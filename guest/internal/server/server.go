@@ -5,10 +5,12 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
-
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -90,6 +92,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, kind string) error 
 
 // ServeConn serves one stream until it ends, fails, or ctx ends. The stream is closed on return.
 func (s *Server) ServeConn(ctx context.Context, rw io.ReadWriteCloser, name string) {
+	// Registered first so it runs last, after the stream was closed and left the hub.
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("host stream handler panicked; stream closed", "stream", name, "panic", describePanic(v), "stack", string(debug.Stack()))
+		}
+	}()
 	c := newConn(name, rw, s.opts.StallTimeout)
 	defer c.close()
 	go c.writeLoop()
@@ -129,13 +137,26 @@ func (s *Server) sendAndFlush(c *conn, frame []byte) {
 	}
 }
 
+// handle answers one request. A panic anywhere in it is contained here: PID 1 must not die (that
+// panics the kernel), so it is logged, answered with an internal error, and the stream keeps serving.
 func (s *Server) handle(ctx context.Context, c *conn, body []byte) {
+	var id uint32
+	typ := "(undecoded)"
+	defer func() {
+		if v := recover(); v != nil {
+			// Never the request itself, nor a panic value that could quote it: env is secret.
+			s.log.Error("request handler panicked; answered with an internal error",
+				"stream", c.name, "id", id, "type", typ, "panic", describePanic(v), "stack", string(debug.Stack()))
+			c.send(outFrame{data: proto.ErrorFrame(proto.Errorf(id, proto.CodeInternal, "the guest agent failed on this %s request (a bug); it keeps serving", typ))})
+		}
+	}()
 	req, perr := proto.DecodeRequest(body)
 	if perr != nil {
 		s.log.Debug("rejected request", "stream", c.name, "code", perr.Code, "reason", perr.Message)
 		c.send(outFrame{data: proto.ErrorFrame(perr)})
 		return
 	}
+	id, typ = req.ID, req.Type
 	reply, perr := s.dispatch(ctx, req)
 	if perr != nil {
 		perr.ID = req.ID
@@ -233,3 +254,12 @@ func (s *Server) startShutdown(mode, reason string) {
 
 // ForwardSignal sends a signal the agent received (SIGTERM/SIGINT) to every running exec.
 func (s *Server) ForwardSignal(sig syscall.Signal) { s.execs.SignalAll(sig) }
+
+// describePanic names a recovered value without quoting data it might carry: runtime errors
+// (nil dereference, index out of range) are safe to print; anything else is named by its type.
+func describePanic(v any) string {
+	if err, ok := v.(runtime.Error); ok {
+		return err.Error()
+	}
+	return fmt.Sprintf("value of type %T", v)
+}

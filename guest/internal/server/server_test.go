@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,16 +40,36 @@ type harness struct {
 	dry      *system.Dry
 	mu       sync.Mutex
 	shutdown []string
-	logs     *bytes.Buffer
+	logs     *syncBuffer
+}
+
+// syncBuffer collects the server's log output; safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func start(t *testing.T, opts Options) *harness {
 	t.Helper()
-	h := &harness{t: t, sock: filepath.Join(t.TempDir(), "agent.sock"), logs: &bytes.Buffer{}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := &harness{t: t, sock: filepath.Join(t.TempDir(), "agent.sock"), logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.dry = system.NewDry(log)
 	opts.Agent = "imp-guest/test"
-	opts.System = h.dry
+	if opts.System == nil {
+		opts.System = h.dry
+	}
 	opts.Shutdown = func(mode string) {
 		h.mu.Lock()
 		h.shutdown = append(h.shutdown, mode)
@@ -358,6 +379,46 @@ func TestSignalAfterExitIsASuccessfulNoOp(t *testing.T) {
 		}
 		if m == nil || m["type"] != "signal" || m["error"] != nil {
 			t.Fatalf("signal after exit: %v", m)
+		}
+	}
+}
+
+// panickingSystem stands in for a buggy handler: configure panics, quoting the request.
+type panickingSystem struct{ runtimeError bool }
+
+func (p panickingSystem) Configure(_ context.Context, req *proto.ConfigureRequest) error {
+	if p.runtimeError {
+		var m map[string]int
+		m[*req.Hostname] = 1 // assignment to a nil map: a runtime.Error
+	}
+	panic("cannot configure " + *req.Hostname)
+}
+
+func TestAPanickingHandlerIsAnsweredWithInternalAndTheAgentKeepsServing(t *testing.T) {
+	for _, runtimeError := range []bool{false, true} {
+		h := start(t, Options{System: panickingSystem{runtimeError: runtimeError}})
+		c, other := h.dial(), h.dial()
+		other.send(`{"v":1,"type":"hello","id":1,"versions":[1]}`)
+		other.until("hello", 1)
+		const secret = "secret-host-name-4f1d"
+		c.send(`{"v":1,"type":"configure","id":7,"hostname":"` + secret + `"}`)
+		m := c.until("error", 7)
+		if m["code"] != proto.CodeInternal || strings.Contains(fmt.Sprint(m), secret) {
+			t.Fatalf("reply to the panicking request: %v", m)
+		}
+		// The same stream and the others keep serving.
+		c.send(`{"v":1,"type":"hello","id":8,"versions":[1]}`)
+		c.until("hello", 8)
+		other.send(`{"v":1,"type":"exec","id":2,"execId":"after-panic","argv":["/bin/true"],"env":{}}`)
+		if m := other.until("exec", 2); m["started"] != true {
+			t.Fatalf("exec after the panic: %v", m)
+		}
+		logs := h.logs.String()
+		if !strings.Contains(logs, "request handler panicked") || !strings.Contains(logs, "type=configure") {
+			t.Fatalf("panic not logged:\n%s", logs)
+		}
+		if strings.Contains(logs, secret) {
+			t.Fatalf("the log quotes the request:\n%s", logs)
 		}
 	}
 }
