@@ -43,6 +43,16 @@ describe("BaseImages staging", () => {
     assert.equal(ext4Tree(result.path).get("zeros.bin")?.mode, "100644");
   });
 
+  it("caps what an image may unpack to by the staging filesystem's free space less the reserve", async () => {
+    const root = join(work, "reserve");
+    const cache = await ImageCache.open({ root, maxBytes: 1024 ** 3 });
+    // A reserve larger than any disk leaves no room: the first uncompressed bytes fail the build.
+    const images = new BaseImages({ cache, staging: null, stagingReserveBytes: Number.MAX_SAFE_INTEGER });
+    const layers = [await layerOf([{ name: "f", content: "data" }])];
+    await assert.rejects(images.ensure({ layers, guestAgent }), { code: "LayerTooLarge" });
+    assert.deepEqual(await readdir(join(root, "images")), []);
+  });
+
   it("leaves no staging directory of this process behind", async () => {
     const mine = (await readdir("/dev/shm")).filter((n) => n.startsWith(`imp-staging-${process.pid}-`));
     assert.deepEqual(mine, []);

@@ -2,11 +2,11 @@
  * Base images on demand: layers + guest agent → cache key → cached ext4 image, built once per key.
  * This is the entry the agent's VM preparation calls; `imp image build` calls it too.
  */
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { describeError, ImpError, silentLogger, type Logger } from "../../../shared/index.ts";
 import { buildExt4, defaultBaseParams, type Ext4Params } from "../ext4/index.ts";
-import { defaultLayerLimits, GUEST_AGENT_INIT, unpackRootfs, type LayerBlob, type LayerLimits } from "../layers/index.ts";
+import { defaultLayerLimits, GUEST_AGENT_INIT, stagingCapBytes, unpackRootfs, type LayerBlob, type LayerLimits } from "../layers/index.ts";
 import { baseImageKey, BUILDER_FORMAT_VERSION, uuidOfKey } from "./cache-key.ts";
 import type { EnsureResult, ImageCache } from "./image-cache.ts";
 import { defaultStaging, makeStagingDir, stagingBudget, sweepStaging, type StagingOptions } from "./staging.ts";
@@ -26,6 +26,12 @@ export interface BaseImagesOptions {
   readonly toolTimeoutMs?: number;
   /** Memory staging for unpacking (see staging.ts); default `defaultStaging()`, `null` to always stage on disk. */
   readonly staging?: StagingOptions | null;
+  /**
+   * Free space left alone on the staging filesystem: an image may unpack to at most its free space at
+   * the start of the build less this (half of that when staged on disk, where the ext4 file goes too).
+   * Default 1 GiB.
+   */
+  readonly stagingReserveBytes?: number;
 }
 
 /** Phases of one build, for progress output and logs. */
@@ -41,6 +47,7 @@ export class BaseImages {
   readonly #logger: Logger;
   readonly #toolTimeoutMs: number;
   readonly #staging: StagingOptions | undefined;
+  readonly #reserveBytes: number;
   #sweptOnce: Promise<void> | undefined;
 
   constructor(options: BaseImagesOptions) {
@@ -50,6 +57,7 @@ export class BaseImages {
     this.#logger = options.logger ?? silentLogger;
     this.#toolTimeoutMs = options.toolTimeoutMs ?? 30 * 60 * 1000;
     this.#staging = options.staging === null ? undefined : (options.staging ?? defaultStaging());
+    this.#reserveBytes = options.stagingReserveBytes ?? 1024 ** 3;
   }
 
   /** Leftover staging directories of dead builders are removed once, before the first build. */
@@ -98,6 +106,9 @@ export class BaseImages {
     const { emit, signal } = where;
     const target = join(where.stage, "rootfs");
     await mkdir(target, { mode: 0o755 });
+    const onDisk = where.stage === where.workDir;
+    const free = await statfs(where.stage).then((s) => s.bavail * s.bsize);
+    const limit = Math.min(where.limit, this.#limits.maxUncompressedBytes, stagingCapBytes(free, this.#reserveBytes, onDisk));
     const started = Date.now();
     let layerStart = started;
     const rootfs = await unpackRootfs({
@@ -105,14 +116,14 @@ export class BaseImages {
       layers: request.layers,
       guestAgentPath: request.guestAgent.path,
       guestAgentDigest: request.guestAgent.digest,
-      limits: { ...this.#limits, maxUncompressedBytes: Math.min(where.limit, this.#limits.maxUncompressedBytes) },
+      limits: { ...this.#limits, maxUncompressedBytes: limit },
       ...(signal === undefined ? {} : { signal }),
       onLayer: (digest, index) => {
         emit({ kind: "layer-applied", digest, index, ms: Date.now() - layerStart });
         layerStart = Date.now();
       },
     });
-    emit({ kind: "unpacked", entries: rootfs.entries, fileBytes: rootfs.fileBytes, ms: Date.now() - started, staging: where.stage === where.workDir ? "disk" : "memory" });
+    emit({ kind: "unpacked", entries: rootfs.entries, fileBytes: rootfs.fileBytes, ms: Date.now() - started, staging: onDisk ? "disk" : "memory" });
     const mkfsStart = Date.now();
     const plan = await buildExt4({ rootfs, output: where.output, params: this.params, uuid: uuidOfKey(key), workDir: where.workDir, timeoutMs: this.#toolTimeoutMs, ...(signal === undefined ? {} : { signal }) });
     emit({ kind: "ext4-built", sizeBytes: plan.sizeBytes, ms: Date.now() - mkfsStart });

@@ -15,6 +15,12 @@ export interface LayerLimits {
   readonly maxRatio: number;
   /** Below this many uncompressed bytes of a layer the ratio is not checked (small layers compress well). */
   readonly ratioFloorBytes: number;
+  /**
+   * The same ratio over the whole image (all layers so far), checked once the image has produced this
+   * many uncompressed bytes. Smaller than `ratioFloorBytes`, so many layers that each stay just under
+   * the per-layer floor cannot add up to a bomb.
+   */
+  readonly imageRatioFloorBytes: number;
 }
 
 /** Generous for real images (the largest common CI images are ~20 GiB unpacked, ~500k files). */
@@ -24,13 +30,25 @@ export function defaultLayerLimits(): LayerLimits {
     maxEntries: 2_000_000,
     maxRatio: 200,
     ratioFloorBytes: 256 * 1024 ** 2,
+    imageRatioFloorBytes: 64 * 1024 ** 2,
   };
+}
+
+/**
+ * How many uncompressed bytes an image may unpack to in a staging directory with `freeBytes` free:
+ * the free space less `reserveBytes` (left for everything else on that filesystem), halved when the
+ * finished ext4 file is written to the same filesystem (disk staging). Never negative.
+ */
+export function stagingCapBytes(freeBytes: number, reserveBytes: number, outputOnSameFs: boolean): number {
+  const usable = Math.max(0, freeBytes - reserveBytes);
+  return Math.floor(outputOnSameFs ? usable / 2 : usable);
 }
 
 /** Running totals for one image build; shared by all its layers. */
 export class LayerBudget {
   readonly limits: LayerLimits;
   uncompressedBytes = 0;
+  compressedBytes = 0;
   entries = 0;
 
   constructor(limits: LayerLimits) {
@@ -55,8 +73,9 @@ export class LayerBudget {
     let compressedBytes = 0;
     let layerBytes = 0;
     const compressed = new Transform({
-      transform(chunk: Buffer, _enc, done: TransformCallback) {
+      transform: (chunk: Buffer, _enc, done: TransformCallback) => {
         compressedBytes += chunk.length;
+        this.compressedBytes += chunk.length;
         done(null, chunk);
       },
     });
@@ -72,6 +91,13 @@ export class LayerBudget {
         }
         if (layerBytes > this.limits.ratioFloorBytes && layerBytes > compressedBytes * this.limits.maxRatio) {
           done(terminalError("LayerCompressionRatio", `Cannot apply layer ${layer}: it expands more than ${this.limits.maxRatio}x (${layerBytes} bytes from ${compressedBytes}); refusing a likely decompression bomb`, {
+            context: { layer, maxRatio: this.limits.maxRatio },
+          }));
+          return;
+        }
+        const image = this.uncompressedBytes;
+        if (image > this.limits.imageRatioFloorBytes && image > this.compressedBytes * this.limits.maxRatio) {
+          done(terminalError("LayerCompressionRatio", `Cannot apply layer ${layer}: the image's layers together expand more than ${this.limits.maxRatio}x (${image} bytes from ${this.compressedBytes}); refusing a likely decompression bomb spread over layers`, {
             context: { layer, maxRatio: this.limits.maxRatio },
           }));
           return;
