@@ -1,7 +1,8 @@
 /**
  * End to end: the guest agent's PID-1 duties in a real QEMU VM (boot kit harness): the mount set,
+ * execs start with no ignored signals, /proc hides other uids' processes,
  * `configure` applied to the kernel (hostname, address, resolv.conf, entropy), orphan reaping, and
- * SIGTERM to PID 1 forwarded to the running exec before the VM powers off. The serial console (the
+ * SIGTERM to PID 1 forwarded to the running exec before the VM reboots (booted with reboot=k). The serial console (the
  * agent's log) must never show an exec's env value.
  */
 import { after, afterEach, before, describe, it } from "node:test";
@@ -45,6 +46,15 @@ describe("the guest agent as PID 1", { timeout: 300_000 }, (suite) => {
     const result = await runExec(t.client, { execId: "sigign", argv: ["/bin/cat", "/proc/self/status"], env: {} });
     assert.equal(result.exitCode, 0, result.stderr);
     assert.match(result.stdout, /^SigIgn:\t0000000000000000$/m);
+  });
+
+  it("hides other uids' processes in /proc (hidepid=invisible) from a job, not from root", async () => {
+    const probe = 'test -e /proc/1/environ && echo "pid1 visible" || echo "pid1 hidden"; grep -c ^Uid: /proc/self/status';
+    const asNobody = await runExec(t.client, { execId: "hidepid-nobody", argv: ["/bin/sh", "-c", probe], env: { PATH }, uid: 65534, gid: 65534 });
+    assert.equal(asNobody.exitCode, 0, asNobody.stderr);
+    assert.equal(asNobody.stdout, "pid1 hidden\n1\n");
+    const asRoot = await runExec(t.client, { execId: "hidepid-root", argv: ["/bin/sh", "-c", probe], env: { PATH } });
+    assert.equal(asRoot.stdout, "pid1 visible\n1\n");
   });
 
   it("applies configure: hostname, address, resolv.conf and an entropy seed", async () => {

@@ -5,8 +5,6 @@ package pid1
 import (
 	"os"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Cmdline holds the kernel parameters the agent reads.
@@ -72,8 +70,7 @@ func (c Cmdline) ShutdownMode() string {
 func ReadCmdline() Cmdline {
 	text, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
-		_ = os.MkdirAll("/proc", 0o755)
-		_ = unix.Mount("proc", "/proc", "proc", nodevExec, "")
+		_ = ProcMount().mount()
 		text, _ = os.ReadFile("/proc/cmdline")
 	}
 	return ParseCmdline(string(text))

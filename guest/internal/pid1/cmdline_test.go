@@ -36,6 +36,9 @@ func TestBootMountPlanCoversEveryRequiredFilesystem(t *testing.T) {
 	for _, m := range append(EarlyMounts(), LateMounts()...) {
 		got[m.Target] = m.FSType
 	}
+	if m := EarlyMounts()[0]; m.Target != "/proc" || m.Data != "hidepid=invisible" {
+		t.Fatalf("/proc must hide other uids' processes: %+v", m)
+	}
 	for target, fs := range want {
 		if got[target] != fs {
 			t.Fatalf("%s: got %q, want %q", target, got[target], fs)

@@ -31,10 +31,17 @@ func (m Mount) mount() error {
 
 const nodevExec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 
+// ProcMount is /proc with hidepid=invisible (Linux ≥ 5.8): a process sees only the /proc/<pid>
+// entries of processes it could ptrace — its own uid's. So a job running as another uid cannot
+// read the cmdline, environ or status of the agent or of root's execs. The agent (root) still sees all.
+func ProcMount() Mount {
+	return Mount{Source: "proc", Target: "/proc", FSType: "proc", Flags: nodevExec, Data: "hidepid=invisible"}
+}
+
 // EarlyMounts are needed before the overlay (to read the cmdline and see the scratch device).
 func EarlyMounts() []Mount {
 	return []Mount{
-		{Source: "proc", Target: "/proc", FSType: "proc", Flags: nodevExec},
+		ProcMount(),
 		{Source: "devtmpfs", Target: "/dev", FSType: "devtmpfs", Flags: unix.MS_NOSUID, Data: "mode=0755"},
 	}
 }
