@@ -3,6 +3,7 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Registry } from "prom-client";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { GROUP, IMP_VM, VERSION, installCrds, type ImpVMSpec, type ImpVMStatus } from "../../../src/api/index.ts";
 import {
   Controller,
   EVENT_RESOURCE,
@@ -11,21 +12,27 @@ import {
   Manager,
   createResourceClient,
   done,
+  isGone,
   keyOf,
   mutateWithRetry,
   parseKey,
+  resourceDescriptor,
   type CoreEvent,
   type KubeObject,
   type ResourceClient,
   type ResourceDescriptor,
 } from "../../../src/kube/index.ts";
 import { ImpError, retryableError, waitFor } from "../../../src/shared/index.ts";
+import { compactEtcd, etcdClientUrl, etcdRevision } from "./etcd.fixture.ts";
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type Node = KubeObject & { status?: { capacity?: Record<string, string> } };
 const CONFIG_MAPS: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
 const NAMESPACES: ResourceDescriptor = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const NODES: ResourceDescriptor = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
+// The api part's ImpVM carries client-node's V1ObjectMeta (Date timestamps), not the runtime's ObjectMeta.
+type ImpVM = KubeObject & { spec: ImpVMSpec; status?: ImpVMStatus };
+const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
 
 const rejectsWith = (errorClass: string, code: string) => (err: unknown): boolean => {
   assert.ok(err instanceof ImpError, `expected an ImpError, got ${String(err)}`);
@@ -43,6 +50,7 @@ function breakableWatches<T extends KubeObject>(client: ResourceClient<T>) {
   let cut: AbortController | undefined;
   let gate: { promise: Promise<void>; open: () => void } | undefined;
   let lists = 0;
+  let resumedFrom: string | undefined;
   const wrapped: Pick<ResourceClient<T>, "resource" | "list" | "watch"> = {
     resource: client.resource,
     list: (options) => {
@@ -51,6 +59,7 @@ function breakableWatches<T extends KubeObject>(client: ResourceClient<T>) {
     },
     async watch(options, onEvent) {
       if (gate !== undefined) await gate.promise;
+      resumedFrom = options.resourceVersion;
       const mine = new AbortController();
       cut = mine;
       await client.watch({ ...options, signal: AbortSignal.any([options.signal, mine.signal]) }, onEvent);
@@ -60,6 +69,8 @@ function breakableWatches<T extends KubeObject>(client: ResourceClient<T>) {
   return {
     client: wrapped,
     lists: () => lists,
+    /** The resourceVersion the latest watch started from. */
+    resumedFrom: () => resumedFrom,
     breakWatch(): void {
       let open = (): void => undefined;
       const promise = new Promise<void>((resolve) => (open = resolve));
@@ -80,7 +91,7 @@ describe("kube runtime against a real API server", () => {
     plane = await startControlPlane({ controllerManager: false });
     configMaps = createResourceClient<ConfigMap>(plane.kubeConfig, CONFIG_MAPS);
     const namespaces = createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES);
-    for (const name of ["crud", "informer", "conflicts", "controller", "quiet", "paged"]) await namespaces.create({ metadata: { name } });
+    for (const name of ["crud", "informer", "conflicts", "controller", "quiet", "paged", "expired"]) await namespaces.create({ metadata: { name } });
   });
   after(async () => {
     await plane?.stop();
@@ -168,6 +179,78 @@ describe("kube runtime against a real API server", () => {
     });
   });
 
+  describe("mutateWithRetry on the status subresource", () => {
+    it("keeps all ten conditions when ten writers add one each to an ImpVM's status concurrently", async () => {
+      await installCrds(plane.kubeConfig);
+      const vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
+      const ref = { namespace: "conflicts", name: "status-race" };
+      const created = await vms.create({
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "ImpVM",
+        metadata: ref,
+        spec: { templateRef: { name: "unused" }, lifecycle: "ephemeral" },
+      });
+
+      // The precondition holds on /status: a patch carrying an outdated resourceVersion is refused.
+      await vms.patchStatus(ref, { status: { message: "moved on" } });
+      await assert.rejects(
+        vms.patchStatus(ref, { metadata: { resourceVersion: created.metadata?.resourceVersion }, status: { message: "stale" } }),
+        rejectsWith("conflict", "Conflict"),
+      );
+
+      // Every writer's first read waits until all ten have read, so all ten start from the same
+      // resourceVersion and at least nine must be refused and retried.
+      const writers = 10;
+      let firstReads = 0;
+      let allRead = (): void => undefined;
+      const barrier = new Promise<void>((resolve) => (allRead = resolve));
+      const readFirst = new Set<number>();
+      let attempts = 0;
+      await Promise.all(
+        Array.from({ length: writers }, (_, i) =>
+          mutateWithRetry(
+            {
+              get: async (r, signal) => {
+                const vm = await vms.get(r, signal);
+                if (!readFirst.has(i)) {
+                  readFirst.add(i);
+                  if (++firstReads === writers) allRead();
+                  await barrier;
+                }
+                return vm;
+              },
+              patch: (r, patch, signal) => vms.patch(r, patch, signal),
+              patchStatus: (r, patch, signal) => vms.patchStatus(r, patch, signal),
+            },
+            {
+              ref,
+              subresource: "status",
+              mutate: (draft) => {
+                attempts += 1;
+                const type = `Writer${i}`;
+                const conditions = draft.status?.conditions ?? [];
+                if (conditions.some((c) => c.type === type)) return false;
+                draft.status = {
+                  ...draft.status,
+                  conditions: [
+                    ...conditions,
+                    { type, status: "True", reason: "Wrote", message: `writer ${i}`, lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, "Z") },
+                  ],
+                };
+              },
+            },
+          ),
+        ),
+      );
+      const stored = await vms.get(ref);
+      const types = (stored.status?.conditions ?? []).map((c) => c.type).sort();
+      console.log(`10 concurrent status writers: ${attempts} read-modify-write attempts in total`);
+      assert.deepEqual(types, Array.from({ length: writers }, (_, i) => `Writer${i}`).sort(), "no status write was lost");
+      assert.equal(stored.status?.message, "moved on", "other status fields are untouched");
+      assert.ok(attempts >= 2 * writers - 1, `conflicts must have happened: ${attempts} attempts for ${writers} writers`);
+    });
+  });
+
   describe("EventRecorder", () => {
     it("folds a repeated event into one core/v1 Event with count 2", async () => {
       const events = createResourceClient<CoreEvent>(plane.kubeConfig, EVENT_RESOURCE);
@@ -231,6 +314,66 @@ describe("kube runtime against a real API server", () => {
         const stats = informer.stats();
         assert.equal(stats.failures, 0, JSON.stringify(stats));
         assert.equal(stats.lists, 1, "resuming needs no relist");
+      } finally {
+        stop.abort();
+        await running;
+      }
+    });
+
+    it("relists after 410 Gone when its resume version expired while it was disconnected, and delivers the missed delete", async () => {
+      const watches = breakableWatches(configMaps);
+      const informer = new Informer<ConfigMap>({ client: watches.client, namespace: "expired" });
+      const deleted: string[] = [];
+      informer.addEventHandler({ onDelete: (obj) => deleted.push(keyOf(obj)) });
+      const stop = new AbortController();
+      const running = informer.start(stop.signal);
+      const ref = (name: string) => ({ namespace: "expired", name });
+      const contents = (): string =>
+        JSON.stringify(Object.fromEntries(informer.list().map((o) => [o.metadata?.name ?? "", o.data?.["v"] ?? ""]).sort()));
+      try {
+        await configMaps.create({ metadata: ref("kept"), data: { v: "1" } });
+        await configMaps.create({ metadata: ref("doomed"), data: { v: "1" } });
+        await informer.waitForSync(AbortSignal.timeout(60_000));
+        await waitFor("the first list", () => (informer.list().length === 2 ? true : undefined), { timeoutMs: 30_000 });
+        await waitFor("the watch is open", () => (informer.isWatching() ? true : undefined), { timeoutMs: 30_000 });
+
+        watches.breakWatch();
+        await waitFor("the watch is down", () => (informer.isWatching() ? undefined : true), { timeoutMs: 10_000 });
+        const staleVersion = watches.resumedFrom();
+        assert.ok(staleVersion !== undefined && staleVersion !== "");
+        await configMaps.patch(ref("kept"), { data: { v: "2" } });
+        await configMaps.delete(ref("doomed"));
+        await configMaps.create({ metadata: ref("born"), data: { v: "1" } });
+
+        // Make the informer's resume version really expire. Measured on this apiserver: compacting
+        // etcd alone is not enough, the watch cache still serves the window from memory; a restart
+        // rebuilds the watch cache from etcd at the current revision, after which older versions
+        // get "too old resource version" (410). Compaction makes etcd refuse them as well.
+        const etcd = await etcdClientUrl(plane);
+        const revision = await etcdRevision(etcd);
+        assert.ok(revision > Number(staleVersion), `etcd revision ${revision} is past the informer's ${staleVersion}`);
+        await plane.stopApiServer();
+        await compactEtcd(etcd, revision);
+        await plane.startApiServer();
+        await assert.rejects(
+          configMaps.watch({ namespace: "expired", resourceVersion: staleVersion, timeoutSeconds: 5, signal: AbortSignal.timeout(30_000) }, () => undefined),
+          (err: unknown) => isGone(err),
+          "a watch from the informer's version is refused with 410 Gone",
+        );
+
+        const before = informer.stats();
+        watches.reconnect();
+        await waitFor("the cache converges after the relist", () => (contents() === JSON.stringify({ born: "1", kept: "2" }) ? true : undefined), {
+          timeoutMs: 90_000,
+          intervalMs: 100,
+        });
+        const after = informer.stats();
+        console.log(`informer across a compacted resourceVersion: before ${JSON.stringify(before)}, after ${JSON.stringify(after)}`);
+        assert.equal(after.expired - before.expired, 1, "exactly one watch ended in 410 Gone");
+        assert.equal(after.lists - before.lists, 1, "which caused exactly one relist");
+        assert.deepEqual(deleted, ["expired/doomed"], "the delete missed while disconnected is delivered by the relist");
+        await waitFor("the watch is open again", () => (informer.isWatching() ? true : undefined), { timeoutMs: 60_000 });
+        assert.notEqual(watches.resumedFrom(), staleVersion);
       } finally {
         stop.abort();
         await running;
