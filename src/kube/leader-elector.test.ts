@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { FakeClock, retryableError } from "../shared/index.ts";
 import { FakeResourceClient } from "./fake-resource-client.ts";
 import { LEASE_RESOURCE, type Lease } from "./lease-decision.ts";
-import { LeaderElector } from "./leader-elector.ts";
+import { DEFAULT_LEADER_ELECTION, LeaderElector, type LeaderElectionTimings } from "./leader-elector.ts";
 import type { ResourceClient } from "./resource-client.ts";
 
 const timings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
@@ -124,6 +124,83 @@ describe("LeaderElector", () => {
       assert.ok(aStoppedAt < bLeadAt, "never two leaders: a stopped before b started");
       b.stop.abort();
       await b.running;
+    });
+  });
+
+  describe("with the shipped default timings", () => {
+    /** Deterministic jitter: a small seeded generator (mulberry32). */
+    const seeded = (seed: number) => (): number => {
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+    };
+
+    /**
+     * One crash: `a` leads, `b` campaigns from `offsetMs` later; right after one of a's renewals a
+     * is cut off for good (as if SIGKILLed). Returns fake ms from that renewal to b leading.
+     */
+    async function handoverAfterCrash(timings: LeaderElectionTimings, seed: number, offsetMs: number): Promise<number> {
+      const clock = new FakeClock();
+      const server = new FakeResourceClient<Lease>(LEASE_RESOURCE);
+      const random = seeded(seed);
+      const stop = new AbortController();
+      const elector = (identity: string, client: Pick<ResourceClient<Lease>, "get" | "create" | "patch">, onLead: () => void) =>
+        new LeaderElector({
+          ...timings,
+          client,
+          clock,
+          identity,
+          namespace: "imp-system",
+          name: "operator",
+          random,
+          onStartedLeading: async (signal) => {
+            onLead();
+            await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+          },
+        });
+      const a = processView(server);
+      let aLeads = false;
+      const runningA = elector("a", a.client, () => (aLeads = true)).start(stop.signal);
+      await until(() => aLeads, "a leads");
+      await clock.advance(offsetMs);
+      let bLeadAt: number | undefined;
+      const runningB = elector("b", processView(server).client, () => (bLeadAt = clock.now())).start(stop.signal);
+      // Let b watch a renew for longer than a lease duration, then cut a right after a renewal.
+      await clock.advance(timings.leaseDurationMs + timings.retryPeriodMs);
+      const ref = { namespace: "imp-system", name: "operator" };
+      const renewTime = async (): Promise<string | undefined> => (await server.get(ref)).spec?.renewTime ?? undefined;
+      const seen = await renewTime();
+      while ((await renewTime()) === seen) await clock.advance(10);
+      a.view.cut = true;
+      const lastRenewal = Date.parse((await renewTime()) ?? "");
+      while (bLeadAt === undefined) {
+        assert.ok(clock.now() - lastRenewal < 60_000, "b never took over");
+        await clock.advance(10);
+      }
+      stop.abort();
+      await Promise.all([runningA, runningB]);
+      return bLeadAt - lastRenewal;
+    }
+
+    async function worstHandover(timings: LeaderElectionTimings): Promise<number> {
+      let worst = 0;
+      for (let trial = 0; trial < 24; trial++) {
+        worst = Math.max(worst, await handoverAfterCrash(timings, trial + 1, (trial * 137) % Math.round(1.2 * timings.retryPeriodMs)));
+      }
+      return worst;
+    }
+
+    it("replaces a crashed leader within 15 s wherever the jitter falls (API latency aside)", async () => {
+      const worst = await worstHandover(DEFAULT_LEADER_ELECTION);
+      const bound = DEFAULT_LEADER_ELECTION.leaseDurationMs + 2 * 1.2 * DEFAULT_LEADER_ELECTION.retryPeriodMs;
+      assert.ok(worst <= bound, `worst handover ${worst} ms exceeds the analysed bound ${bound} ms`);
+      assert.ok(worst < 15_000 - 1_000, `worst handover ${worst} ms leaves less than 1 s for API latency`);
+    });
+
+    it("whereas the 12/8/2 s timings shipped before exceed 15 s for some jitter", async () => {
+      const worst = await worstHandover({ leaseDurationMs: 12_000, renewDeadlineMs: 8_000, retryPeriodMs: 2_000 });
+      assert.ok(worst > 15_000, `worst handover ${worst} ms (jitter is seeded, so this is deterministic)`);
     });
   });
 });

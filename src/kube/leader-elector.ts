@@ -13,10 +13,15 @@ export interface LeaderElectionTimings {
 }
 
 /**
- * A dead leader is replaced within leaseDuration + 1.2 × retryPeriod ≈ 14.4 s (client-go's 15/10/2 s
- * gives up to 17.4 s; Imp wants a handover under 15 s). A leader stops after 8 s without a renewal.
+ * Imp wants a dead leader replaced in under 15 s. A candidate's polls are up to 1.2 × retryPeriod
+ * (+ one API round trip) apart, so it may see the leader's last renewal up to one poll late, and
+ * takes over at the first poll a full leaseDuration after that: worst case
+ * leaseDuration + 2 × 1.2 × retryPeriod + API latency = 10 + 3.6 s + latency here. client-go's
+ * 15/10/2 s gives up to 19.8 s, and the 12/8/2 s we shipped first up to 16.8 s.
+ * Safety: a leader that cannot renew stops within renewDeadline + 1.2 × retryPeriod = 7.8 s of its
+ * last renewal, 2.2 s before anyone may take over.
  */
-export const DEFAULT_LEADER_ELECTION: LeaderElectionTimings = { leaseDurationMs: 12_000, renewDeadlineMs: 8_000, retryPeriodMs: 2_000 };
+export const DEFAULT_LEADER_ELECTION: LeaderElectionTimings = { leaseDurationMs: 10_000, renewDeadlineMs: 6_000, retryPeriodMs: 1_500 };
 
 export interface LeaderElectorOptions extends Partial<LeaderElectionTimings> {
   readonly client: Pick<ResourceClient<Lease>, "get" | "create" | "patch">;

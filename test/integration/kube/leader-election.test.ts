@@ -1,16 +1,26 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { copyFile, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { Informer, LEASE_RESOURCE, createResourceClient, type KubeObject, type Lease } from "../../../src/kube/index.ts";
+import {
+  DEFAULT_LEADER_ELECTION,
+  Informer,
+  LEASE_RESOURCE,
+  createResourceClient,
+  type KubeObject,
+  type Lease,
+  type LeaderElectionTimings,
+} from "../../../src/kube/index.ts";
 
 const childScript = fileURLToPath(new URL("./elector-child.fixture.ts", import.meta.url));
-// Short timings so the test is quick; the same code runs with client-go's 15/10/2 s defaults.
-const LEASE_MS = 8_000;
-const RENEW_MS = 5_000;
-const RETRY_MS = 1_000;
+// The crash handover runs with the shipped defaults (what production gets); the freeze and release
+// cases use shorter timings only to keep the suite quick.
+const SHORT: LeaderElectionTimings = { leaseDurationMs: 8_000, renewDeadlineMs: 5_000, retryPeriodMs: 1_000 };
 
 interface ChildEvent {
   readonly event: string;
@@ -25,10 +35,11 @@ interface Candidate {
   next(event: string, timeoutMs: number): Promise<ChildEvent>;
 }
 
-function spawnCandidate(plane: ControlPlane, identity: string, lease: string): Candidate {
+function spawnCandidate(kubeconfigPath: string, identity: string, lease: string, timings: LeaderElectionTimings): Candidate {
+  const { leaseDurationMs, renewDeadlineMs, retryPeriodMs } = timings;
   const proc = spawn(
     process.execPath,
-    [childScript, plane.kubeconfigPath, identity, "default", lease, String(LEASE_MS), String(RENEW_MS), String(RETRY_MS)],
+    [childScript, kubeconfigPath, identity, "default", lease, String(leaseDurationMs), String(renewDeadlineMs), String(retryPeriodMs)],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const events: ChildEvent[] = [];
@@ -57,12 +68,18 @@ const exited = (proc: ChildProcess): Promise<void> =>
 
 describe("leader election between two processes", () => {
   let plane: ControlPlane;
+  // The children read their own copy of the kubeconfig, so nothing depends on the plane's directory layout.
+  let ownDir = "";
+  let kubeconfig = "";
   const children: ChildProcess[] = [];
   // Runs beside the election tests (which take well over 30 s) to check the informer's defaults
   // against client-node's 30 s watch inactivity timeout on a namespace where nothing happens.
   const quiet = { stop: new AbortController(), startedAt: 0, running: Promise.resolve(), informer: undefined as Informer<KubeObject> | undefined };
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
+    ownDir = await mkdtemp(join(tmpdir(), "imp-kube-election-"));
+    kubeconfig = join(ownDir, "kubeconfig");
+    await copyFile(plane.kubeconfigPath, kubeconfig);
     const informer = new Informer<KubeObject>({
       client: createResourceClient<KubeObject>(plane.kubeConfig, { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true }),
       namespace: "kube-public",
@@ -77,17 +94,19 @@ describe("leader election between two processes", () => {
     for (const child of children) child.kill("SIGKILL");
     await Promise.all(children.map(exited));
     await plane?.stop();
+    if (ownDir !== "") await rm(ownDir, { recursive: true, force: true });
   });
 
-  it("hands over within 15 s after the leader is SIGKILLed without releasing", async () => {
-    const a = spawnCandidate(plane, "candidate-a", "handover");
+  it("hands over within 15 s with the shipped defaults after the leader is SIGKILLed without releasing", async () => {
+    const timings = DEFAULT_LEADER_ELECTION;
+    const a = spawnCandidate(kubeconfig, "candidate-a", "handover", timings);
     children.push(a.proc);
     await a.next("leading", 60_000);
-    const b = spawnCandidate(plane, "candidate-b", "handover");
+    const b = spawnCandidate(kubeconfig, "candidate-b", "handover", timings);
     children.push(b.proc);
     await b.next("ready", 60_000);
     // Let b observe a renewing for a while: it must not take over a live leader.
-    await new Promise((resolve) => setTimeout(resolve, LEASE_MS + 2 * RETRY_MS));
+    await new Promise((resolve) => setTimeout(resolve, timings.leaseDurationMs + 2 * timings.retryPeriodMs));
     assert.equal(b.events.some((e) => e.event === "leading"), false, "b must not lead while a renews");
 
     const killedAt = Date.now();
@@ -95,7 +114,9 @@ describe("leader election between two processes", () => {
     await exited(a.proc);
     const leading = await b.next("leading", 30_000);
     const handoverMs = leading.at - killedAt;
-    console.log(`leader election handover after SIGKILL: ${handoverMs} ms (lease ${LEASE_MS} ms, retry ${RETRY_MS} ms)`);
+    console.log(
+      `leader election handover after SIGKILL: ${handoverMs} ms (shipped defaults ${timings.leaseDurationMs}/${timings.renewDeadlineMs}/${timings.retryPeriodMs} ms)`,
+    );
     assert.ok(handoverMs < 15_000, `handover took ${handoverMs} ms`);
 
     const leases = createResourceClient<Lease>(plane.kubeConfig, LEASE_RESOURCE);
@@ -105,13 +126,13 @@ describe("leader election between two processes", () => {
   });
 
   it("a frozen leader (SIGSTOP) is replaced, and steps down as soon as it runs again", async () => {
-    const a = spawnCandidate(plane, "frozen-a", "freeze");
+    const a = spawnCandidate(kubeconfig, "frozen-a", "freeze", SHORT);
     children.push(a.proc);
     await a.next("leading", 60_000);
-    const b = spawnCandidate(plane, "frozen-b", "freeze");
+    const b = spawnCandidate(kubeconfig, "frozen-b", "freeze", SHORT);
     children.push(b.proc);
     await b.next("ready", 60_000);
-    await new Promise((resolve) => setTimeout(resolve, 2 * RETRY_MS));
+    await new Promise((resolve) => setTimeout(resolve, 2 * SHORT.retryPeriodMs));
     a.proc.kill("SIGSTOP");
     const frozenAt = Date.now();
     const leading = await b.next("leading", 30_000);
@@ -124,10 +145,10 @@ describe("leader election between two processes", () => {
   });
 
   it("hands over at once when the leader stops cleanly and releases the lease", async () => {
-    const a = spawnCandidate(plane, "graceful-a", "release");
+    const a = spawnCandidate(kubeconfig, "graceful-a", "release", SHORT);
     children.push(a.proc);
     await a.next("leading", 60_000);
-    const b = spawnCandidate(plane, "graceful-b", "release");
+    const b = spawnCandidate(kubeconfig, "graceful-b", "release", SHORT);
     children.push(b.proc);
     await b.next("ready", 60_000);
     const stoppedAt = Date.now();
@@ -136,7 +157,7 @@ describe("leader election between two processes", () => {
     assert.equal(stopped.reason, "stopped");
     const leading = await b.next("leading", 30_000);
     console.log(`leader election handover after release: ${leading.at - stoppedAt} ms`);
-    assert.ok(leading.at - stoppedAt < LEASE_MS, "a released lease is taken before it would have expired");
+    assert.ok(leading.at - stoppedAt < SHORT.leaseDurationMs, "a released lease is taken before it would have expired");
   });
 
   it("keeps a quiet informer's watch healthy past client-node's 30 s inactivity timeout", async () => {
