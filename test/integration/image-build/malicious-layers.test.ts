@@ -68,6 +68,34 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
     assert.deepEqual(await snapshot(canary), before);
   });
 
+  it("a file replacing a lower directory with entries below it in the same layer fails the same way every time", async () => {
+    // The rule: a non-directory replaces whatever was at its path, so later entries below it have a
+    // file as their ancestor (LayerPathNotDirectory). The replacement must finish, records and all,
+    // before the next entry is checked: no background write may race the removal of the old tree.
+    const lower = await layerOf([{ name: "P/", type: "directory" }, ...Array.from({ length: 1000 }, (_, i) => ({ name: `P/old${i}`, content: "lower" }))]);
+    const upper = await layerOf([{ name: "P", content: "now a file" }, ...Array.from({ length: 50 }, (_, i) => ({ name: `P/b${i}`, content: "x" }))]);
+    for (let round = 0; round < 4; round++) {
+      const target = join(work, `replace-dir-${round}`);
+      await mkdir(target);
+      await assert.rejects(unpackRootfs({ target, layers: [lower, upper], guestAgentPath: guest, limits: defaultLayerLimits() }), (err: unknown) => {
+        assert.ok(err instanceof ImpError, String(err));
+        assert.equal(err.code, "LayerPathNotDirectory", err.message);
+        return true;
+      });
+      assert.equal((await lstat(join(target, "P"))).isFile(), true);
+    }
+  });
+
+  it("a file replacing a lower directory applies cleanly when nothing comes below it", async () => {
+    const target = join(work, "replace-dir-ok");
+    await mkdir(target);
+    const lower = await layerOf([{ name: "P/", type: "directory" }, ...Array.from({ length: 500 }, (_, i) => ({ name: `P/old${i}`, content: "lower" })), { name: "P/sub/dev", type: "character-device", devmajor: 1, devminor: 3 }]);
+    const upper = await layerOf([{ name: "P", content: "now a file" }, { name: "Q/b", content: "x" }]);
+    const result = await unpackRootfs({ target, layers: [lower, upper], guestAgentPath: guest, limits: defaultLayerLimits() });
+    assert.equal((await lstat(join(target, "P"))).isFile(), true);
+    assert.equal(result.specials.has("P/sub/dev"), false, "a record of the replaced tree survived");
+  });
+
   it("never creates a device node on the host (a placeholder stands in until the ext4 step)", async () => {
     const target = join(work, "dev-target");
     await mkdir(target);

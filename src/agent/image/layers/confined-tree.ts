@@ -18,91 +18,62 @@ import { constants, type Stats } from "node:fs";
 import { chmod, link, lchown, lstat, lutimes, mkdir, open, readdir, rm, symlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
-import { isAtOrBelow, pathKey, type EntryPath } from "./entry-path.ts";
+import { BackgroundWrites } from "./background-writes.ts";
+import { pathKey, type EntryPath } from "./entry-path.ts";
+import { TreeRecords, type EntryMeta, type SpecialNode, type Xattrs } from "./tree-records.ts";
 
-/** Ownership, permission bits (including setuid/setgid/sticky) and mtime of one entry. */
-export interface EntryMeta {
-  readonly mode: number;
-  readonly uid: number;
-  readonly gid: number;
-  /** Seconds since the epoch (fractions kept). */
-  readonly mtime: number;
-}
-
-export type SpecialKind = "char" | "block" | "fifo";
-
-/** A device node or FIFO to create inside the image (see file comment). */
-export interface SpecialNode extends EntryMeta {
-  readonly kind: SpecialKind;
-  readonly major: number;
-  readonly minor: number;
-}
-
-/** Extended attributes to set on a path inside the image, by name. */
-export type Xattrs = Readonly<Record<string, Buffer>>;
+export type { EntryMeta, SpecialKind, SpecialNode, Xattrs } from "./tree-records.ts";
 
 const FILE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 const IMPLICIT_DIR: EntryMeta = { mode: 0o755, uid: 0, gid: 0, mtime: 0 };
 
 export class ConfinedTree {
   readonly root: string;
-  /** Keys of entries known to be real directories (not symlinks) right now; "" is the root. */
-  readonly #dirs = new Set<string>([""]);
-  readonly #dirMeta = new Map<string, EntryMeta>();
-  readonly #specials = new Map<string, SpecialNode>();
-  readonly #xattrs = new Map<string, Xattrs>();
-  /** Small-file writes in flight (see `fileFromBuffer`), and the first error one of them hit. */
-  readonly #inflight = new Set<Promise<void>>();
-  #inflightError: unknown;
-  #inflightBytes = 0;
-  readonly #maxInflight: number;
+  readonly #records = new TreeRecords();
+  /** Small-file writes in flight (see `fileFromBuffer`). */
+  readonly #writes: BackgroundWrites;
   /** Files up to this size may go through `fileFromBuffer`; also the bound on buffered bytes in flight. */
   readonly maxBufferedBytes: number;
 
   /** `root` must be an empty directory that nothing else writes to. */
   constructor(root: string, options: { readonly maxInflightWrites?: number; readonly maxBufferedBytes?: number } = {}) {
     this.root = root;
-    this.#maxInflight = options.maxInflightWrites ?? 16;
     this.maxBufferedBytes = options.maxBufferedBytes ?? 1024 * 1024;
+    this.#writes = new BackgroundWrites(options.maxInflightWrites ?? 16, 4 * this.maxBufferedBytes);
   }
 
   /**
    * Waits for every small-file write in flight and rethrows the first failure. Every operation other
-   * than creating a regular file drains first, so writes only ever overlap with other new files at
-   * distinct paths (a layer never names a path twice), never with symlink or link creation.
+   * than creating a new regular file drains first, so background writes only ever create new names at
+   * distinct paths where nothing was (a layer never names a path twice), and never overlap a removal,
+   * a symlink or a link being made.
    */
-  async drain(): Promise<void> {
-    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
-    if (this.#inflightError !== undefined) throw this.#inflightError;
+  drain(): Promise<void> {
+    return this.#writes.drain();
   }
 
   /** Like `drain()` but never throws: for cleanup after a failure. */
-  async settle(): Promise<void> {
-    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+  settle(): Promise<void> {
+    return this.#writes.settle();
   }
 
   /**
-   * Writes a regular file whose content is already in memory, without waiting for it: extraction
-   * goes on with the next entry while up to `maxInflightWrites` files are being created (file
-   * creation latency, not bandwidth, dominates small files). Failures surface at the next `drain()`.
+   * Writes a regular file whose content is already in memory. When nothing is at `path`, without
+   * waiting for it: extraction goes on with the next entry while up to `maxInflightWrites` files are
+   * being created; failures surface at the next `drain()`. When something is there (a file, a symlink,
+   * a directory with a tree below it) the write replaces it, which is a removal: it drains first and
+   * runs synchronously, so no later entry can race the removal (e.g. `P/b0` created while the old
+   * directory `P` is being deleted) and the records of the old tree are gone before the next check.
    */
   async fileFromBuffer(path: EntryPath, meta: EntryMeta, data: Buffer): Promise<void> {
-    if (this.#inflightError !== undefined) throw this.#inflightError;
+    this.#writes.throwIfFailed();
     await this.checkAncestors(path, true);
-    while (this.#inflight.size >= this.#maxInflight || (this.#inflight.size > 0 && this.#inflightBytes + data.length > 4 * this.maxBufferedBytes)) {
-      await Promise.race(this.#inflight);
+    if (this.#records.dirs.has(pathKey(path)) || (await this.lstat(path)) !== undefined) {
+      await this.drain();
+      await this.#writeNew(path, meta, data);
+      return;
     }
-    this.#inflightBytes += data.length;
-    const task = this.#writeNew(path, meta, data).then(
-      () => undefined,
-      (err: unknown) => {
-        this.#inflightError ??= err;
-      },
-    ).finally(() => {
-      this.#inflightBytes -= data.length;
-    });
-    this.#inflight.add(task);
-    void task.finally(() => this.#inflight.delete(task));
+    await this.#writes.start(data.length, () => this.#writeNew(path, meta, data));
   }
 
   async #writeNew(path: EntryPath, meta: EntryMeta, data: Buffer): Promise<void> {
@@ -119,17 +90,17 @@ export class ConfinedTree {
 
   /** Device nodes and FIFOs that exist in the tree now, by path key. */
   specials(): ReadonlyMap<string, SpecialNode> {
-    return this.#specials;
+    return this.#records.specials;
   }
 
   /** The mtime a layer gave the directory `key` ("" is the root), if any. */
   dirMtime(key: string): number | undefined {
-    return this.#dirMeta.get(key)?.mtime;
+    return this.#records.dirMeta.get(key)?.mtime;
   }
 
   /** Extended attributes of paths that exist in the tree now, by path key. */
   xattrs(): ReadonlyMap<string, Xattrs> {
-    return this.#xattrs;
+    return this.#records.xattrs;
   }
 
   abs(path: EntryPath): string {
@@ -145,7 +116,7 @@ export class ConfinedTree {
     for (let depth = 1; depth < path.length; depth++) {
       const ancestor = path.slice(0, depth);
       const key = pathKey(ancestor);
-      if (this.#dirs.has(key)) continue;
+      if (this.#records.dirs.has(key)) continue;
       const info = await this.lstat(ancestor);
       if (info === undefined) {
         if (!create) return false;
@@ -162,7 +133,7 @@ export class ConfinedTree {
           context: { path: pathKey(path), ancestor: key },
         });
       }
-      this.#dirs.add(key);
+      this.#records.dirs.add(key);
     }
     return true;
   }
@@ -184,10 +155,11 @@ export class ConfinedTree {
   }
 
   async #removeNow(path: EntryPath): Promise<void> {
-    const info = await this.lstat(path);
-    if (info === undefined) return;
+    if (path.length === 0) throw new Error("Cannot remove the root of the tree");
+    // rm never follows a symlink at `path`; `force` makes a missing path a no-op. The records go
+    // either way: a record of a path that is not there is as stale as one of a replaced tree.
     await rm(this.abs(path), { recursive: true, force: true });
-    this.#forget(pathKey(path), info.isDirectory());
+    this.#records.forget(pathKey(path));
   }
 
   /** Creates or updates the directory at `path`; an existing non-directory there is replaced. */
@@ -250,19 +222,19 @@ export class ConfinedTree {
     if (pathKey(path) === pathKey(target)) return;
     await this.#clearSlot(path);
     await link(this.abs(target), this.abs(path));
-    const special = this.#specials.get(pathKey(target));
-    if (special !== undefined) this.#specials.set(pathKey(path), special);
+    const special = this.#records.specials.get(pathKey(target));
+    if (special !== undefined) this.#records.specials.set(pathKey(path), special);
   }
 
   /** Records a device node or FIFO and leaves an empty 0000 placeholder file at `path`. */
   async special(path: EntryPath, node: SpecialNode): Promise<void> {
     await this.file(path, { ...node, mode: 0 }, emptyContent());
-    this.#specials.set(pathKey(path), node);
+    this.#records.specials.set(pathKey(path), node);
   }
 
   /** Records extended attributes for an existing entry (set inside the image by the ext4 step). */
   setXattrs(path: EntryPath, xattrs: Xattrs): void {
-    if (Object.keys(xattrs).length > 0) this.#xattrs.set(pathKey(path), xattrs);
+    if (Object.keys(xattrs).length > 0) this.#records.xattrs.set(pathKey(path), xattrs);
   }
 
   /**
@@ -284,9 +256,9 @@ export class ConfinedTree {
   /** Sets directory mtimes last (writing into a directory changes its mtime), deepest first. */
   async finish(): Promise<void> {
     await this.drain();
-    const keys = [...this.#dirMeta.keys()].sort((a, b) => b.split("/").length - a.split("/").length);
+    const keys = [...this.#records.dirMeta.keys()].sort((a, b) => b.split("/").length - a.split("/").length);
     for (const key of keys) {
-      const meta = this.#dirMeta.get(key);
+      const meta = this.#records.dirMeta.get(key);
       const abs = key === "" ? this.root : join(this.root, key);
       const info = await lstat(abs).catch(() => undefined);
       if (meta !== undefined && info?.isDirectory() === true) await lutimes(abs, meta.mtime, meta.mtime);
@@ -320,7 +292,7 @@ export class ConfinedTree {
 
   async #mkdirNew(path: EntryPath, meta: EntryMeta): Promise<void> {
     await mkdir(this.abs(path), { mode: 0o700 });
-    this.#dirs.add(pathKey(path));
+    this.#records.dirs.add(pathKey(path));
     await this.#setDirMeta(path, meta, true);
   }
 
@@ -330,19 +302,7 @@ export class ConfinedTree {
     if (!fresh || meta.uid !== 0 || meta.gid !== 0) await lchown(abs, meta.uid, meta.gid);
     // chmod follows symlinks, but `abs` was just checked (or made) to be a real directory; see file comment.
     await chmod(abs, meta.mode & 0o7777);
-    this.#dirMeta.set(pathKey(path), meta);
-  }
-
-  #forget(key: string, wasDir: boolean): void {
-    this.#specials.delete(key);
-    this.#xattrs.delete(key);
-    this.#dirMeta.delete(key);
-    this.#dirs.delete(key);
-    if (!wasDir) return;
-    for (const map of [this.#specials, this.#xattrs, this.#dirMeta]) {
-      for (const other of map.keys()) if (isAtOrBelow(other, key)) map.delete(other);
-    }
-    for (const other of this.#dirs) if (other !== "" && isAtOrBelow(other, key)) this.#dirs.delete(other);
+    this.#records.dirMeta.set(pathKey(path), meta);
   }
 }
 
