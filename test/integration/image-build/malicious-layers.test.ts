@@ -7,7 +7,7 @@ import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cac
 import { defaultLayerLimits, unpackRootfs } from "../../../src/agent/image/layers/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
 import { maliciousCorpus } from "../../fixtures/malicious-layers/corpus.ts";
-import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
+import { layerOf, rawLayerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
 import { snapshot } from "./fs-snapshot.ts";
 
 describe("unpackRootfs() with the malicious-layer corpus", () => {
@@ -32,13 +32,14 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
       // Rebuild the case with the real canary path now that it exists.
       const real = maliciousCorpus(canary)[index];
       assert.ok(real);
-      const layers = await Promise.all(real.layers.map((entries) => layerOf(entries)));
+      const layers = await Promise.all(real.layers.map((layer) => ("raw" in layer ? rawLayerOf(layer.raw) : layerOf(layer))));
       const before = await snapshot(canary);
       const siblings = (await readdir(dir)).sort();
 
       const run = unpackRootfs({ target, layers, guestAgentPath: guest, limits: { ...defaultLayerLimits(), ...real.limits } });
       if (real.expectCode === undefined) {
         await run;
+        for (const path of real.expectFiles ?? []) assert.equal((await lstat(join(target, path))).isFile(), true, `${JSON.stringify(path)} is not a file`);
       } else {
         await assert.rejects(run, (err: unknown) => {
           assert.ok(err instanceof ImpError, `expected an ImpError, got ${String(err)}`);
