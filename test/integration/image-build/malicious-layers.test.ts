@@ -32,7 +32,7 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
       // Rebuild the case with the real canary path now that it exists.
       const real = maliciousCorpus(canary)[index];
       assert.ok(real);
-      const layers = await Promise.all(real.layers.map((layer) => ("raw" in layer ? rawLayerOf(layer.raw) : layerOf(layer))));
+      const layers = await Promise.all(real.layers.map((layer) => ("raw" in layer ? Promise.resolve(rawLayerOf(layer.raw)) : layerOf(layer))));
       const before = await snapshot(canary);
       const siblings = (await readdir(dir)).sort();
 
