@@ -17,7 +17,7 @@ export interface LeaderElectionTimings {
  * (+ one API round trip) apart, so it may see the leader's last renewal up to one poll late, and
  * takes over at the first poll a full leaseDuration after that: worst case
  * leaseDuration + 2 × 1.2 × retryPeriod + API latency = 10 + 3.6 s + latency here. client-go's
- * 15/10/2 s gives up to 19.8 s, and the 12/8/2 s we shipped first up to 16.8 s.
+ * 15/10/2 s would give up to 19.8 s with this jitter, and the 12/8/2 s we shipped first 16.8 s.
  * Safety: a leader that cannot renew stops within renewDeadline + 1.2 × retryPeriod = 7.8 s of its
  * last renewal, 2.2 s before anyone may take over.
  */
