@@ -89,7 +89,7 @@ describe("BaseImages.ensure() verifies what it applies", () => {
     await writeFile(file, original.bytes);
     const built = await images.ensure(request);
     assert.equal(built.built, true);
-    assert.equal(built.key, images.keyOf(request));
+    assert.equal(built.key, await images.keyOf(request));
   });
 
   it("a guest agent replaced after it was hashed fails with DigestMismatch", async () => {

@@ -5,7 +5,7 @@
 import { mkdir, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { describeError, ImpError, silentLogger, type Logger } from "../../../shared/index.ts";
-import { buildExt4, defaultBaseParams, type Ext4Params } from "../ext4/index.ts";
+import { buildExt4, defaultBaseParams, mkfsIdentity, type Ext4Params } from "../ext4/index.ts";
 import { defaultLayerLimits, GUEST_AGENT_INIT, stagingCapBytes, unpackRootfs, type LayerBlob, type LayerLimits } from "../layers/index.ts";
 import { baseImageKey, BUILDER_FORMAT_VERSION, uuidOfKey } from "./cache-key.ts";
 import type { EnsureResult, ImageCache } from "./image-cache.ts";
@@ -66,14 +66,19 @@ export class BaseImages {
     return this.#sweptOnce;
   }
 
-  /** The cache key of a request (no I/O). */
-  keyOf(request: BaseImageRequest): string {
-    return baseImageKey({ layerDigests: request.layers.map((l) => l.digest), guestAgentDigest: request.guestAgent.digest, params: this.params });
+  /** The cache key of a request (asks mkfs.ext4 for its version once per process). */
+  async keyOf(request: BaseImageRequest): Promise<string> {
+    return baseImageKey({
+      layers: request.layers.map((l) => ({ digest: l.digest, mediaType: l.mediaType })),
+      guestAgentDigest: request.guestAgent.digest,
+      params: this.params,
+      mkfs: await mkfsIdentity(),
+    });
   }
 
   /** The cached image for `request`, built (once, however many callers) when missing. */
   async ensure(request: BaseImageRequest, options: { readonly signal?: AbortSignal; readonly onEvent?: (event: BuildEvent) => void } = {}): Promise<EnsureResult> {
-    const key = this.keyOf(request);
+    const key = await this.keyOf(request);
     const emit = options.onEvent ?? (() => undefined);
     return this.cache.ensure(key, async ({ workDir, output, signal }) => {
       await this.#swept;
@@ -132,6 +137,7 @@ export class BaseImages {
       format: BUILDER_FORMAT_VERSION,
       layers: request.layers.map((l) => ({ digest: l.digest, mediaType: l.mediaType })),
       guestAgentDigest: request.guestAgent.digest,
+      mkfs: await mkfsIdentity(),
       init: GUEST_AGENT_INIT,
       params: this.params,
       fsSizeBytes: plan.sizeBytes,

@@ -1,10 +1,13 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { defaultBaseParams } from "../ext4/index.ts";
+import { defaultBaseParams, mkfsIdentity } from "../ext4/index.ts";
 import { baseImageKey, uuidOfKey } from "./cache-key.ts";
 
 const d = (c: string): string => `sha256:${c.repeat(64)}`;
-const input = { layerDigests: [d("1"), d("2")], guestAgentDigest: d("9"), params: defaultBaseParams() };
+const GZIP = "application/vnd.oci.image.layer.v1.tar+gzip";
+const ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd";
+const layer = (c: string, mediaType = GZIP): { digest: string; mediaType: string } => ({ digest: d(c), mediaType });
+const input = { layers: [layer("1"), layer("2")], guestAgentDigest: d("9"), params: defaultBaseParams(), mkfs: "mke2fs 1.47.0 (5-Feb-2023); conf sha256:00" };
 
 describe("baseImageKey()", () => {
   it("is a stable 64-hex key", () => {
@@ -15,8 +18,12 @@ describe("baseImageKey()", () => {
   it("changes with every input that changes the filesystem", () => {
     const base = baseImageKey(input);
     const variants = [
-      { ...input, layerDigests: [d("2"), d("1")] },
-      { ...input, layerDigests: [d("1"), d("2"), d("3")] },
+      { ...input, layers: [layer("2"), layer("1")] },
+      { ...input, layers: [layer("1"), layer("2"), layer("3")] },
+      { ...input, layers: [layer("1"), layer("2", ZSTD)] },
+      { ...input, layers: [layer("1", "application/vnd.docker.image.rootfs.diff.tar.gzip"), layer("2")] },
+      { ...input, mkfs: "mke2fs 1.47.1 (20-May-2024); conf sha256:00" },
+      { ...input, mkfs: "mke2fs 1.47.0 (5-Feb-2023); conf sha256:01" },
       { ...input, guestAgentDigest: d("8") },
       { ...input, params: { ...input.params, journal: true } },
       { ...input, params: { ...input.params, inodeSize: 128 as const } },
@@ -29,7 +36,17 @@ describe("baseImageKey()", () => {
   });
 
   it("refuses digests that are not sha256", () => {
-    assert.throws(() => baseImageKey({ ...input, layerDigests: ["md5:abc"] }), /not a sha256 digest/);
+    assert.throws(() => baseImageKey({ ...input, layers: [{ digest: "md5:abc", mediaType: GZIP }] }), /not a sha256 digest/);
+  });
+
+  it("changes with a layer's media type alone (same digest, another compression)", () => {
+    assert.notEqual(baseImageKey({ ...input, layers: [layer("1", GZIP)] }), baseImageKey({ ...input, layers: [layer("1", ZSTD)] }));
+  });
+});
+
+describe("mkfsIdentity()", () => {
+  it("names the e2fsprogs version and the hash of the config we run mkfs with", async () => {
+    assert.match(await mkfsIdentity(), /^mke2fs \d+\.\d+(\.\d+)? .*; conf sha256:[0-9a-f]{64}$/);
   });
 });
 

@@ -10,13 +10,18 @@ import { fileDigestOf } from "../layers/index.ts";
  * The builder's format version. Bump it whenever the build changes what ends up in an image for the
  * same inputs (layer rules, injection path, mkfs/debugfs arguments), so old images are not reused.
  */
-export const BUILDER_FORMAT_VERSION = "imp-ext4-1";
+export const BUILDER_FORMAT_VERSION = "imp-ext4-2";
 
 export interface BaseImageKeyInput {
-  /** Layer digests in application order: the image's layers, then extra layers (e.g. the runner layer). */
-  readonly layerDigests: readonly string[];
+  /**
+   * Layers in application order (the image's layers, then extra layers such as the runner layer):
+   * digest and media type, which says how the blob is decompressed.
+   */
+  readonly layers: readonly { readonly digest: string; readonly mediaType: string }[];
   readonly guestAgentDigest: string;
   readonly params: Ext4Params;
+  /** The e2fsprogs version and mke2fs config hash (`mkfsIdentity()`): what mkfs does beyond our arguments. */
+  readonly mkfs: string;
   readonly formatVersion?: string;
 }
 
@@ -24,15 +29,16 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 /** `sha256:`-less hex key, safe as a directory name. Throws on malformed digests. */
 export function baseImageKey(input: BaseImageKeyInput): string {
-  for (const digest of [...input.layerDigests, input.guestAgentDigest]) {
+  for (const digest of [...input.layers.map((l) => l.digest), input.guestAgentDigest]) {
     if (!DIGEST.test(digest)) throw new Error(`Cannot compute an image cache key: ${JSON.stringify(digest)} is not a sha256 digest`);
   }
   const p = input.params;
   const canonical = JSON.stringify({
     format: input.formatVersion ?? BUILDER_FORMAT_VERSION,
-    layers: input.layerDigests,
+    layers: input.layers.map((l) => [l.digest, l.mediaType]),
     guest: input.guestAgentDigest,
     fs: [p.blockSize, p.inodeSize, p.journal, p.headroomRatio, p.headroomBytes],
+    mkfs: input.mkfs,
   });
   return createHash("sha256").update(canonical).digest("hex");
 }

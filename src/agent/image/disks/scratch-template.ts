@@ -11,7 +11,7 @@ import { constants } from "node:fs";
 import { copyFile, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../../shared/index.ts";
-import { runTool } from "../ext4/index.ts";
+import { featureArg, mke2fsEnv, runTool } from "../ext4/index.ts";
 
 export interface ScratchSpec {
   readonly sizeBytes: number;
@@ -159,9 +159,11 @@ export class ScratchTemplates {
         const handle = await open(temp, "wx", 0o600);
         await handle.truncate(spec.sizeBytes);
         await handle.close();
-        const journal = spec.journal === false ? ["-O", "^has_journal"] : [];
+        // Pinned like base images (ext4/mke2fs-config.ts): the node's mke2fs.conf does not decide.
+        const journal = ["-O", featureArg(spec.journal !== false)];
+        const env = await mke2fsEnv(this.root);
         const uuid = createHash("sha256").update(name).digest("hex");
-        await runTool("mkfs.ext4", ["-q", "-F", "-t", "ext4", "-b", String(BLOCK), "-m", "0", ...journal, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-U", `${uuid.slice(0, 8)}-${uuid.slice(8, 12)}-4${uuid.slice(13, 16)}-a${uuid.slice(17, 20)}-${uuid.slice(20, 32)}`, "-L", "imp-scratch", temp], { timeoutMs: 120_000 });
+        await runTool("mkfs.ext4", ["-q", "-F", "-t", "ext4", "-b", String(BLOCK), "-m", "0", ...journal, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-U", `${uuid.slice(0, 8)}-${uuid.slice(8, 12)}-4${uuid.slice(13, 16)}-a${uuid.slice(17, 20)}-${uuid.slice(20, 32)}`, "-L", "imp-scratch", temp], { timeoutMs: 120_000, env });
         await rename(temp, path);
       } finally {
         await rm(temp, { force: true });
@@ -171,7 +173,8 @@ export class ScratchTemplates {
   }
 }
 
-const templateName = (spec: ScratchSpec): string => `${spec.sizeBytes}-${spec.journal === false ? "nojournal" : "journal"}`;
+/** `v2`: made with the pinned mke2fs config and features (older templates are not reused). */
+const templateName = (spec: ScratchSpec): string => `v2-${spec.sizeBytes}-${spec.journal === false ? "nojournal" : "journal"}`;
 
 /** The non-zero 4 KiB-aligned regions of a sparse file, read through its FIEMAP extents. */
 async function nonZeroChunks(path: string): Promise<{ offset: number; data: Buffer }[]> {

@@ -13,10 +13,10 @@ export interface ToolResult {
 const KEEP_BYTES = 64 * 1024;
 
 /** Runs `command args`; rejects with code `ToolFailed` on a non-zero exit, a signal, or the timeout. */
-export async function runTool(command: string, args: readonly string[], options: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<ToolResult> {
+export async function runTool(command: string, args: readonly string[], options: { readonly timeoutMs: number; readonly signal?: AbortSignal; readonly env?: NodeJS.ProcessEnv }): Promise<ToolResult> {
   const signal = options.signal === undefined ? AbortSignal.timeout(options.timeoutMs) : AbortSignal.any([options.signal, AbortSignal.timeout(options.timeoutMs)]);
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], signal, killSignal: "SIGKILL" });
+    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], signal, killSignal: "SIGKILL", ...(options.env === undefined ? {} : { env: options.env }) });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (chunk: Buffer) => (stdout = (stdout + chunk.toString()).slice(-KEEP_BYTES)));
