@@ -45,8 +45,13 @@ describe("imp image build / gc", () => {
     assert.match(second.stdout, /from cache/);
   });
 
-  it("gc evicts unused images down to the limit", async () => {
+  it("gc keeps images used within the grace period", async () => {
     const { stdout } = await imp("image", "gc", ...common().slice(2), "--max-bytes", "0");
+    assert.doesNotMatch(stdout, /^evicted /m);
+  });
+
+  it("gc evicts unused images down to the limit", async () => {
+    const { stdout } = await imp("image", "gc", ...common().slice(2), "--max-bytes", "0", "--grace-seconds", "0");
     assert.match(stdout, /^evicted [0-9a-f]{64}$/m);
     assert.match(stdout, /cache holds 0 B/);
   });

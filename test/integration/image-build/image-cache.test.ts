@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
-import { ImageCache, type ImageProducer } from "../../../src/agent/image/cache/index.ts";
+import { DEFAULT_EVICTION_GRACE_MS, ImageCache, type ImageProducer } from "../../../src/agent/image/cache/index.ts";
+import { FakeClock } from "../../../src/shared/index.ts";
 
 const run = promisify(execFile);
 const key = (n: number): string => n.toString(16).padStart(64, "0");
@@ -106,13 +107,52 @@ describe("ImageCache", () => {
 
   it("gc() removes an unused image completely, so a late VM cannot link it", async () => {
     const root = join(work, "gc-race");
-    const cache = await ImageCache.open({ root, maxBytes: 1024 ** 3 });
+    const cache = await ImageCache.open({ root, maxBytes: 1024 ** 3, graceMs: 0 });
     const image = await cache.ensure(key(20), producer(4096, { n: 0 }));
     const vmDir = join(work, "gc-race-vm");
     await mkdir(vmDir);
     await cache.gc(0);
     assert.equal(await cache.lookup(key(20)), undefined);
     await assert.rejects(link(image.path, join(vmDir, "base.ext4")), { code: "ENOENT" });
+  });
+
+  it("gc() after building another key spares an image another caller was just handed (grace period)", async () => {
+    const root = join(work, "gc-grace");
+    const clock = new FakeClock(Date.UTC(2026, 0, 1));
+    const size = 64 * 1024;
+    const cache = await ImageCache.open({ root, maxBytes: size, clock });
+    const a = await cache.ensure(key(30), producer(size, { n: 0 }));
+    // Long unused: its mark is an hour old, well past the grace period.
+    await clock.advance(60 * 60 * 1000);
+    // Another caller (another process: its own cache object) is handed A now and has not linked it yet.
+    const other = await ImageCache.open({ root, maxBytes: size, clock });
+    assert.equal((await other.lookup(key(30)))?.path, a.path);
+    // This process builds B; its gc would bring the cache down to one image by evicting A.
+    const b = await cache.ensure(key(31), producer(size, { n: 0 }));
+    assert.equal(b.built, true);
+    assert.notEqual(await cache.lookup(key(30)), undefined, "A was evicted between the other caller's lookup and its link");
+    const vmDir = join(work, "gc-grace-vm");
+    await mkdir(vmDir);
+    await link(a.path, join(vmDir, "base.ext4"));
+    // Once the grace period is over, unlinked images are evicted as before.
+    await clock.advance(DEFAULT_EVICTION_GRACE_MS + 1000);
+    const result = await cache.gc(0);
+    assert.deepEqual(result.evicted, [key(31)]);
+  });
+
+  it("gc() protects images by the age of their use mark: inside the grace period kept, past it evicted", async () => {
+    const root = join(work, "gc-mtimes");
+    const now = Date.UTC(2026, 0, 1, 12);
+    const clock = new FakeClock(now);
+    const cache = await ImageCache.open({ root, maxBytes: 1024 ** 3, clock, graceMs: 10 * 60 * 1000 });
+    for (const n of [40, 41, 42]) await cache.ensure(key(n), producer(4096, { n: 0 }));
+    const minutesAgo = (m: number): Date => new Date(now - m * 60 * 1000);
+    await utimes(join(root, "images", key(40), "used"), minutesAgo(5), minutesAgo(5));
+    await utimes(join(root, "images", key(41), "used"), minutesAgo(9), minutesAgo(9));
+    await utimes(join(root, "images", key(42), "used"), minutesAgo(11), minutesAgo(11));
+    assert.deepEqual((await cache.gc(0)).evicted, [key(42)]);
+    await clock.advance(2 * 60 * 1000);
+    assert.deepEqual((await cache.gc(0)).evicted, [key(41)]);
   });
 
   it("refuses keys that are not 64 hex digits", async () => {

@@ -17,11 +17,14 @@
  *   count says whether any VM uses an image, survives agent restarts, and is released by whatever
  *   removes the VM's directory. Eviction only considers images with a link count of 1, and even a
  *   race with a new link is harmless: evicting removes the cache's name, never the linked inode.
+ * - A caller gets time to link what `ensure()`/`lookup()` returned: images used within the grace
+ *   period (`graceMs`, default 10 min, by the `used` mtime) are never evicted, so a gc after another
+ *   build cannot remove an image between a caller's lookup and its VM's hard link.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ImpError, silentLogger, terminalError, type Logger } from "../../../shared/index.ts";
+import { ImpError, silentLogger, systemClock, terminalError, type Clock, type Logger } from "../../../shared/index.ts";
 import { acquireFileLock } from "./file-lock.ts";
 
 export const IMAGE_FILE = "rootfs.ext4";
@@ -33,7 +36,17 @@ export interface ImageCacheOptions {
   /** How long to wait for another process building the same key. Default 30 min. */
   readonly lockTimeoutMs?: number;
   readonly logger?: Logger;
+  /**
+   * Images used this recently (by their `used` mtime) are never evicted: the time a caller of
+   * `ensure()`/`lookup()` has to hard-link the image. Default 10 min; 0 turns the protection off.
+   */
+  readonly graceMs?: number;
+  /** Time source for `used` marks and the grace period (tests inject a `FakeClock`). */
+  readonly clock?: Clock;
 }
+
+/** Default of `ImageCacheOptions.graceMs`. */
+export const DEFAULT_EVICTION_GRACE_MS = 10 * 60 * 1000;
 
 export interface CachedImage {
   readonly key: string;
@@ -73,10 +86,17 @@ export class ImageCache {
   readonly #logger: Logger;
   readonly #inflight = new Map<string, Promise<EnsureResult>>();
   readonly #touched = new Map<string, number>();
+  readonly #clock: Clock;
+  readonly graceMs: number;
+  /** How often a lookup rewrites the `used` mark: at most once a minute, and well within the grace period. */
+  readonly #touchEveryMs: number;
 
   private constructor(options: ImageCacheOptions) {
     this.root = options.root;
     this.maxBytes = options.maxBytes;
+    this.#clock = options.clock ?? systemClock;
+    this.graceMs = options.graceMs ?? DEFAULT_EVICTION_GRACE_MS;
+    this.#touchEveryMs = Math.min(TOUCH_EVERY_MS, this.graceMs / 2);
     this.#lockTimeoutMs = options.lockTimeoutMs ?? 30 * 60 * 1000;
     this.#logger = options.logger ?? silentLogger;
   }
@@ -102,8 +122,10 @@ export class ImageCache {
     const info = await stat(path).catch(() => undefined);
     if (info === undefined) return undefined;
     // LRU needs minutes, not milliseconds: one metadata write per key per minute keeps the hot path light.
-    const now = Date.now();
-    if (now - (this.#touched.get(key) ?? 0) > TOUCH_EVERY_MS) {
+    // The mark is at most half the grace period old, so what we return is protected from eviction.
+    const now = this.#clock.now();
+    const last = this.#touched.get(key);
+    if (last === undefined || now - last >= this.#touchEveryMs) {
       this.#touched.set(key, now);
       await utimes(join(this.root, "images", key, "used"), now / 1000, now / 1000).catch(() => undefined);
     }
@@ -138,14 +160,18 @@ export class ImageCache {
 
   /**
    * Evicts least-recently-used images that no VM uses until the cache holds at most `maxBytes`
-   * (or `limitBytes` when given). Images in use or being ensured by this process are never evicted.
+   * (or `limitBytes` when given). Never evicted: images in use, being ensured by this process, or used
+   * within the grace period (the cache may stay over its limit until they age out).
    */
   async gc(limitBytes = this.maxBytes): Promise<GcResult> {
     const entries = await this.list();
     let total = entries.reduce((sum, e) => sum + e.sizeBytes, 0);
     const evicted: string[] = [];
     let freed = 0;
-    const candidates = entries.filter((e) => !e.inUse && !this.#inflight.has(e.key)).sort((a, b) => a.lastUsedMs - b.lastUsedMs);
+    const protectedSince = this.#clock.now() - this.graceMs;
+    const candidates = entries
+      .filter((e) => !e.inUse && !this.#inflight.has(e.key) && e.lastUsedMs < protectedSince)
+      .sort((a, b) => a.lastUsedMs - b.lastUsedMs);
     for (const entry of candidates) {
       if (total <= limitBytes) break;
       const trash = join(this.root, "trash", `${entry.key}.${randomBytes(4).toString("hex")}`);
@@ -195,6 +221,8 @@ export class ImageCache {
       await syncFile(output);
       await writeFile(join(imageDir, "meta.json"), `${JSON.stringify({ key, builtAt: new Date().toISOString(), ...meta }, null, 2)}\n`);
       await writeFile(join(imageDir, "used"), "");
+      const now = this.#clock.now() / 1000;
+      await utimes(join(imageDir, "used"), now, now);
       await chmod(imageDir, 0o755);
       await rename(imageDir, join(this.root, "images", key));
       this.#logger.info({ key, ms: Date.now() - started }, "built base image");

@@ -2,5 +2,5 @@
 export { BaseImages, type BaseImageRequest, type BaseImagesOptions, type BuildEvent } from "./base-images.ts";
 export { baseImageKey, BUILDER_FORMAT_VERSION, fileDigest, uuidOfKey, type BaseImageKeyInput } from "./cache-key.ts";
 export { acquireFileLock, type HeldLock } from "./file-lock.ts";
-export { IMAGE_FILE, ImageCache, type CachedImage, type CacheEntry, type EnsureResult, type GcResult, type ImageCacheOptions, type ImageProducer } from "./image-cache.ts";
+export { DEFAULT_EVICTION_GRACE_MS, IMAGE_FILE, ImageCache, type CachedImage, type CacheEntry, type EnsureResult, type GcResult, type ImageCacheOptions, type ImageProducer } from "./image-cache.ts";
 export { defaultStaging, type StagingOptions } from "./staging.ts";

@@ -85,8 +85,13 @@ export function registerImageGc(image: Command): void {
   withCacheOptions(image.command("gc"))
     .description("evict least-recently-used base images that no VM uses, down to the cache size limit")
     .option("--list", "only list cached base images")
-    .action(async (opts: CacheOpts & { list?: boolean }) => {
-      const cache = await ImageCache.open({ root: cacheDir(opts), maxBytes: maxBytes(opts) });
+    .option("--grace-seconds <n>", "never evict images used this recently (default 600: time for a caller to link what it was handed)")
+    .action(async (opts: CacheOpts & { list?: boolean; graceSeconds?: string }) => {
+      const grace = opts.graceSeconds === undefined ? undefined : Number(opts.graceSeconds);
+      if (grace !== undefined && !(Number.isFinite(grace) && grace >= 0)) {
+        throw new Error(`Cannot use --grace-seconds ${JSON.stringify(opts.graceSeconds)}: write a number of seconds`);
+      }
+      const cache = await ImageCache.open({ root: cacheDir(opts), maxBytes: maxBytes(opts), ...(grace === undefined ? {} : { graceMs: grace * 1000 }) });
       if (opts.list !== true) {
         const result = await cache.gc();
         for (const key of result.evicted) process.stdout.write(`evicted ${key}\n`);
