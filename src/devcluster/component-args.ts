@@ -10,8 +10,9 @@ export interface EtcdPorts {
   readonly peer: number;
 }
 
-export function etcdArgs(dataDir: string, ports: EtcdPorts): string[] {
-  const client = `http://127.0.0.1:${ports.client}`;
+/** etcd serves clients over TLS with the control plane's CA and requires a client certificate (the API server's). */
+export function etcdArgs(dataDir: string, ports: EtcdPorts, pki: Pki): string[] {
+  const client = `https://127.0.0.1:${ports.client}`;
   const peer = `http://127.0.0.1:${ports.peer}`;
   return [
     "--name=imp-dev",
@@ -22,6 +23,10 @@ export function etcdArgs(dataDir: string, ports: EtcdPorts): string[] {
     `--initial-advertise-peer-urls=${peer}`,
     `--initial-cluster=imp-dev=${peer}`,
     "--initial-cluster-state=new",
+    `--cert-file=${pki.servingCert}`,
+    `--key-file=${pki.servingKey}`,
+    `--trusted-ca-file=${pki.caCert}`,
+    "--client-cert-auth",
     // A dev/test store: losing it on power loss is fine, and fsync dominates start-up and test time.
     "--unsafe-no-fsync",
     "--log-level=warn",
@@ -41,7 +46,10 @@ export function apiServerArgs(input: ApiServerArgsInput): string[] {
     "--bind-address=127.0.0.1",
     "--advertise-address=127.0.0.1",
     `--secure-port=${input.port}`,
-    `--etcd-servers=http://127.0.0.1:${input.etcdClientPort}`,
+    `--etcd-servers=https://127.0.0.1:${input.etcdClientPort}`,
+    `--etcd-cafile=${pki.caCert}`,
+    `--etcd-certfile=${pki.adminCert}`,
+    `--etcd-keyfile=${pki.adminKey}`,
     `--cert-dir=${input.certDir}`,
     `--tls-cert-file=${pki.servingCert}`,
     `--tls-private-key-file=${pki.servingKey}`,

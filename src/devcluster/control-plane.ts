@@ -35,10 +35,20 @@ export interface ControlPlaneState {
   readonly pids: Readonly<Record<string, number | undefined>>;
 }
 
+/** How to reach the plane's etcd directly (TLS, client certificate required). Paths, not contents. */
+export interface EtcdEndpoint {
+  readonly url: string;
+  readonly caCert: string;
+  readonly clientCert: string;
+  readonly clientKey: string;
+}
+
 /** A real etcd + kube-apiserver (+ kube-controller-manager) on loopback. */
 export interface ControlPlane extends AsyncDisposable {
   readonly dir: string;
   readonly server: string;
+  /** For tests that must act below the API server (e.g. compact history to force 410 Gone). */
+  readonly etcd: EtcdEndpoint;
   readonly kubeconfigPath: string;
   readonly kubeConfig: KubeConfig;
   readonly binaries: ControlPlaneBinaries;
@@ -95,14 +105,14 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
 
   try {
     const pki = await createPki(join(dir, "certs"));
+    const tls = await loadProbeTls(pki);
     // Each port is picked right before its component binds it, to keep the race window small.
     const [etcdClient, etcdPeer] = [await freePort(), await freePort()];
-    const etcd = spawnComponent("etcd", binaries.etcd, etcdArgs(join(dir, "etcd"), { client: etcdClient, peer: etcdPeer }));
-    await waitReady(etcd, () => etcdHealthy(etcdClient));
+    const etcd = spawnComponent("etcd", binaries.etcd, etcdArgs(join(dir, "etcd"), { client: etcdClient, peer: etcdPeer }, pki));
+    await waitReady(etcd, () => etcdHealthy(etcdClient, tls));
 
     const apiPort = await freePort();
     const server = `https://127.0.0.1:${apiPort}`;
-    const tls = await loadProbeTls(pki);
     const apiArgs = apiServerArgs({ port: apiPort, etcdClientPort: etcdClient, pki, certDir: join(dir, "certs") });
     const apiReady = async (): Promise<boolean> => (await httpsGet(`${server}/readyz`, tls))?.status === 200;
     let apiserver = spawnComponent("kube-apiserver", binaries.kubeApiserver, apiArgs);
@@ -125,6 +135,7 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
     const plane: ControlPlane = {
       dir,
       server,
+      etcd: { url: `https://127.0.0.1:${etcdClient}`, caCert: pki.caCert, clientCert: pki.adminCert, clientKey: pki.adminKey },
       kubeconfigPath,
       kubeConfig,
       binaries,

@@ -30,9 +30,10 @@ export async function createPki(dir: string): Promise<Pki> {
   const p = (name: string): string => join(dir, name);
   const days = "3650";
   await openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", days, "-subj", "/CN=imp-dev-ca"], dir);
+  // clientAuth too: etcd's JSON gateway dials etcd's own gRPC port with the serving certificate.
   await writeFile(
     p("serving.ext"),
-    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth\n",
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
   );
   await openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "serving.key", "-out", "serving.csr", "-subj", "/CN=kube-apiserver"], dir);
   await openssl(["x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "serving.crt", "-days", days, "-extfile", "serving.ext"], dir);

@@ -33,12 +33,12 @@ export function httpsGet(url: string, tls: ProbeTls | "insecure", timeoutMs = 2_
   });
 }
 
-/** Plain-HTTP health probe for etcd. */
-export async function etcdHealthy(clientPort: number): Promise<boolean> {
+/** etcd's health endpoint, over TLS with a client certificate (etcd requires one). */
+export async function etcdHealthy(clientPort: number, tls: ProbeTls): Promise<boolean> {
+  const res = await httpsGet(`https://127.0.0.1:${clientPort}/health`, tls);
+  if (res?.status !== 200) return false;
   try {
-    const res = await fetch(`http://127.0.0.1:${clientPort}/health`, { signal: AbortSignal.timeout(2_000) });
-    const body = (await res.json()) as { health?: unknown };
-    return res.ok && body.health === "true";
+    return (JSON.parse(res.body) as { health?: unknown }).health === "true";
   } catch {
     return false;
   }

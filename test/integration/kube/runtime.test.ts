@@ -23,7 +23,7 @@ import {
   type ResourceDescriptor,
 } from "../../../src/kube/index.ts";
 import { ImpError, retryableError, waitFor } from "../../../src/shared/index.ts";
-import { compactEtcd, etcdClientUrl, etcdRevision } from "./etcd.fixture.ts";
+import { compactEtcd, etcdEndpoint, etcdRevision } from "./etcd.fixture.ts";
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type Node = KubeObject & { status?: { capacity?: Record<string, string> } };
@@ -349,7 +349,7 @@ describe("kube runtime against a real API server", () => {
         // etcd alone is not enough, the watch cache still serves the window from memory; a restart
         // rebuilds the watch cache from etcd at the current revision, after which older versions
         // get "too old resource version" (410). Compaction makes etcd refuse them as well.
-        const etcd = await etcdClientUrl(plane);
+        const etcd = etcdEndpoint(plane);
         const revision = await etcdRevision(etcd);
         assert.ok(revision > Number(staleVersion), `etcd revision ${revision} is past the informer's ${staleVersion}`);
         await plane.stopApiServer();
