@@ -3,7 +3,6 @@
  * columns, rules on the whole object, and which fields clients may select on.
  */
 import type { TSchema } from "@sinclair/typebox";
-import type { V1ObjectMeta } from "@kubernetes/client-node";
 import type { KindNames } from "../constants.ts";
 import type { CelRule } from "./common.ts";
 
@@ -32,14 +31,44 @@ export interface KindDefinition {
   readonly selectableFields?: readonly string[];
 }
 
+/** An owner reference as JSON carries it. */
+export type OwnerReference = {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+};
+
+/**
+ * Object metadata in its JSON (wire) form: timestamps are RFC 3339 strings, not the `Date`s of
+ * client-node's generated models, because Imp reads and writes objects as JSON. A type alias (not
+ * an interface) so it fits src/kube's structurally typed `ObjectMeta`.
+ */
+export type ObjectMeta = {
+  name?: string;
+  generateName?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  finalizers?: string[];
+  ownerReferences?: OwnerReference[];
+};
+
 /** The shape every Imp object has on the wire. */
-export interface ImpObject<K extends string, Spec, Status> {
+export type ImpObject<K extends string, Spec, Status> = {
   apiVersion: "imp.dev/v1alpha1";
   kind: K;
-  metadata: V1ObjectMeta;
+  metadata: ObjectMeta;
   spec: Spec;
   status?: Status;
-}
+};
 
 /** Printer column every kind ends with. */
 export const AGE_COLUMN: PrinterColumn = { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" };

@@ -3,7 +3,7 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Registry } from "prom-client";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { GROUP, IMP_VM, VERSION, installCrds, type ImpVMSpec, type ImpVMStatus } from "../../../src/api/index.ts";
+import { GROUP, IMP_VM, VERSION, installCrds, type ImpVM } from "../../../src/api/index.ts";
 import {
   Controller,
   EVENT_RESOURCE,
@@ -30,8 +30,6 @@ type Node = KubeObject & { status?: { capacity?: Record<string, string> } };
 const CONFIG_MAPS: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
 const NAMESPACES: ResourceDescriptor = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const NODES: ResourceDescriptor = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
-// The api part's ImpVM carries client-node's V1ObjectMeta (Date timestamps), not the runtime's ObjectMeta.
-type ImpVM = KubeObject & { spec: ImpVMSpec; status?: ImpVMStatus };
 const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
 
 const rejectsWith = (errorClass: string, code: string) => (err: unknown): boolean => {
