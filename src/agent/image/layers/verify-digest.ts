@@ -30,14 +30,13 @@ export function digestMismatch(what: string, digest: string, actual: string): Im
 }
 
 /**
- * A pass-through that hashes everything and, at the end, fails with `DigestMismatch` unless the
- * sha256 equals `digest`. `finished` tells whether the whole input went through (and matched).
+ * A pass-through that hashes everything and, at the end of its input, fails with `DigestMismatch`
+ * unless the sha256 equals `digest` (so a pipeline through it rejects after the last byte).
  */
-export function verifyingStream(digest: string, what: string): Transform & { readonly verified: () => boolean } {
+export function verifyingStream(digest: string, what: string): Transform {
   const hex = sha256Hex(digest, what);
   const hash = createHash("sha256");
-  let verified = false;
-  const stream = new Transform({
+  return new Transform({
     transform(chunk: Buffer, _enc, done: TransformCallback) {
       hash.update(chunk);
       done(null, chunk);
@@ -48,11 +47,9 @@ export function verifyingStream(digest: string, what: string): Transform & { rea
         done(digestMismatch(what, digest, `sha256:${actual}`));
         return;
       }
-      verified = true;
       done();
     },
   });
-  return Object.assign(stream, { verified: () => verified });
 }
 
 /** `sha256:<hex>` of everything `source` yields. */
