@@ -249,7 +249,7 @@ describe("Controller.watch()", () => {
     assert.deepEqual(reconciled, [], "a status-only update is ignored");
     vms.emit().onUpdate?.(statusOnly, statusOnly);
     await until(() => reconciled.length === 1, "a resync passes the filter");
-    secrets.emit().onDelete?.({ metadata: { name: "vm-setup", namespace: "ci", ownerReferences: [{ kind: "ImpVM", name: "vm" }] } });
+    secrets.emit().onDelete?.({ metadata: { name: "vm-setup", namespace: "ci", ownerReferences: [{ apiVersion: "imp.dev/v1alpha1", kind: "ImpVM", name: "vm", uid: "u-1" }] } });
     await until(() => reconciled.length === 2, "the owner is reconciled");
     assert.deepEqual(reconciled, ["ci/vm", "ci/vm"]);
     stop.abort();

@@ -1,3 +1,5 @@
+import type { ObjectMeta as WireObjectMeta } from "../shared/index.ts";
+
 /**
  * What the runtime needs to know about a kind, and nothing more. `src/api` builds these from its
  * TypeBox definitions; core kinds use `group: ""`. The runtime never depends on concrete types.
@@ -27,22 +29,8 @@ export function resourceDescriptor(names: {
   return { group: names.group, version: names.version, plural: names.plural, kind: names.kind, namespaced: names.scope === "Namespaced" };
 }
 
-/** Object metadata fields the runtime reads or writes; everything else passes through untouched. */
-export interface ObjectMeta {
-  name?: string;
-  generateName?: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-  creationTimestamp?: string;
-  deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  finalizers?: string[];
-  ownerReferences?: ReadonlyArray<Record<string, unknown>>;
-  [extra: string]: unknown;
-}
+/** Object metadata: the fields Imp knows (src/shared), and everything else passed through untouched. */
+export type ObjectMeta = WireObjectMeta & { [extra: string]: unknown };
 
 /** The shape every Kubernetes object shares. Kind-specific fields are carried by `T extends KubeObject`. */
 export interface KubeObject {

@@ -3,3 +3,4 @@ export * from "./clock.ts";
 export * from "./backoff.ts";
 export * from "./deadline.ts";
 export * from "./logger.ts";
+export * from "./object-meta.ts";

@@ -5,6 +5,7 @@
 import type { TSchema } from "@sinclair/typebox";
 import type { KindNames } from "../constants.ts";
 import type { CelRule } from "./common.ts";
+import type { ObjectMeta } from "../../shared/index.ts";
 
 /** One `additionalPrinterColumns` entry. */
 export interface PrinterColumn {
@@ -30,36 +31,6 @@ export interface KindDefinition {
   /** JSON paths usable in field selectors (`selectableFields`). */
   readonly selectableFields?: readonly string[];
 }
-
-/** An owner reference as JSON carries it. */
-export type OwnerReference = {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-};
-
-/**
- * Object metadata in its JSON (wire) form: timestamps are RFC 3339 strings, not the `Date`s of
- * client-node's generated models, because Imp reads and writes objects as JSON. A type alias (not
- * an interface) so it fits src/kube's structurally typed `ObjectMeta`.
- */
-export type ObjectMeta = {
-  name?: string;
-  generateName?: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-  creationTimestamp?: string;
-  deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  finalizers?: string[];
-  ownerReferences?: OwnerReference[];
-};
 
 /** The shape every Imp object has on the wire. */
 export type ImpObject<K extends string, Spec, Status> = {
