@@ -75,10 +75,10 @@ describe("GuestClient", () => {
     const { client, guest } = connect((req, g) =>
       g.send(req.type === "exec" ? reply(req, { execId: req.execId, state: "running", started: true, pid: 5 }) : reply(req)),
     );
-    const started = await client.exec({ execId: "vm-1", argv: ["/bin/run"], env: { SECRET: "s3cret" }, uid: 1000 });
+    const started = await client.exec({ execId: "vm-1", argv: ["/bin/run"], env: { SECRET: "s3cret" }, uid: 1000, gid: 1000 });
     assert.equal(started.started, true);
     await client.configure({ hostname: "h", network: { interface: "eth0", address: "10.0.0.2/30" }, entropySeed: new Uint8Array(16) });
-    assert.deepEqual(guest.requests[0], { v: 1, type: "exec", id: 1, execId: "vm-1", argv: ["/bin/run"], env: { SECRET: "s3cret" }, uid: 1000 });
+    assert.deepEqual(guest.requests[0], { v: 1, type: "exec", id: 1, execId: "vm-1", argv: ["/bin/run"], env: { SECRET: "s3cret" }, uid: 1000, gid: 1000 });
     assert.deepEqual(guest.requests[1], {
       v: 1, type: "configure", id: 2, hostname: "h",
       network: { dns: [], interface: "eth0", address: "10.0.0.2/30" },

@@ -135,18 +135,21 @@ export interface ConfigureRequest {
   /** 16..4096 random bytes credited to the guest's entropy pool. Never logged. */
   readonly entropySeed?: Uint8Array;
 }
-export interface ExecRequest {
+interface ExecRequestBase {
   /** Idempotency key: a repeated exec with a known id never starts a second process. */
   readonly execId: string;
   readonly argv: readonly string[];
   /** The whole environment of the process. Secret: never log it. */
   readonly env: Readonly<Record<string, string>>;
   readonly cwd?: string;
-  readonly uid?: number;
-  readonly gid?: number;
   /** Shut the guest down once this exec exited and its exit event was written to the connected streams. */
   readonly shutdownAfterExit?: ShutdownMode;
 }
+/**
+ * uid and gid come together or not at all: the guest refuses one without the other, since a
+ * process given only a uid would keep gid 0 (root's group).
+ */
+export type ExecRequest = ExecRequestBase & ({ readonly uid: number; readonly gid: number } | { readonly uid?: undefined; readonly gid?: undefined });
 export type ShutdownMode = "poweroff" | "reboot";
 
 /** Why a guest message was rejected; `where` is a JSON path, `problem` TypeBox's text. */
