@@ -4,3 +4,4 @@ export * from "./backoff.ts";
 export * from "./deadline.ts";
 export * from "./logger.ts";
 export * from "./object-meta.ts";
+export * from "./child-process.ts";
