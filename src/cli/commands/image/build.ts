@@ -7,6 +7,7 @@
 import type { Command } from "commander";
 import { join } from "node:path";
 import type { BuildEvent, LayerBlob } from "../../../agent/index.ts";
+import { cacheDir as impCacheDir } from "../../../devcluster/index.ts";
 import { BaseImages, fileDigest, FsContentStore, ImagePuller, ImageCache, ImageRefs, layerBlobsOf, localLayer } from "../../../agent/index.ts";
 import { humanBytes, shortDigest, storeDir, table, withStoreOption } from "./common.ts";
 
@@ -57,7 +58,7 @@ export function registerImageBuild(image: Command): void {
         (await new ImagePuller(opts.plainHttp === true ? { plainHttp: () => true } : {}).pull(reference, { store }));
       const extra: LayerBlob[] = [];
       for (const file of opts.layer) extra.push(await localLayer(file));
-      const guestPath = opts.guest ?? process.env.IMP_GUEST ?? join(process.env.IMP_CACHE ?? ".cache", "guest", "imp-guest");
+      const guestPath = opts.guest ?? process.env.IMP_GUEST ?? join(impCacheDir(), "guest", "imp-guest");
       const cache = await ImageCache.open({ root: cacheDir(opts), maxBytes: maxBytes(opts) });
       const started = Date.now();
       const log = (event: BuildEvent): void => {
