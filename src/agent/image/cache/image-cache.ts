@@ -170,7 +170,9 @@ export class ImageCache {
     let freed = 0;
     const protectedSince = this.#clock.now() - this.graceMs;
     const candidates = entries
-      .filter((e) => !e.inUse && !this.#inflight.has(e.key) && e.lastUsedMs < protectedSince)
+      // graceMs 0 means no protection at all: a use mark written this very millisecond (or stamped a
+      // little ahead by the filesystem's clock) must not spare an image.
+      .filter((e) => !e.inUse && !this.#inflight.has(e.key) && (this.graceMs === 0 || e.lastUsedMs < protectedSince))
       .sort((a, b) => a.lastUsedMs - b.lastUsedMs);
     for (const entry of candidates) {
       if (total <= limitBytes) break;
