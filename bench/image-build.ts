@@ -17,7 +17,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pack } from "tar-stream";
-import { BaseImages, fileDigest, ImageCache } from "../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../src/agent/image/cache/index.ts";
 import { prepareVmDisks, releaseVmDisks, ScratchTemplates } from "../src/agent/image/disks/index.ts";
 import { defaultBaseParams, planExt4 } from "../src/agent/image/ext4/index.ts";
 import { layerBlobsOf, type LayerBlob } from "../src/agent/image/layers/index.ts";
@@ -85,7 +85,7 @@ async function main(): Promise<void> {
   try {
     const guest = join(work, "imp-guest");
     await writeFile(guest, randomBytes(8 * 1024 ** 2), { mode: 0o755 });
-    const guestAgent = { path: guest, digest: await fileDigest(guest) };
+    const guestAgent = { path: guest, digest: await fileDigestOf(guest) };
     process.stdout.write(`generating image (scale ${scale})…\n`);
     const layerEntries = benchLayers(contentPool());
     const entryCount = layerEntries.reduce((s, l) => s + l.length, 0);

@@ -13,6 +13,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "../../src/devcluster/index.ts";
 import type { Blob, TestImage, TestIndex } from "./oci-image.ts";
 
 export type RegistryAuthConfig =
@@ -32,14 +33,7 @@ process.on("exit", () => {
   for (const child of children) child.kill("SIGKILL");
 });
 
-/** A TCP port free on 127.0.0.1 right now. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+export { freePort };
 
 /** Starts docker-registry; `rootDir` shares storage with another registry (it is then not deleted on stop). */
 export async function startRegistry(options: { rootDir?: string; auth?: RegistryAuthConfig } = {}): Promise<RunningRegistry> {

@@ -4,15 +4,15 @@
  * ($IMP_CACHE/bootkit/current.json). Every boot is bounded; the VM's serial console, QEMU's stderr
  * and the vsock backend's log are copied to test-results/e2e/<name>/ unless the test passed.
  */
-import { createHash } from "node:crypto";
 import { execFile } from "node:child_process";
 import { cp, mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
-import { createReadStream, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { SuiteContext, TestContext } from "node:test";
 import {
+  fileDigestOf,
   GuestClient,
   QemuVm,
   readHostTscKhz,
@@ -223,10 +223,9 @@ export async function makeScratchDisk(path: string, sizeMiB: number): Promise<vo
   await run("mkfs.ext4", ["-q", "-F", "-L", "imp-scratch", path]);
 }
 
+/** Hex sha256 of a file (the agent's `fileDigestOf` without its `sha256:` prefix). */
 export async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest("hex");
+  return (await fileDigestOf(path)).slice("sha256:".length);
 }
 
 /** Runs `debugfs -R <request>` read-only against an ext4 image (no mount needed). */

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { GuestClient, QemuVm, readHostTscKhz } from "../../../src/agent/index.ts";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { prepareVmDisks, ScratchTemplates, type VmDisks } from "../../../src/agent/image/disks/index.ts";
 import { GUEST_AGENT_INIT, layerBlobsOf } from "../../../src/agent/image/layers/index.ts";
 import { FsContentStore, pullImage } from "../../../src/agent/image/pull/index.ts";
@@ -36,7 +36,7 @@ describe("a VM booted from an image built by the image builder", { timeout: 300_
     const store = await FsContentStore.open(join(work, "store"));
     const pulled = await pullImage(`${registry.host}/test/busybox:1`, { store, recordRefs: false });
     const cache = await ImageCache.open({ root: join(work, "cache"), maxBytes: 1024 ** 3 });
-    const base = await new BaseImages({ cache }).ensure({ layers: layerBlobsOf(pulled, store), guestAgent: { path: guest, digest: await fileDigest(guest) } });
+    const base = await new BaseImages({ cache }).ensure({ layers: layerBlobsOf(pulled, store), guestAgent: { path: guest, digest: await fileDigestOf(guest) } });
     const vmDir = join(work, "vm1");
     await mkdir(vmDir);
     disks = await prepareVmDisks(vmDir, base, new ScratchTemplates(join(work, "cache", "scratch")), { sizeBytes: 256 * 1024 ** 2 });

@@ -4,7 +4,7 @@ import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { buildImage, writeOciLayout } from "../../harness/oci-image.ts";
 import { debugfs, ext4Metadata, ext4Tree, hostTree, type NodeRecord } from "./ext4-inspect.ts";
 import { sampleLayers } from "./sample-image.ts";
@@ -22,7 +22,7 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
     const layers = await sampleLayers();
     const cache = await ImageCache.open({ root: join(work, "cache"), maxBytes: 1024 ** 3 });
     images = new BaseImages({ cache });
-    const result = await images.ensure({ layers, guestAgent: { path: guest, digest: await fileDigest(guest) } });
+    const result = await images.ensure({ layers, guestAgent: { path: guest, digest: await fileDigestOf(guest) } });
     assert.equal(result.built, true);
     image = result.path;
   });
@@ -112,7 +112,7 @@ describe("BaseImages.ensure() on a multi-layer image", () => {
 
   it("matches what umoci unpacks from the same image, path by path", async () => {
     const layers = await sampleLayers(true);
-    const gzipImage = (await images.ensure({ layers, guestAgent: { path: guest, digest: await fileDigest(guest) } })).path;
+    const gzipImage = (await images.ensure({ layers, guestAgent: { path: guest, digest: await fileDigestOf(guest) } })).path;
     const layout = join(work, "layout");
     await writeOciLayout(layout, buildImage(layers), "sample");
     const bundle = join(work, "bundle");

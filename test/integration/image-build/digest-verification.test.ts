@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { layerBlobsOf, localLayer, type LayerBlob } from "../../../src/agent/image/layers/index.ts";
 import type { PulledImage } from "../../../src/agent/image/pull/index.ts";
 import { FsContentStore } from "../../../src/agent/image/store/index.ts";
@@ -56,7 +56,7 @@ describe("BaseImages.ensure() verifies what it applies", () => {
     await chmod(path, 0o644);
     await writeFile(path, bytes);
     const { images, root } = await freshCache();
-    await assert.rejects(images.ensure({ layers: [blob], guestAgent: { path: guest, digest: await fileDigest(guest) } }), (err: Error & { code?: string }) => {
+    await assert.rejects(images.ensure({ layers: [blob], guestAgent: { path: guest, digest: await fileDigestOf(guest) } }), (err: Error & { code?: string }) => {
       assert.equal(err.code, "DigestMismatch", err.message);
       assert.match(err.message, /^Cannot use layer sha256:/);
       return true;
@@ -71,7 +71,7 @@ describe("BaseImages.ensure() verifies what it applies", () => {
     await chmod(store.path(blob.digest), 0o644);
     await writeFile(store.path(blob.digest), other.bytes);
     const { images, root } = await freshCache();
-    await assert.rejects(images.ensure({ layers: [blob], guestAgent: { path: guest, digest: await fileDigest(guest) } }), { code: "DigestMismatch" });
+    await assert.rejects(images.ensure({ layers: [blob], guestAgent: { path: guest, digest: await fileDigestOf(guest) } }), { code: "DigestMismatch" });
     await assertNothingPublished(root);
   });
 
@@ -83,7 +83,7 @@ describe("BaseImages.ensure() verifies what it applies", () => {
     assert.equal(layer.digest, original.digest);
     await writeFile(file, (await layerOf([{ name: "opt/runner/run.sh", content: "#!/bin/sh\nexec evil\n", mode: 0o755 }])).bytes);
     const { images, root } = await freshCache();
-    const request = { layers: [layer], guestAgent: { path: guest, digest: await fileDigest(guest) } };
+    const request = { layers: [layer], guestAgent: { path: guest, digest: await fileDigestOf(guest) } };
     await assert.rejects(images.ensure(request), { code: "DigestMismatch" });
     await assertNothingPublished(root);
     await writeFile(file, original.bytes);
@@ -95,7 +95,7 @@ describe("BaseImages.ensure() verifies what it applies", () => {
   it("a guest agent replaced after it was hashed fails with DigestMismatch", async () => {
     const agent = join(work, "imp-guest-2");
     await writeFile(agent, "#!/bin/sh\necho v1\n", { mode: 0o755 });
-    const digest = await fileDigest(agent);
+    const digest = await fileDigestOf(agent);
     await writeFile(agent, "#!/bin/sh\necho v2\n", { mode: 0o755 });
     const { images, root } = await freshCache();
     const layer = await layerOf([{ name: "bin/tool", content: "x" }]);

@@ -3,7 +3,7 @@ import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { defaultLayerLimits, unpackRootfs } from "../../../src/agent/image/layers/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
 import { maliciousCorpus } from "../../fixtures/malicious-layers/corpus.ts";
@@ -63,7 +63,7 @@ describe("unpackRootfs() with the malicious-layer corpus", () => {
     const planted = await layerOf([{ name: "esc", type: "symlink", linkname: canary }]);
     const bad = await layerOf([{ name: "esc/pwned", content: "x" }]);
     const before = await snapshot(canary);
-    await assert.rejects(images.ensure({ layers: [good, planted, bad], guestAgent: { path: guest, digest: await fileDigest(guest) } }), { code: "LayerPathThroughSymlink" });
+    await assert.rejects(images.ensure({ layers: [good, planted, bad], guestAgent: { path: guest, digest: await fileDigestOf(guest) } }), { code: "LayerPathThroughSymlink" });
     assert.deepEqual(await readdir(join(root, "images")), []);
     assert.deepEqual(await readdir(join(root, "building")), []);
     assert.deepEqual(await snapshot(canary), before);

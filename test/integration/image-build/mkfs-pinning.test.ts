@@ -9,7 +9,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { EXT4_FEATURES } from "../../../src/agent/image/ext4/index.ts";
 import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
 
@@ -39,7 +39,7 @@ describe("mkfs pinning", () => {
     await writeFile(guest, "guest", { mode: 0o755 });
     const cache = await ImageCache.open({ root: join(work, "cache"), maxBytes: 1024 ** 3 });
     const layers = [await layerOf([{ name: "etc/hostname", content: "imp\n" }])];
-    const result = await new BaseImages({ cache, staging: null }).ensure({ layers, guestAgent: { path: guest, digest: await fileDigest(guest) } });
+    const result = await new BaseImages({ cache, staging: null }).ensure({ layers, guestAgent: { path: guest, digest: await fileDigestOf(guest) } });
     assert.deepEqual(features(result.path), [...EXT4_FEATURES].sort());
   });
 });

@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache, type BuildEvent, type StagingOptions } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache, type BuildEvent, type StagingOptions } from "../../../src/agent/image/cache/index.ts";
 import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
 import { ext4Tree } from "./ext4-inspect.ts";
 import { sampleLayers } from "./sample-image.ts";
@@ -15,7 +15,7 @@ describe("BaseImages staging", () => {
     work = await mkdtemp(join(tmpdir(), "imp-staging-test-"));
     const path = join(work, "imp-guest");
     await writeFile(path, "guest", { mode: 0o755 });
-    guestAgent = { path, digest: await fileDigest(path) };
+    guestAgent = { path, digest: await fileDigestOf(path) };
   });
   after(async () => rm(work, { recursive: true, force: true }));
 

@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BaseImages, fileDigest, ImageCache } from "../../../src/agent/image/cache/index.ts";
+import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { layerOf } from "../../fixtures/malicious-layers/tar-layer.ts";
 import { debugfs } from "./ext4-inspect.ts";
 
@@ -27,7 +27,7 @@ describe("xattrs whose names debugfs cannot quote", () => {
       content: "x",
       pax: { 'SCHILY.xattr.user.a"b': "quote", "SCHILY.xattr.user.c\\d": "backslash", "SCHILY.xattr.user.ok": "kept" },
     }]);
-    const result = await new BaseImages({ cache, staging: null }).ensure({ layers: [layer], guestAgent: { path: guest, digest: await fileDigest(guest) } });
+    const result = await new BaseImages({ cache, staging: null }).ensure({ layers: [layer], guestAgent: { path: guest, digest: await fileDigestOf(guest) } });
     assert.equal((await cache.meta(result.key))?.droppedXattrs, 2);
     const listed = debugfs(result.path, 'ea_list "/etc/f"');
     assert.match(listed, /user\.ok \(4\) = "kept"/);

@@ -4,7 +4,6 @@
  */
 import { createHash } from "node:crypto";
 import type { Ext4Params } from "../ext4/index.ts";
-import { fileDigestOf } from "../layers/index.ts";
 
 /**
  * The builder's format version. Bump it whenever the build changes what ends up in an image for the
@@ -44,7 +43,6 @@ export function baseImageKey(input: BaseImageKeyInput): string {
 }
 
 /** `sha256:<hex>` of a file's bytes (the guest agent binary). */
-export const fileDigest = fileDigestOf;
 
 /** A UUID derived from the key, so an image's filesystem UUID is reproducible. */
 export function uuidOfKey(key: string): string {

@@ -8,7 +8,7 @@ import type { Command } from "commander";
 import { join } from "node:path";
 import type { BuildEvent, LayerBlob } from "../../../agent/index.ts";
 import { cacheDir as impCacheDir } from "../../../devcluster/index.ts";
-import { BaseImages, fileDigest, FsContentStore, ImagePuller, ImageCache, ImageRefs, layerBlobsOf, localLayer } from "../../../agent/index.ts";
+import { BaseImages, fileDigestOf, FsContentStore, ImagePuller, ImageCache, ImageRefs, layerBlobsOf, localLayer } from "../../../agent/index.ts";
 import { humanBytes, shortDigest, storeDir, table, withStoreOption } from "./common.ts";
 
 export const DEFAULT_IMAGE_CACHE = "/var/lib/imp/rootfs";
@@ -68,7 +68,7 @@ export function registerImageBuild(image: Command): void {
         if (event.kind === "ext4-built") process.stderr.write(`made ext4 (${humanBytes(event.sizeBytes)} apparent) in ${event.ms} ms\n`);
       };
       const result = await new BaseImages({ cache, ...(opts.diskStaging === true ? { staging: null } : {}) }).ensure(
-        { layers: [...layerBlobsOf(record, store), ...extra], guestAgent: { path: guestPath, digest: await fileDigest(guestPath) } },
+        { layers: [...layerBlobsOf(record, store), ...extra], guestAgent: { path: guestPath, digest: await fileDigestOf(guestPath) } },
         { onEvent: log },
       );
       if (opts.quiet === true) {
