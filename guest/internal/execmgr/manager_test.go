@@ -251,10 +251,15 @@ func TestSignalReachesTheProcessGroupAndIsANoOpAfterExit(t *testing.T) {
 func TestExitIsNotHeldUpByABackgroundProcessHoldingThePipe(t *testing.T) {
 	rec := newRecorder()
 	log := slog.New(slog.NewTextHandler(testLog, nil))
-	m := NewManager(testReaper, rec, log, Options{DrainTimeout: 200 * time.Millisecond})
-	if _, _, perr := m.Start(sh("bg", "sleep 5 & echo done")); perr != nil {
+	// The drain bound is the default (2 s), not a short one: on a loaded machine a short bound can end
+	// before the pump was scheduled to read "done", which would be the test's flake, not the agent's.
+	// The background sleep outlives every wait here, so an exit that waited for it would time out.
+	m := NewManager(testReaper, rec, log, Options{})
+	st, _, perr := m.Start(sh("bg", "sleep 600 & echo done"))
+	if perr != nil {
 		t.Fatal(perr)
 	}
+	t.Cleanup(func() { _ = syscall.Kill(-st.PID, syscall.SIGKILL) }) // the exec's session: the sleep
 	exit := rec.waitExit(t, "bg")
 	if exit.ExitCode != 0 {
 		t.Fatalf("exit = %+v", exit)
