@@ -7,3 +7,4 @@ export * from "./image/layers/index.ts";
 export * from "./image/ext4/index.ts";
 export * from "./image/cache/index.ts";
 export * from "./image/disks/index.ts";
+export * from "./vmm/types.ts";

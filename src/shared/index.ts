@@ -5,3 +5,4 @@ export * from "./deadline.ts";
 export * from "./logger.ts";
 export * from "./object-meta.ts";
 export * from "./child-process.ts";
+export * from "./steps.ts";

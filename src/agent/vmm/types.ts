@@ -1,0 +1,115 @@
+import type { Socket } from "node:net";
+import type { ChildExit, Clock, ImpError, Logger } from "../../shared/index.ts";
+
+/**
+ * The VMM-neutral driver interface. A node agent prepares a VM's files, starts the VMM, connects to
+ * the guest agent, and stops it; QEMU (`-M microvm`) and Firecracker implement it. Everything a driver
+ * starts is a {@link VmmProcess} obtained from a {@link ProcessLauncher}, so the same driver runs its
+ * VMM as a direct child (tests, `imp run`) or under the per-VM supervisor (the node agent), whose
+ * processes outlive an agent restart.
+ */
+export type VmmKind = "qemu" | "firecracker";
+
+export interface VmDrive {
+  /** Stable device id (`root`, `scratch`); Firecracker's drive_id, QEMU's drive id. */
+  readonly id: string;
+  readonly path: string;
+  readonly readOnly: boolean;
+  /** The root device (first virtio-blk device, `/dev/vda`). Exactly one drive is root. */
+  readonly isRoot: boolean;
+}
+
+export interface VmNetwork {
+  /** A tap device that exists on the host (in `netns` if given) before the VMM starts. */
+  readonly tap: string;
+  /** The guest interface's MAC, `xx:xx:xx:xx:xx:xx`. */
+  readonly mac: string;
+}
+
+/** Everything a driver needs to boot one VM. Paths are absolute and already exist. */
+export interface VmSpec {
+  /** Names the VM in logs and errors (the ImpVM name, or `imp run`'s id). */
+  readonly name: string;
+  /** The VM's own directory: sockets, logs, config. Short (Unix socket paths ≤ 107 bytes). */
+  readonly dir: string;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly kernel: string;
+  readonly initrd?: string;
+  /** The full kernel command line, as the driver must pass it. */
+  readonly cmdline: string;
+  readonly drives: readonly VmDrive[];
+  readonly network?: VmNetwork;
+  /** Guest CID for vsock, ≥ 3. */
+  readonly guestCid: number;
+}
+
+export type VmExit = ChildExit;
+
+/** One process a driver started (the VMM itself, or a helper such as QEMU's vsock backend). */
+export interface VmmProcess {
+  readonly name: string;
+  readonly pid: number;
+  /** Resolves once the process has exited (for a supervised process: as the supervisor recorded it). */
+  exited(): Promise<VmExit>;
+  readonly running: boolean;
+  /** Sends a signal; a no-op once the process has exited. */
+  signal(signal: NodeJS.Signals): void;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves once the process is gone. Idempotent. */
+  stop(graceMs: number): Promise<VmExit>;
+}
+
+export interface LaunchRequest {
+  /** Names the process in logs and errors (`qemu`, `firecracker`, `vhost-device-vsock`). */
+  readonly name: string;
+  readonly binary: string;
+  readonly args: readonly string[];
+  /** stdout and stderr go to these files (appended); no pipes, so the process never blocks on us. */
+  readonly stdoutPath: string;
+  readonly stderrPath: string;
+  readonly cwd?: string;
+}
+
+/** Starts processes: as direct children ({@link VmmProcess} backed by `Child`) or under a supervisor. */
+export interface ProcessLauncher {
+  launch(request: LaunchRequest): Promise<VmmProcess>;
+}
+
+export interface ConnectGuestOptions {
+  readonly timeoutMs: number;
+  /** Guest vsock port; default 10700 (the guest agent's). */
+  readonly port?: number;
+  readonly signal?: AbortSignal;
+  readonly onAttemptFailed?: (err: ImpError, attempt: number) => void;
+}
+
+/** A started VM. Always `stop()` it (or `await using`): idempotent, leaves no process behind. */
+export interface RunningVm extends AsyncDisposable {
+  readonly kind: VmmKind;
+  readonly spec: VmSpec;
+  /** The VMM's pid. */
+  readonly pid: number;
+  /** Aborts once the VM can no longer come up or has gone (VMM exited, kernel panic); its reason says why. */
+  readonly downSignal: AbortSignal;
+  /** A byte stream to the guest agent (hybrid vsock), bounded by `timeoutMs`, failing at once when the VM goes down. */
+  connectGuest(options: ConnectGuestOptions): Promise<Socket>;
+  /** Resolves when the VMM has exited. */
+  exited(): Promise<VmExit>;
+  /**
+   * Asks the guest to shut down the VMM's way (QEMU: SIGTERM; Firecracker: SendCtrlAltDel), then kills
+   * after `graceMs`; then frees what the driver created (sockets, helper processes). Idempotent.
+   */
+  stop(graceMs: number): Promise<VmExit>;
+}
+
+export interface DriverContext {
+  readonly launcher: ProcessLauncher;
+  readonly clock: Clock;
+  readonly logger: Logger;
+}
+
+export interface VmmDriver {
+  readonly kind: VmmKind;
+  /** Starts the VM. Rejects with a classified error, leaving nothing running and nothing it created. */
+  start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<RunningVm>;
+}
