@@ -4,7 +4,8 @@
  * definition, so running it again after an upgrade updates the schemas.
  */
 import { ApiException, ApiextensionsV1Api, loadYaml, type KubeConfig, type V1CustomResourceDefinition } from "@kubernetes/client-node";
-import { conflictError, retry, retryableError, systemClock, terminalError, waitFor, type Clock } from "../shared/index.ts";
+import { classifyApiError, isNotFound } from "../kube/index.ts";
+import { retry, systemClock, terminalError, waitFor, type Clock, type ImpError } from "../shared/index.ts";
 import { buildAllCrds, type CrdManifest } from "./crd.ts";
 
 export interface InstallCrdsOptions {
@@ -61,7 +62,8 @@ async function applyOne(api: ApiextensionsV1Api, crd: CrdManifest): Promise<"cre
     try {
       existing = await api.readCustomResourceDefinition({ name });
     } catch (err) {
-      if (!(err instanceof ApiException && err.code === 404)) throw err;
+      const classified = classifyApiError(err, { action: "read", object: `CRD ${name}` });
+      if (!isNotFound(classified)) throw classified;
     }
     if (existing === undefined) {
       await api.createCustomResourceDefinition({ body });
@@ -71,12 +73,17 @@ async function applyOne(api: ApiextensionsV1Api, crd: CrdManifest): Promise<"cre
     await api.replaceCustomResourceDefinition({ name, body });
     return "replaced";
   } catch (err) {
-    throw classify(err, name);
+    throw classifyApplyError(err, name);
   }
 }
 
 async function isEstablished(api: ApiextensionsV1Api, name: string): Promise<boolean> {
-  const crd = await api.readCustomResourceDefinition({ name });
+  let crd: V1CustomResourceDefinition;
+  try {
+    crd = await api.readCustomResourceDefinition({ name });
+  } catch (err) {
+    throw classifyApiError(err, { action: "read", object: `CRD ${name}` });
+  }
   const conditions = crd.status?.conditions ?? [];
   const namesAccepted = conditions.find((c) => c.type === "NamesAccepted");
   if (namesAccepted?.status === "False") {
@@ -85,12 +92,16 @@ async function isEstablished(api: ApiextensionsV1Api, name: string): Promise<boo
   return conditions.some((c) => c.type === "Established" && c.status === "True");
 }
 
-function classify(err: unknown, name: string): Error {
-  if (!(err instanceof ApiException)) return retryableError("CrdApplyFailed", `Cannot apply CRD ${name}: ${String(err)}`, { cause: err });
-  const detail = serverMessage(err);
-  if (err.code === 409) return conflictError("CrdConflict", `Cannot apply CRD ${name}: changed concurrently: ${detail}`, { cause: err });
-  if (err.code === 429 || err.code >= 500) return retryableError("CrdApplyFailed", `Cannot apply CRD ${name}: server answered ${err.code}: ${detail}`, { cause: err });
-  return terminalError("CrdRejected", `Cannot apply CRD ${name}: rejected with ${err.code}: ${detail}`, { cause: err });
+/**
+ * The class (retry, conflict, give up) comes from `classifyApiError`, the one mapping of API
+ * failures in Imp. A terminal answer keeps the install-specific code `CrdRejected`, because callers
+ * (the CLI, tests) tell "the server refused this CRD" apart from other terminal failures by it; its
+ * message carries the server's reason (which names the offending field).
+ */
+export function classifyApplyError(err: unknown, name: string): ImpError {
+  const classified = classifyApiError(err, { action: "apply", object: `CRD ${name}` });
+  if (classified.errorClass !== "terminal" || classified.code === "CrdRejected") return classified;
+  return terminalError("CrdRejected", classified.message, { cause: classified, context: { ...classified.context, apiCode: classified.code } });
 }
 
 /** The `message` of a Kubernetes Status body, which names the offending field. */
