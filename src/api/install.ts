@@ -3,7 +3,7 @@
  * the demo and the integration tests. Idempotent: existing CRDs are replaced with the current
  * definition, so running it again after an upgrade updates the schemas.
  */
-import { ApiException, ApiextensionsV1Api, loadYaml, type KubeConfig, type V1CustomResourceDefinition } from "@kubernetes/client-node";
+import { ApiextensionsV1Api, loadYaml, type ApiException, type KubeConfig, type V1CustomResourceDefinition } from "@kubernetes/client-node";
 import { classifyApiError, isNotFound } from "../kube/index.ts";
 import { retry, systemClock, terminalError, waitFor, type Clock, type ImpError } from "../shared/index.ts";
 import { buildAllCrds, type CrdManifest } from "./crd.ts";
