@@ -68,10 +68,12 @@ export const FINALIZERS = {
 export const SETUP_SECRET = {
   /** Secret `type`, so setup Secrets can be told apart from user Secrets. */
   type: "imp.dev/runner-setup",
-  /** Data key holding the encoded JIT config. */
-  jitConfigKey: "jitconfig",
+  /** Data key holding the sealed JIT config (a JSON SealedSetup envelope; never the plaintext). */
+  sealedKey: "sealed",
   /** Environment variable the runner command receives the JIT config in (inside the guest only). */
   envName: "IMP_RUNNER_JITCONFIG",
+  /** The same value under the name GitHub's runner reads its `--jitconfig` argument from, so no argv carries it. */
+  runnerInputEnvName: "ACTIONS_RUNNER_INPUT_JITCONFIG",
 } as const;
 
 /** Deterministic setup Secret name for a VM: the name is the idempotency key (DESIGN §3 step 2). */

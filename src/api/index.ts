@@ -19,3 +19,4 @@ export { REFERENCE_DOC_PATH, renderReferenceDoc } from "./reference-doc.ts";
 export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from "./structural.ts";
 export { installCrds, serverMessage, type InstallCrdsOptions, type InstalledCrd } from "./install.ts";
 export { parseDurationMs, parseSizeMiB } from "./units.ts";
+export * from "./setup-seal.ts";

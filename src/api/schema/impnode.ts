@@ -33,7 +33,19 @@ export const ImpNodeStatus = Type.Object(
   {
     observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
     arch: Type.Optional(StringEnum(ARCHES, { description: "Host CPU architecture." })),
-    kvm: Type.Optional(Type.Boolean({ description: "/dev/kvm is usable." })),
+    kvm: Type.Optional(Type.Boolean({ description: "KVM is usable for fast VMs, as measured by the agent's probe (not merely /dev/kvm existing)." })),
+    accel: Type.Optional(StringEnum(["kvm", "tcg"] as const, { description: "Acceleration the agent boots QEMU VMs with." })),
+    kvmReason: Type.Optional(Type.String({ maxLength: 1024, description: "Why the agent decided kvm and accel as it did (probe result or node config)." })),
+    setupKey: Type.Optional(
+      Type.Object(
+        {
+          algorithm: Type.String({ maxLength: 128, description: "HPKE suite the operator seals runner setups with." }),
+          keyId: Type.String({ minLength: 16, maxLength: 16, pattern: "^[0-9a-f]{16}$", description: "First 16 hex digits of the public key's SHA-256." }),
+          publicKey: Type.String({ minLength: 40, maxLength: 64, pattern: "^[A-Za-z0-9+/]+={0,2}$", description: "Raw X25519 public key, base64. The private half never leaves the node." }),
+        },
+        { description: "The node's public key for sealed one-time runner setups." },
+      ),
+    ),
     vmms: Type.Optional(
       Type.Array(StringEnum(VMMS), { maxItems: 4, description: "VMMs the agent found and can start.", "x-kubernetes-list-type": "set" }),
     ),

@@ -201,7 +201,7 @@ describe("garbage collection", () => {
           ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVM", name: vm.metadata.name, uid: String(vm.metadata.uid), controller: true, blockOwnerDeletion: true }],
         },
         type: SETUP_SECRET.type,
-        stringData: { [SETUP_SECRET.jitConfigKey]: "not-a-real-config" },
+        stringData: { [SETUP_SECRET.sealedKey]: "not-a-real-envelope" },
       },
     });
     await imp.delete(vm);
