@@ -18,6 +18,7 @@ const ENVELOPE_VERSION = 1;
 const MAX_CIPHERTEXT_BYTES = 64 * 1024;
 
 const suite = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes256Gcm() });
+type HpkeKey = Awaited<ReturnType<typeof suite.kem.deserializePublicKey>>;
 
 /** What a Secret stores (JSON under SETUP_SECRET.sealedKey). */
 export interface SealedSetup {
@@ -65,7 +66,7 @@ export async function sealSetup(plaintext: Uint8Array, recipient: { readonly pub
   if (setupKeyId(recipient.publicKey) !== recipient.keyId) {
     throw terminalError("SetupKeyInvalid", `Cannot seal a setup: the node's published key id ${recipient.keyId} does not match its public key`);
   }
-  let recipientKey: CryptoKey;
+  let recipientKey: HpkeKey;
   try {
     recipientKey = await suite.kem.deserializePublicKey(toArrayBuffer(Buffer.from(recipient.publicKey, "base64")));
   } catch (err) {
@@ -109,7 +110,7 @@ export async function openSetup(sealed: SealedSetup, key: NodeKeyPair, vmUid: st
   }
 }
 
-async function publicOf(privateKey: CryptoKey): Promise<ArrayBuffer> {
+async function publicOf(privateKey: HpkeKey): Promise<ArrayBuffer> {
   // WebCrypto derives the public half through a JWK export of the private key (x is the public key).
   const jwk = await crypto.subtle.exportKey("jwk", privateKey);
   if (typeof jwk.x !== "string") throw terminalError("SetupKeyInvalid", "Cannot load the node's setup key: no public half");
