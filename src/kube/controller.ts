@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Registry } from "prom-client";
-import { describeError, silentLogger, systemClock, type BackoffPolicy, type Clock, type Logger } from "../shared/index.ts";
+import { describeError, retryableError, silentLogger, systemClock, type BackoffPolicy, type Clock, type Logger } from "../shared/index.ts";
 import { controllerMetrics, type ControllerMetrics } from "./controller-metrics.ts";
 import type { EventHandlers } from "./informer.ts";
 import { decideRequeue, type ReconcileAttempt, type ReconcileResult } from "./reconcile-result.ts";
@@ -13,7 +13,10 @@ export interface ReconcileContext {
   readonly key: ObjectKey;
   readonly reconcileID: string;
   readonly logger: Logger;
-  /** Aborts when the controller stops; pass it to every API call. */
+  /**
+   * Aborts when the controller stops or this reconcile passes its deadline (`reconcileTimeoutMs`;
+   * the reason is then a retryable `ReconcileTimeout`). Pass it to every API call.
+   */
   readonly signal: AbortSignal;
   /** Failures of this key since its last success (0 on a first try). */
   readonly failures: number;
@@ -48,15 +51,37 @@ export interface ControllerOptions {
   readonly backoff?: BackoffPolicy;
   /** Overall limit on failure retries across keys (`WorkQueue`); default 10 qps, burst 100. */
   readonly rateLimit?: RateLimit;
+  /** Deadline of one reconcile; past it the reconcile's signal aborts and it counts as an error. */
+  readonly reconcileTimeoutMs?: number;
+  /** After stop, how long `start` waits for in-flight reconciles before returning without them. */
+  readonly stopTimeoutMs?: number;
 }
 
 export const DEFAULT_WORKERS = 2;
+/** Reconcilers never sleep (they requeue), so a minute means one is stuck on something. */
+export const DEFAULT_RECONCILE_TIMEOUT_MS = 60_000;
+/**
+ * Below the leader election's renew deadline minus its retry period (6 − 1.8 s with the defaults),
+ * so a leader that lost its lease has stopped its controllers before anyone may take over.
+ */
+export const DEFAULT_STOP_TIMEOUT_MS = 4_000;
+
+type Outcome = ReconcileAttempt & { readonly finished: boolean };
+
+/** Settles never: stands in for a timer that was cancelled, in a `Promise.race`. */
+const never = new Promise<never>(() => undefined);
 
 /**
  * A work-queue-driven reconcile loop (STYLE 7, 10, 31, 33). Watch events only enqueue keys; N
  * workers reconcile distinct keys; the result or the error's class decides the requeue
- * (`decideRequeue`). `start(signal)` resolves after the queue is shut down and in-flight reconciles
- * have returned. Enqueueing before `start` is allowed (keys wait); after stop it is a no-op.
+ * (`decideRequeue`). Enqueueing before `start` is allowed (keys wait); after stop it is a no-op.
+ *
+ * A reconcile that ignores its signal must not wedge a key or the shutdown: each one runs against a
+ * deadline; at the deadline its signal aborts, the attempt counts as a retryable error (backoff)
+ * and the key is released at once, whether or not the reconcile's promise ever settles. Its late
+ * writes, if any, carry the resourceVersion it read and are refused as conflicts. The same happens
+ * to every in-flight reconcile `stopTimeoutMs` after stop, so `start(signal)` resolves within that
+ * bound after `signal` aborts.
  */
 export class Controller {
   readonly name: string;
@@ -65,8 +90,10 @@ export class Controller {
   readonly #logger: Logger;
   readonly #clock: Clock;
   readonly #metrics: ControllerMetrics;
-  readonly #conflictsInARow = new Map<ObjectKey, number>();
+  readonly #reconcileTimeoutMs: number;
+  readonly #stopTimeoutMs: number;
   #started = false;
+  #abandoned = 0;
 
   constructor(options: ControllerOptions) {
     this.name = options.name;
@@ -78,6 +105,8 @@ export class Controller {
       ...(options.rateLimit === undefined ? {} : { rateLimit: options.rateLimit }),
     });
     this.#logger = (options.logger ?? silentLogger).child({ controller: options.name });
+    this.#reconcileTimeoutMs = options.reconcileTimeoutMs ?? DEFAULT_RECONCILE_TIMEOUT_MS;
+    this.#stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
     this.#metrics = controllerMetrics(options.registry, { controller: options.name, depth: () => this.#queue.length });
   }
 
@@ -111,6 +140,11 @@ export class Controller {
     return this.#queue.length;
   }
 
+  /** Reconciles given up on (deadline or stop) whose promise had not settled yet; for tests and health. */
+  get abandonedReconciles(): number {
+    return this.#abandoned;
+  }
+
   async start(signal: AbortSignal): Promise<void> {
     if (this.#started) throw new Error(`Cannot start controller ${this.name}: already started`);
     this.#started = true;
@@ -140,27 +174,48 @@ export class Controller {
     }
   }
 
-  async #reconcileOne(key: ObjectKey, signal: AbortSignal): Promise<void> {
+  async #reconcileOne(key: ObjectKey, stop: AbortSignal): Promise<void> {
     const reconcileID = randomUUID();
     const logger = this.#logger.child({ key, reconcileID });
     const started = this.#clock.now();
-    let attempt: ReconcileAttempt;
-    try {
-      attempt = { ok: true, result: await this.#options.reconcile({ key, reconcileID, logger, signal, failures: this.#queue.numRequeues(key) }) };
-    } catch (error) {
-      attempt = { ok: false, error };
+    const own = new AbortController();
+    const timers = new AbortController();
+    const signal = AbortSignal.any([stop, own.signal]);
+    const settled = this.#run({ key, reconcileID, logger, signal, failures: this.#queue.numRequeues(key) });
+    const deadline = this.#clock.sleep(this.#reconcileTimeoutMs, timers.signal).then(
+      (): Outcome => ({
+        finished: false,
+        ok: false,
+        error: retryableError("ReconcileTimeout", `Cannot reconcile ${this.name} ${key}: no result within ${this.#reconcileTimeoutMs} ms`, {
+          context: { controller: this.name, key },
+        }),
+      }),
+      () => never,
+    );
+    const abandonedOnStop = this.#afterStop(stop, timers.signal).then(
+      (): Outcome => ({
+        finished: false,
+        ok: false,
+        error: retryableError("ReconcileAbandoned", `Cannot finish reconciling ${this.name} ${key}: still running ${this.#stopTimeoutMs} ms after stop`),
+      }),
+    );
+    const { finished, ...attempt } = await Promise.race([settled.then((a): Outcome => ({ ...a, finished: true })), deadline, abandonedOnStop]);
+    timers.abort();
+    if (!finished) {
+      // The key is released below while this promise may still run; it must not hold the key.
+      own.abort(attempt.ok ? undefined : attempt.error);
+      this.#abandoned += 1;
+      void settled.then(() => (this.#abandoned -= 1));
+      logger.warn({ err: attempt.ok ? undefined : describeError(attempt.error) }, "reconcile abandoned: signal aborted, key released");
     }
-    const conflicts = this.#conflictsInARow.get(key) ?? 0;
-    const { outcome, action } = decideRequeue(attempt, conflicts);
+    const { outcome, action } = decideRequeue(attempt);
     this.#metrics.reconcileDuration.labels(this.name).observe((this.#clock.now() - started) / 1_000);
     this.#metrics.reconcileTotal.labels(this.name, outcome).inc();
-    if (outcome === "conflict") this.#conflictsInARow.set(key, conflicts + 1);
-    else this.#conflictsInARow.delete(key);
 
     if (!attempt.ok) {
       const fields = { err: describeError(attempt.error), outcome, failures: this.#queue.numRequeues(key) };
       if (outcome === "terminal") logger.error(fields, "reconcile failed terminally; not retrying");
-      else if (outcome === "conflict") logger.debug(fields, "reconcile hit a conflict; retrying");
+      else if (outcome === "conflict") logger.info(fields, "reconcile hit a conflict mutateWithRetry could not absorb; retrying with backoff");
       else logger.warn(fields, "reconcile failed; retrying with backoff");
     }
     switch (action.kind) {
@@ -171,13 +226,33 @@ export class Controller {
         this.#queue.forget(key);
         this.#queue.addAfter(key, action.ms);
         return;
-      case "addNow":
-        this.#queue.add(key);
-        return;
       case "addRateLimited":
         this.#queue.addRateLimited(key);
         return;
     }
+  }
+
+  /** The reconcile as an attempt; never rejects (a synchronous throw is a failed attempt too). */
+  async #run(ctx: ReconcileContext): Promise<ReconcileAttempt> {
+    try {
+      return { ok: true, result: await this.#options.reconcile(ctx) };
+    } catch (error) {
+      return { ok: false, error };
+    }
+  }
+
+  /** Resolves `stopTimeoutMs` after `stop` aborts; never, if `cancel` aborts first. */
+  #afterStop(stop: AbortSignal, cancel: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const onStop = (): void => {
+        this.#clock.sleep(this.#stopTimeoutMs, cancel).then(resolve, () => undefined);
+      };
+      if (stop.aborted) onStop();
+      else {
+        stop.addEventListener("abort", onStop, { once: true });
+        cancel.addEventListener("abort", () => stop.removeEventListener("abort", onStop), { once: true });
+      }
+    });
   }
 }
 

@@ -6,9 +6,11 @@ import type { ObjectRef, ResourceClient } from "./resource-client.ts";
 
 /**
  * Conflict retries: short and spread out (full jitter), because the competing writer has just
- * finished. Ten attempts suffice for ten writers racing on one object: each round one of them wins.
+ * finished. This is the only layer that retries a conflict at once (the controller backs off a
+ * conflict that escapes it), so one conflict costs one more GET + PATCH, and a persistently hot
+ * object at most 5 pairs before the key's backoff takes over.
  */
-export const CONFLICT_RETRY: BackoffPolicy = { baseMs: 20, factor: 2, capMs: 1_000, jitter: 1, maxAttempts: 10 };
+export const CONFLICT_RETRY: BackoffPolicy = { baseMs: 20, factor: 2, capMs: 1_000, jitter: 1, maxAttempts: 5 };
 
 export interface MutateRequest<T> {
   readonly ref: ObjectRef;

@@ -11,7 +11,6 @@ export const requeueAfter = (ms: number): ReconcileResult => ({ kind: "requeueAf
 export type QueueAction =
   | { readonly kind: "forget" }
   | { readonly kind: "forgetAndAddAfter"; readonly ms: number }
-  | { readonly kind: "addNow" }
   | { readonly kind: "addRateLimited" };
 
 export type ReconcileAttempt = { readonly ok: true; readonly result: ReconcileResult } | { readonly ok: false; readonly error: unknown };
@@ -22,18 +21,16 @@ export interface RequeueDecision {
 }
 
 /**
- * Conflicts are retried at once this many times in a row, then with the key's backoff, so a cache
- * that stays stale cannot spin a worker.
- */
-export const CONFLICT_IMMEDIATE_RETRIES = 3;
-
-/**
  * The loop's whole error policy, pure (STYLE 26): success forgets the key's backoff; requeueAfter
  * forgets it and schedules a fresh look; a terminal error forgets it (retrying cannot help; the
- * next watch event brings the key back); a conflict re-reads at once (up to a limit); anything else
- * backs off per key.
+ * next watch event brings the key back); anything else, conflicts included, backs off per key.
+ *
+ * Conflicts are NOT retried at once here: the immediate re-read-and-retry of a conflict lives in
+ * one place, `mutateWithRetry` (a few attempts, each with a fresh GET). A conflict that still
+ * reaches the loop means that layer gave up (a hot object, or a write made without it), so the
+ * loop treats it like any other failure instead of multiplying the retries.
  */
-export function decideRequeue(attempt: ReconcileAttempt, conflictsInARow: number): RequeueDecision {
+export function decideRequeue(attempt: ReconcileAttempt): RequeueDecision {
   if (attempt.ok) {
     const { result } = attempt;
     switch (result.kind) {
@@ -48,10 +45,7 @@ export function decideRequeue(attempt: ReconcileAttempt, conflictsInARow: number
     case "terminal":
       return { outcome: "terminal", action: { kind: "forget" } };
     case "conflict":
-      return {
-        outcome: "conflict",
-        action: conflictsInARow < CONFLICT_IMMEDIATE_RETRIES ? { kind: "addNow" } : { kind: "addRateLimited" },
-      };
+      return { outcome: "conflict", action: { kind: "addRateLimited" } };
     case "retryable":
       return { outcome: "error", action: { kind: "addRateLimited" } };
   }

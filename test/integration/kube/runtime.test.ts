@@ -5,6 +5,7 @@ import { Registry } from "prom-client";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { GROUP, IMP_VM, VERSION, installCrds, type ImpVM } from "../../../src/api/index.ts";
 import {
+  CONFLICT_RETRY,
   Controller,
   EVENT_RESOURCE,
   EventRecorder,
@@ -31,6 +32,13 @@ const CONFIG_MAPS: ResourceDescriptor = { group: "", version: "v1", plural: "con
 const NAMESPACES: ResourceDescriptor = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const NODES: ResourceDescriptor = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
 const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
+
+/**
+ * Ten writers on one object is a deliberate pile-up, beyond what the shipped `CONFLICT_RETRY` (5
+ * attempts, then the controller's backoff) is sized for: each round at least one writer wins, so
+ * ten attempts guarantee every writer gets through within this one call.
+ */
+const TEN_WRITER_RACE = { ...CONFLICT_RETRY, maxAttempts: 10 };
 
 const rejectsWith = (errorClass: string, code: string) => (err: unknown): boolean => {
   assert.ok(err instanceof ImpError, `expected an ImpError, got ${String(err)}`);
@@ -163,6 +171,7 @@ describe("kube runtime against a real API server", () => {
         Array.from({ length: 10 }, (_, i) =>
           mutateWithRetry(configMaps, {
             ref,
+            policy: TEN_WRITER_RACE,
             mutate: (draft) => {
               attempts += 1;
               const items = JSON.parse(draft.data?.["items"] ?? "[]") as string[];
@@ -223,6 +232,7 @@ describe("kube runtime against a real API server", () => {
             {
               ref,
               subresource: "status",
+              policy: TEN_WRITER_RACE,
               mutate: (draft) => {
                 attempts += 1;
                 const type = `Writer${i}`;
