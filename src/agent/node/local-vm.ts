@@ -1,0 +1,47 @@
+import type { VMReason } from "../../api/index.ts";
+
+/**
+ * What this node's agent knows of one VM, independent of the API: the act side writes it as work
+ * progresses, the pure decision reads it. The plaintext setup is never part of it.
+ */
+export type LocalStage =
+  /** Boot task in progress (see `step`). */
+  | "starting"
+  /** The workload process runs in the guest. */
+  | "running"
+  /** The VM ended (workload exit, VMM exit, or a failure); `outcome` says how. Node resources may still be held. */
+  | "ended"
+  /** Stop requested and under way. */
+  | "stopping"
+  /** Every node resource freed and the VMM verified gone. */
+  | "released";
+
+export type StartStep = "preparing" | "booting" | "awaiting-setup" | "delivering";
+
+/** How the setup handoff went, as the ambiguous-handoff rule needs it: `sent` is recorded before the Exec goes out. */
+export type LocalSetupState = "none" | "sent" | "delivered" | "failed";
+
+export interface VmOutcome {
+  readonly succeeded: boolean;
+  readonly reason: VMReason;
+  readonly message: string;
+  readonly exitCode?: number;
+}
+
+export interface LocalVm {
+  readonly uid: string;
+  readonly stage: LocalStage;
+  readonly step?: StartStep;
+  readonly outcome?: VmOutcome;
+  readonly setup: LocalSetupState;
+  readonly vmm?: "qemu" | "firecracker";
+  readonly guestIP?: string;
+  /** Epoch ms when each stage began (absent if it never did). */
+  readonly at: { readonly preparing?: number; readonly booting?: number; readonly guestReady?: number; readonly running?: number; readonly ended?: number; readonly released?: number; readonly delivered?: number };
+  readonly processGone: boolean;
+  readonly resourcesReleased: boolean;
+}
+
+export function newLocalVm(uid: string): LocalVm {
+  return { uid, stage: "starting", step: "preparing", setup: "none", at: {}, processGone: false, resourcesReleased: false };
+}
