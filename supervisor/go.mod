@@ -1,0 +1,3 @@
+module imp.dev/supervisor
+
+go 1.26.8
