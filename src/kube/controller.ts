@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Registry } from "prom-client";
 import { describeError, retryableError, silentLogger, systemClock, type BackoffPolicy, type Clock, type Logger } from "../shared/index.ts";
 import { controllerMetrics, type ControllerMetrics } from "./controller-metrics.ts";
+import type { DeepReadonly } from "./deep-readonly.ts";
 import type { EventHandlers } from "./informer.ts";
 import { decideRequeue, type ReconcileAttempt, type ReconcileResult } from "./reconcile-result.ts";
 import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
@@ -36,7 +37,7 @@ export interface WatchMapping<T> {
 }
 
 /** An update predicate: only spec changes (metadata.generation) matter; status-only writes are ignored. */
-export const generationChanged = (old: KubeObject, obj: KubeObject): boolean =>
+export const generationChanged = (old: DeepReadonly<KubeObject>, obj: DeepReadonly<KubeObject>): boolean =>
   old.metadata?.generation === undefined || old.metadata.generation !== obj.metadata?.generation;
 
 export interface ControllerOptions {
@@ -124,7 +125,7 @@ export class Controller {
    * - `updateMatters(old, obj)` filters updates, e.g. `generationChanged` to ignore status-only writes
    *   (resyncs, where `old === obj`, always pass so periodic re-checks still happen).
    */
-  watch<T extends KubeObject>(source: EventSource<T>, options: WatchMapping<T> = {}): () => void {
+  watch<T extends DeepReadonly<KubeObject>>(source: EventSource<T>, options: WatchMapping<T> = {}): () => void {
     const toKeys = options.toKeys ?? ((o: T) => [keyOf(o)]);
     const enqueueAll = (obj: T): void => {
       for (const key of toKeys(obj)) this.#queue.add(key);
@@ -260,7 +261,7 @@ export class Controller {
  * Maps a child object to the keys of its owners of `ownerKind` (STYLE 9), in the child's namespace
  * (owners of namespaced children live in the same namespace or are cluster-scoped).
  */
-export function ownerKeys(ownerKind: string, ownerNamespaced = true): (obj: KubeObject) => ObjectKey[] {
+export function ownerKeys(ownerKind: string, ownerNamespaced = true): (obj: DeepReadonly<KubeObject>) => ObjectKey[] {
   return (obj) =>
     (obj.metadata?.ownerReferences ?? [])
       .filter((ref) => ref["kind"] === ownerKind && typeof ref["name"] === "string")

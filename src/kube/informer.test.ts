@@ -2,7 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock, retryableError } from "../shared/index.ts";
 import { FakeResourceClient } from "./fake-resource-client.ts";
-import { Informer } from "./informer.ts";
+import { Informer, labelIndex } from "./informer.ts";
 import type { KubeObject, ResourceDescriptor } from "./resource.ts";
 
 const configMaps: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
@@ -197,5 +197,71 @@ describe("Informer", () => {
     await running;
     assert.equal(client.openWatches, 0);
     assert.equal(informer.isWatching(), false);
+  });
+});
+
+describe("Informer indexes", () => {
+  type VM = KubeObject & { status?: { nodeName?: string } };
+  const vms: ResourceDescriptor = { group: "imp.dev", version: "v1alpha1", plural: "impvms", kind: "ImpVM", namespaced: true };
+  const vm = (name: string, node: string | undefined, pool: string): VM => ({
+    metadata: { name, namespace: "ci", labels: { "imp.dev/pool": pool } },
+    ...(node === undefined ? {} : { status: { nodeName: node } }),
+  });
+  const names = (objs: readonly { readonly metadata?: { readonly name?: string } }[]): string[] => objs.map((o) => o.metadata?.name ?? "");
+
+  it("finds VMs by status.nodeName and by the pool label, and follows updates and deletes", async () => {
+    const client = new FakeResourceClient<VM>(vms);
+    await client.create(vm("a", "node-a", "small"));
+    await client.create(vm("b", "node-b", "small"));
+    await client.create(vm("c", undefined, "large"));
+    const informer = new Informer<VM>({ client, clock: new FakeClock(), backoff: policy });
+    informer.addIndex("byNode", (o) => [o.status?.nodeName]);
+    const stop = new AbortController();
+    const running = informer.start(stop.signal);
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    informer.addIndex("byPool", labelIndex("imp.dev/pool")); // added after sync: built from the cache
+    assert.deepEqual(names(informer.byIndex("byNode", "node-a")), ["a"]);
+    assert.deepEqual(names(informer.byIndex("byPool", "small")), ["a", "b"]);
+    assert.deepEqual(informer.indexKeys("byPool", "large"), ["ci/c"]);
+    assert.deepEqual(informer.byIndex("byNode", "node-z"), []);
+
+    await until(() => client.openWatches === 1, "the watch is open");
+    await client.patchStatus({ namespace: "ci", name: "c" }, { status: { nodeName: "node-a" } });
+    await client.patch({ namespace: "ci", name: "a" }, { metadata: { labels: { "imp.dev/pool": "large" } } });
+    await until(() => informer.byIndex("byNode", "node-a").length === 2, "c moved onto node-a");
+    await until(() => informer.byIndex("byPool", "large").length === 2, "a moved to the large pool");
+    assert.deepEqual(names(informer.byIndex("byPool", "small")), ["b"]);
+    await client.delete({ namespace: "ci", name: "a" });
+    await until(() => informer.byIndex("byNode", "node-a").length === 1, "a's entries are gone");
+    assert.deepEqual(names(informer.byIndex("byPool", "large")), ["c"]);
+    assert.throws(() => informer.addIndex("byNode", () => []), /already exists/);
+    assert.throws(() => informer.byIndex("nope", "x"), /no such index/);
+    stop.abort();
+    await running;
+  });
+
+  it("hands out frozen objects: the cache cannot be edited in place, a structuredClone can", async () => {
+    const client = new FakeResourceClient<VM>(vms);
+    await client.create(vm("a", "node-a", "small"));
+    const informer = new Informer<VM>({ client, clock: new FakeClock(), backoff: policy });
+    const handed: unknown[] = [];
+    informer.addEventHandler({ onAdd: (o) => handed.push(o) });
+    const stop = new AbortController();
+    const running = informer.start(stop.signal);
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    const cached = informer.get("ci/a");
+    assert.ok(cached);
+    assert.equal(handed[0], cached, "handlers get the cache's own object");
+    // @ts-expect-error the type forbids writes (tsc fails if this line ever compiles)
+    assert.throws(() => (cached.status!.nodeName = "node-x"), TypeError);
+    // @ts-expect-error arrays are read-only too
+    assert.throws(() => (cached.metadata!.finalizers = []), TypeError);
+    assert.throws(() => ((cached as VM).metadata!.labels!["imp.dev/pool"] = "x"), TypeError, "a cast does not get around the freeze");
+    assert.equal(informer.get("ci/a")?.status?.nodeName, "node-a");
+    const copy = structuredClone(cached) as VM;
+    copy.status = { nodeName: "node-b" };
+    assert.equal(copy.status.nodeName, "node-b");
+    stop.abort();
+    await running;
   });
 });

@@ -9,8 +9,26 @@ import {
   type Logger,
 } from "../shared/index.ts";
 import { isGone } from "./api-errors.ts";
+import { deepFreeze, type DeepReadonly } from "./deep-readonly.ts";
 import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
 import type { ResourceClient, WatchEventType } from "./resource-client.ts";
+
+/**
+ * Values an object is filed under in one index, e.g. `(vm) => [vm.status?.nodeName]`. Empty
+ * strings and undefined are skipped, so objects without the field are simply not in the index.
+ */
+export type IndexFunc<T> = (obj: DeepReadonly<T>) => Iterable<string | undefined>;
+
+/** Indexes objects by the value of one label, e.g. `labelIndex("imp.dev/pool")`. */
+export const labelIndex =
+  (label: string): IndexFunc<KubeObject> =>
+  (obj) => [obj.metadata?.labels?.[label]];
+
+interface Index<T> {
+  readonly fn: IndexFunc<T>;
+  readonly byValue: Map<string, Set<ObjectKey>>;
+  readonly valuesOf: Map<ObjectKey, readonly string[]>;
+}
 
 /** Callbacks run synchronously on the informer's loop; keep them cheap (enqueue a key). */
 export interface EventHandlers<T> {
@@ -51,8 +69,9 @@ export class Informer<T extends KubeObject> {
   readonly #options: InformerOptions<T>;
   readonly #clock: Clock;
   readonly #logger: Logger;
-  readonly #cache = new Map<ObjectKey, T>();
-  readonly #handlers = new Set<EventHandlers<T>>();
+  readonly #cache = new Map<ObjectKey, DeepReadonly<T>>();
+  readonly #indexes = new Map<string, Index<T>>();
+  readonly #handlers = new Set<EventHandlers<DeepReadonly<T>>>();
   readonly #syncWaiters: Array<() => void> = [];
   #synced = false;
   #started = false;
@@ -119,21 +138,48 @@ export class Informer<T extends KubeObject> {
     return this.#watching;
   }
 
-  /** The cached object; shared with the cache, so read-only (edit a `structuredClone`). */
-  get(key: ObjectKey): T | undefined {
+  /** The cached object: shared and frozen (edit a `structuredClone`). */
+  get(key: ObjectKey): DeepReadonly<T> | undefined {
     return this.#cache.get(key);
   }
 
-  /** All cached objects (a new array of shared, read-only objects). */
-  list(): T[] {
+  /** All cached objects (a new array of shared, frozen objects). */
+  list(): DeepReadonly<T>[] {
     return [...this.#cache.values()];
+  }
+
+  /**
+   * Adds a secondary index kept up to date with the cache (client-go's `Indexer`), e.g.
+   * `addIndex("byNode", (vm) => [vm.status?.nodeName])`. May be called before or after start.
+   */
+  addIndex(name: string, fn: IndexFunc<T>): this {
+    if (this.#indexes.has(name)) throw new Error(`Cannot add index ${name}: it already exists`);
+    const index: Index<T> = { fn, byValue: new Map(), valuesOf: new Map() };
+    this.#indexes.set(name, index);
+    for (const [key, obj] of this.#cache) this.#file(index, key, obj);
+    return this;
+  }
+
+  /** Cached objects filed under `value` in index `name`, in key order. */
+  byIndex(name: string, value: string): DeepReadonly<T>[] {
+    return this.indexKeys(name, value).flatMap((key) => {
+      const obj = this.#cache.get(key);
+      return obj === undefined ? [] : [obj];
+    });
+  }
+
+  /** Keys filed under `value` in index `name`, sorted (e.g. to enqueue them all). */
+  indexKeys(name: string, value: string): ObjectKey[] {
+    const index = this.#indexes.get(name);
+    if (index === undefined) throw new Error(`Cannot read index ${name}: no such index`);
+    return [...(index.byValue.get(value) ?? [])].sort();
   }
 
   /**
    * Registers handlers; if already synced, the current contents are delivered as adds first.
    * Returns a function that removes them.
    */
-  addEventHandler(handlers: EventHandlers<T>): () => void {
+  addEventHandler(handlers: EventHandlers<DeepReadonly<T>>): () => void {
     this.#handlers.add(handlers);
     if (this.#synced) for (const obj of this.#cache.values()) this.#call(handlers, "onAdd", obj);
     return () => this.#handlers.delete(handlers);
@@ -210,17 +256,18 @@ export class Informer<T extends KubeObject> {
       signal,
     });
     const seen = new Set<ObjectKey>();
-    for (const obj of result.items) {
+    for (const item of result.items) {
+      const obj = deepFreeze(item);
       const key = keyOf(obj);
       seen.add(key);
       const old = this.#cache.get(key);
-      this.#cache.set(key, obj);
+      this.#store(key, obj);
       if (old === undefined) this.#emit("onAdd", obj);
       else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion) this.#emit("onUpdate", old, obj);
     }
     for (const [key, old] of this.#cache) {
       if (seen.has(key)) continue;
-      this.#cache.delete(key);
+      this.#remove(key);
       this.#emit("onDelete", old);
     }
     this.#resourceVersion = result.resourceVersion;
@@ -232,19 +279,20 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  #apply(type: WatchEventType, obj: T): void {
+  #apply(type: WatchEventType, item: T): void {
     this.#lastEventAt = this.#clock.now();
+    const obj = deepFreeze(item);
     const version = obj.metadata?.resourceVersion;
     if (version !== undefined && version !== "") this.#resourceVersion = version;
     if (type === "BOOKMARK") return;
     const key = keyOf(obj);
     const old = this.#cache.get(key);
     if (type === "DELETED") {
-      this.#cache.delete(key);
+      this.#remove(key);
       this.#emit("onDelete", old ?? obj);
       return;
     }
-    this.#cache.set(key, obj);
+    this.#store(key, obj);
     if (old === undefined) this.#emit("onAdd", obj);
     else this.#emit("onUpdate", old, obj);
   }
@@ -263,13 +311,52 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  #emit(which: "onAdd" | "onDelete", obj: T): void;
-  #emit(which: "onUpdate", old: T, obj: T): void;
-  #emit(which: keyof EventHandlers<T>, a: T, b?: T): void {
+  #store(key: ObjectKey, obj: DeepReadonly<T>): void {
+    this.#cache.set(key, obj);
+    for (const index of this.#indexes.values()) {
+      this.#unfile(index, key);
+      this.#file(index, key, obj);
+    }
+  }
+
+  #remove(key: ObjectKey): void {
+    this.#cache.delete(key);
+    for (const index of this.#indexes.values()) this.#unfile(index, key);
+  }
+
+  #file(index: Index<T>, key: ObjectKey, obj: DeepReadonly<T>): void {
+    let values: string[];
+    try {
+      values = [...new Set(index.fn(obj))].filter((v): v is string => v !== undefined && v !== "");
+    } catch (err) {
+      // Like a handler bug: the object stays cached, only missing from this index; loudly logged.
+      this.#logger.error({ err: describeError(err), key }, "index function threw");
+      return;
+    }
+    index.valuesOf.set(key, values);
+    for (const value of values) {
+      let keys = index.byValue.get(value);
+      if (keys === undefined) index.byValue.set(value, (keys = new Set()));
+      keys.add(key);
+    }
+  }
+
+  #unfile(index: Index<T>, key: ObjectKey): void {
+    for (const value of index.valuesOf.get(key) ?? []) {
+      const keys = index.byValue.get(value);
+      keys?.delete(key);
+      if (keys?.size === 0) index.byValue.delete(value);
+    }
+    index.valuesOf.delete(key);
+  }
+
+  #emit(which: "onAdd" | "onDelete", obj: DeepReadonly<T>): void;
+  #emit(which: "onUpdate", old: DeepReadonly<T>, obj: DeepReadonly<T>): void;
+  #emit(which: keyof EventHandlers<T>, a: DeepReadonly<T>, b?: DeepReadonly<T>): void {
     for (const handlers of this.#handlers) this.#call(handlers, which, a, b);
   }
 
-  #call(handlers: EventHandlers<T>, which: keyof EventHandlers<T>, a: T, b?: T): void {
+  #call(handlers: EventHandlers<DeepReadonly<T>>, which: keyof EventHandlers<T>, a: DeepReadonly<T>, b?: DeepReadonly<T>): void {
     try {
       if (which === "onUpdate") handlers.onUpdate?.(a, b ?? a);
       else handlers[which]?.(a);

@@ -57,7 +57,7 @@ export function collectionPath(resource: ResourceDescriptor, namespace?: string)
  */
 export type ObjectKey = string;
 
-export function keyOf(obj: KubeObject): ObjectKey {
+export function keyOf(obj: { readonly metadata?: { readonly name?: string; readonly namespace?: string } | undefined }): ObjectKey {
   const name = obj.metadata?.name ?? "";
   const namespace = obj.metadata?.namespace;
   return namespace === undefined || namespace === "" ? name : `${namespace}/${name}`;
