@@ -1,0 +1,83 @@
+import { terminalError } from "../../shared/index.ts";
+import { cidrContains, cidrsOverlap, formatIpv4, formatIpv4Cidr, parseIpv4, parseIpv4Cidr, type Ipv4Cidr } from "./ipv4.ts";
+
+/** How one node's VM network is laid out. Defaults in {@link DEFAULT_NODE_NETWORK}; docs/network.md explains each. */
+export interface NodeNetworkConfig {
+  /** The host bridge every VM's tap joins. */
+  readonly bridge: string;
+  /** Tap names are this prefix and a hash of the VM id; everything with it on the node is the manager's. */
+  readonly tapPrefix: string;
+  /** The VMs' subnet; its first host address is the bridge's (the guests' gateway). */
+  readonly subnet: string;
+  /** The interface VM traffic may leave by, masqueraded to its address. */
+  readonly uplink: string;
+  /** Blocks VMs must never reach besides the built-in ones: the cluster's service and pod CIDRs, the node network. */
+  readonly blockedCidrs: readonly string[];
+  /** Resolvers handed to guests. They are reached through the uplink like any internet host (the node runs none). */
+  readonly dns: readonly string[];
+  /** The nftables table name (in families inet and bridge). */
+  readonly table: string;
+}
+
+export const DEFAULT_NODE_NETWORK: Omit<NodeNetworkConfig, "uplink"> = {
+  bridge: "imp0",
+  tapPrefix: "imp-",
+  // Not 172.31.0.0/16 (the AWS default VPC) nor 10.96.0.0/12 / 10.244.0.0/16 (kubeadm's defaults).
+  subnet: "10.231.0.0/24",
+  blockedCidrs: [],
+  dns: ["1.1.1.1", "8.8.8.8"],
+  table: "imp",
+};
+
+/**
+ * Always blocked, whatever the configuration: "this" network, loopback, link-local (169.254.169.254
+ * is the metadata service of AWS, GCP, Azure, OpenStack and Oracle), Alibaba's metadata address,
+ * multicast and the reserved block up to the limited broadcast.
+ */
+export const BUILTIN_BLOCKED_V4: readonly string[] = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "100.100.100.200/32", "224.0.0.0/4", "240.0.0.0/4"];
+/** IPv6 from VMs is dropped entirely today; these stay named so a future IPv6 egress cannot forget them. */
+export const BUILTIN_BLOCKED_V6: readonly string[] = ["::1/128", "fe80::/10", "fc00::/7", "fd00:ec2::254/128", "ff00::/8"];
+
+export interface ResolvedNetworkConfig {
+  readonly config: NodeNetworkConfig;
+  readonly subnet: Ipv4Cidr;
+  readonly gateway: number;
+  /** Every blocked IPv4 block: built-ins, configured ones and the VM subnet itself, canonical text. */
+  readonly blockedV4: readonly string[];
+  readonly blockedV6: readonly string[];
+}
+
+const LINK_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
+
+/** Validates a configuration and derives the address plan. Pure; throws NetworkConfigInvalid. */
+export function resolveNetworkConfig(partial: Partial<NodeNetworkConfig> & Pick<NodeNetworkConfig, "uplink">): ResolvedNetworkConfig {
+  const config: NodeNetworkConfig = { ...DEFAULT_NODE_NETWORK, ...partial };
+  const invalid = (what: string): never => {
+    throw terminalError("NetworkConfigInvalid", `Cannot use node network configuration: ${what}`);
+  };
+  for (const [field, name] of [["bridge", config.bridge], ["uplink", config.uplink]] as const) {
+    if (!LINK_NAME.test(name)) invalid(`${field} ${JSON.stringify(name)} is not a link name (1-15 of A-Z a-z 0-9 _ . -)`);
+  }
+  if (!/^[a-z][a-z0-9-]{0,4}$/.test(config.tapPrefix)) invalid(`tapPrefix ${JSON.stringify(config.tapPrefix)} must be 1-5 of a-z 0-9 - starting with a letter`);
+  if (config.bridge.startsWith(config.tapPrefix) || config.uplink.startsWith(config.tapPrefix)) invalid(`bridge and uplink must not start with tapPrefix ${config.tapPrefix}`);
+  if (config.bridge === config.uplink) invalid("bridge and uplink are the same link");
+  if (!/^[a-z][a-z0-9_-]{0,31}$/.test(config.table)) invalid(`table ${JSON.stringify(config.table)} is not a plain name`);
+  const subnet = parseIpv4Cidr(config.subnet);
+  // ≥ /16 keeps the MAC (built from the address's low 24 bits) unique; ≤ /29 leaves room for VMs.
+  if (subnet.prefix < 16 || subnet.prefix > 29) invalid(`subnet ${config.subnet} must be between /16 and /29`);
+  const blocked = [...BUILTIN_BLOCKED_V4, ...config.blockedCidrs].map(parseIpv4Cidr);
+  for (const block of blocked) {
+    if (cidrsOverlap(block, subnet)) invalid(`subnet ${config.subnet} overlaps blocked ${formatIpv4Cidr(block)}`);
+  }
+  if (config.dns.length > 3) invalid("at most 3 dns servers (the guest protocol's limit)");
+  for (const server of config.dns) {
+    const ip = parseIpv4(server);
+    if (cidrContains(subnet, ip) || blocked.some((b) => cidrContains(b, ip))) invalid(`dns server ${server} is in a block VMs cannot reach`);
+  }
+  const blockedV4 = [...new Set([...blocked, subnet].map(formatIpv4Cidr))];
+  return { config, subnet, gateway: subnet.network + 1, blockedV4, blockedV6: BUILTIN_BLOCKED_V6 };
+}
+
+export function gatewayAddress(resolved: ResolvedNetworkConfig): string {
+  return formatIpv4(resolved.gateway);
+}

@@ -1,0 +1,39 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { resolveNetworkConfig } from "./config.ts";
+import { renderRuleset, renderTeardown, type RulesetInput } from "./ruleset.ts";
+
+const golden = (name: string): string => readFileSync(join(import.meta.dirname, "testdata", name), "utf8");
+
+function input(ports: RulesetInput["ports"]): RulesetInput {
+  const r = resolveNetworkConfig({ uplink: "eth0", blockedCidrs: ["10.96.0.0/12", "10.244.0.0/16"] });
+  return { table: "imp", bridge: "imp0", uplink: "eth0", tapPrefix: "imp-", subnet: "10.231.0.0/24", blockedV4: r.blockedV4, blockedV6: r.blockedV6, ports };
+}
+
+// The integration test (test/integration/network) applies these rulesets with the real nft and proves
+// them with real connections; this test pins their exact text so every change to them is reviewed.
+describe("renderRuleset", () => {
+  it("renders the node's rules and one anti-spoofing block per VM port (golden)", () => {
+    const text = renderRuleset(input([
+      { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3" },
+      { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2" },
+    ]));
+    assert.equal(text, golden("two-vms.nft"));
+  });
+
+  it("renders a node without VMs: every port of the prefix is dropped", () => {
+    assert.equal(renderRuleset(input([])), golden("no-vms.nft"));
+  });
+
+  it("is independent of the order of the ports", () => {
+    const a = { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2" };
+    const b = { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3" };
+    assert.equal(renderRuleset(input([a, b])), renderRuleset(input([b, a])));
+  });
+
+  it("renders a teardown that deletes both tables whether or not they exist", () => {
+    assert.equal(renderTeardown("imp"), "table inet imp {}\ndelete table inet imp\ntable bridge imp {}\ndelete table bridge imp\n");
+  });
+});
