@@ -1,0 +1,161 @@
+import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Logger } from "../shared/index.ts";
+import { GitHubErrorCode, classifyGitHubError, gitHubMessageOf, httpStatusOf, type GitHubCall } from "./errors.ts";
+import { RunnerJitConfig } from "./jit-config.ts";
+import { DEFAULT_TOKEN_REFRESH_MARGIN_MS } from "./installation-token-cache.ts";
+import { createOctokit, type AppCredentials, type ImpOctokitInstance } from "./octokit.ts";
+import { DEFAULT_RATE_LIMIT_POLICY, type RateLimitPolicy } from "./rate-limit-decision.ts";
+import { asObject, parsePage, parseRunner, parseRunnerGroup, type GitHubRunner, type GitHubRunnerGroup } from "./response-shapes.ts";
+import { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
+
+/**
+ * The narrow interface Imp needs from GitHub, for one App installation. Every method either returns
+ * a typed result or throws a classified ImpError (see errors.ts); none logs or returns a secret
+ * except `generateJitConfig`, whose setup is wrapped in RunnerJitConfig.
+ */
+export interface GitHubClientOptions {
+  readonly credentials: AppCredentials;
+  /** https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise Server. */
+  readonly baseUrl?: string;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+  readonly rateLimit?: RateLimitPolicy;
+  readonly requestTimeoutMs?: number;
+  readonly serverErrorRetries?: number;
+  readonly serverErrorBackoffMs?: number;
+  /** Mint a new installation token this long before the current one expires. */
+  readonly tokenRefreshMarginMs?: number;
+  /** Upper bound on pages read by a list call (100 items a page). */
+  readonly maxPages?: number;
+}
+
+export const DEFAULT_GITHUB_BASE_URL = "https://api.github.com";
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+export const DEFAULT_MAX_PAGES = 50;
+const PAGE_SIZE = 100;
+
+export interface JitConfigRequest {
+  readonly name: string;
+  readonly runnerGroupId: number;
+  /** Custom labels; GitHub adds self-hosted, OS and architecture itself. 1 to 100 of them. */
+  readonly labels: readonly string[];
+  readonly workFolder?: string;
+}
+
+export interface JitRunner {
+  readonly runnerId: number;
+  readonly runnerName: string;
+  readonly encodedJitConfig: RunnerJitConfig;
+}
+
+/** `deleted`: GitHub removed it now; `gone`: it was already gone (404); `busy`: it is running a job (422). */
+export type DeleteRunnerResult = "deleted" | "gone" | "busy";
+
+/** Runner groups exist at org and enterprise level only; a repository's runners use the default group. */
+export type RunnerGroupScope = Extract<GitHubScope, { kind: "org" | "enterprise" }>;
+
+/** GitHub's id of the default runner group, which is also the only group repository runners have. */
+export const DEFAULT_RUNNER_GROUP_ID = 1;
+
+export class GitHubClient {
+  readonly #octokit: ImpOctokitInstance;
+  readonly #maxPages: number;
+
+  constructor(options: GitHubClientOptions) {
+    this.#maxPages = options.maxPages ?? DEFAULT_MAX_PAGES;
+    this.#octokit = createOctokit({
+      baseUrl: options.baseUrl ?? DEFAULT_GITHUB_BASE_URL,
+      credentials: options.credentials,
+      clock: options.clock ?? systemClock,
+      logger: options.logger ?? silentLogger,
+      rateLimit: options.rateLimit ?? DEFAULT_RATE_LIMIT_POLICY,
+      requestTimeoutMs: options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      serverErrorRetries: options.serverErrorRetries ?? 3,
+      serverErrorBackoffMs: options.serverErrorBackoffMs ?? 1000,
+      tokenRefreshMarginMs: options.tokenRefreshMarginMs ?? DEFAULT_TOKEN_REFRESH_MARGIN_MS,
+    });
+  }
+
+  async #call(call: GitHubCall, route: string, parameters: Record<string, unknown>): Promise<{ status: number; data: unknown }> {
+    try {
+      const response = await this.#octokit.request(route, parameters);
+      return { status: response.status, data: response.data };
+    } catch (err) {
+      throw classifyGitHubError(err, call);
+    }
+  }
+
+  /** Registers a just-in-time runner and returns its one-time setup. 409 if the name is taken. */
+  async generateJitConfig(scope: GitHubScope, request: JitConfigRequest): Promise<JitRunner> {
+    const call = { action: "create a one-time runner setup for", object: `runner ${request.name} in ${describeScope(scope)}`, context: { scope: describeScope(scope), runnerName: request.name } };
+    const { data } = await this.#call(call, `POST ${actionsPrefix(scope)}/runners/generate-jitconfig`, {
+      name: request.name,
+      runner_group_id: request.runnerGroupId,
+      labels: [...request.labels],
+      ...(request.workFolder === undefined ? {} : { work_folder: request.workFolder }),
+    });
+    const body = asObject(data, "generate-jitconfig response");
+    const runner = parseRunner(body["runner"], "generated runner");
+    const encoded = body["encoded_jit_config"];
+    if (typeof encoded !== "string" || encoded.length === 0) {
+      throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot ${call.action} ${call.object}: GitHub's response has no encoded_jit_config`, { context: call.context });
+    }
+    return { runnerId: runner.id, runnerName: runner.name, encodedJitConfig: new RunnerJitConfig(encoded) };
+  }
+
+  /** Every self-hosted runner of the scope (optionally only those named `name`), all pages. */
+  async listRunners(scope: GitHubScope, filter: { readonly name?: string } = {}): Promise<GitHubRunner[]> {
+    const call = { action: "list runners of", object: describeScope(scope), context: { scope: describeScope(scope) } };
+    const items = await this.#paginate(call, `GET ${actionsPrefix(scope)}/runners`, "runners", filter.name === undefined ? {} : { name: filter.name });
+    return items.map((item) => parseRunner(item));
+  }
+
+  /** The runner, or undefined when GitHub has no runner with this id (any more). */
+  async getRunner(scope: GitHubScope, runnerId: number): Promise<GitHubRunner | undefined> {
+    const call = { action: "read", object: `runner ${runnerId} of ${describeScope(scope)}`, context: { scope: describeScope(scope), runnerId } };
+    try {
+      const { data } = await this.#call(call, `GET ${actionsPrefix(scope)}/runners/${runnerId}`, {});
+      return parseRunner(data);
+    } catch (err) {
+      if (err instanceof ImpError && err.code === GitHubErrorCode.NotFound) return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * Removes a runner registration. Idempotent: a runner already gone counts as done. A runner in the
+   * middle of a job cannot be removed (GitHub answers 422); that is a result, not a failure, so the
+   * caller can wait for the job to end.
+   */
+  async deleteRunner(scope: GitHubScope, runnerId: number): Promise<DeleteRunnerResult> {
+    const call = { action: "delete", object: `runner ${runnerId} of ${describeScope(scope)}`, context: { scope: describeScope(scope), runnerId } };
+    try {
+      await this.#octokit.request(`DELETE ${actionsPrefix(scope)}/runners/${runnerId}`);
+      return "deleted";
+    } catch (err) {
+      const status = httpStatusOf(err);
+      if (status === 404) return "gone";
+      // GitHub's 422 here is "Bad request - Runner \"x\" is still running a job".
+      if (status === 422 && /busy|running a job|still running/i.test(gitHubMessageOf(err) ?? "")) return "busy";
+      throw classifyGitHubError(err, call);
+    }
+  }
+
+  /** The runner group with exactly this name (GitHub compares group names case-insensitively), or undefined. */
+  async findRunnerGroup(scope: RunnerGroupScope, name: string): Promise<GitHubRunnerGroup | undefined> {
+    const call = { action: "look up", object: `runner group ${name} in ${describeScope(scope)}`, context: { scope: describeScope(scope), runnerGroup: name } };
+    const items = await this.#paginate(call, `GET ${actionsPrefix(scope)}/runner-groups`, "runner_groups", {});
+    const groups = items.map(parseRunnerGroup);
+    return groups.find((g) => g.name === name) ?? groups.find((g) => g.name.toLowerCase() === name.toLowerCase());
+  }
+
+  async #paginate(call: GitHubCall, route: string, key: string, query: Record<string, unknown>): Promise<unknown[]> {
+    const items: unknown[] = [];
+    for (let page = 1; page <= this.#maxPages; page++) {
+      const { data } = await this.#call(call, route, { ...query, per_page: PAGE_SIZE, page });
+      const { total, items: pageItems } = parsePage(data, key, call.object);
+      items.push(...pageItems);
+      if (pageItems.length < PAGE_SIZE || items.length >= total) return items;
+    }
+    throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot ${call.action} ${call.object}: more than ${this.#maxPages * PAGE_SIZE} items (maxPages ${this.#maxPages})`, { context: call.context ?? {} });
+  }
+}

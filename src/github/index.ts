@@ -1,0 +1,24 @@
+// Public entry of the GitHub adapter. Everything else in src/github is internal.
+export {
+  GitHubClient,
+  DEFAULT_GITHUB_BASE_URL,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  DEFAULT_MAX_PAGES,
+  DEFAULT_RUNNER_GROUP_ID,
+  type GitHubClientOptions,
+  type JitConfigRequest,
+  type JitRunner,
+  type DeleteRunnerResult,
+  type RunnerGroupScope,
+} from "./client.ts";
+export type { AppCredentials } from "./octokit.ts";
+export type { GitHubRunner, GitHubRunnerGroup } from "./response-shapes.ts";
+export { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
+export { RunnerJitConfig } from "./jit-config.ts";
+export { GitHubErrorCode, classifyGitHubError } from "./errors.ts";
+export { DEFAULT_RATE_LIMIT_POLICY, decideRateLimitRetry, type RateLimitPolicy, type RateLimitDecision } from "./rate-limit-decision.ts";
+export { DEFAULT_TOKEN_REFRESH_MARGIN_MS, tokenNeedsRefresh } from "./installation-token-cache.ts";
+export { DEFAULT_MAX_WEBHOOK_BYTES, verifyWebhookSignature, type SignatureVerdict } from "./webhook-signature.ts";
+export { parseWorkflowJobWebhook, WORKFLOW_JOB_ACTIONS, type WorkflowJobEvent, type WorkflowJobAction, type WebhookParseResult } from "./workflow-job-event.ts";
+export { acceptWebhook, type WebhookDelivery, type WebhookOptions, type WebhookVerdict } from "./webhook.ts";
+export { DeliveryDeduplicator, type DeliveryDeduplicatorOptions } from "./delivery-deduplicator.ts";

@@ -1,0 +1,81 @@
+import { GitHubErrorCode } from "./errors.ts";
+import { terminalError } from "../shared/index.ts";
+
+/**
+ * The few fields Imp reads from GitHub's runner responses, checked at the boundary: a response
+ * without them is a GitHubUnexpectedResponse, not a crash three calls later.
+ */
+export interface GitHubRunner {
+  readonly id: number;
+  readonly name: string;
+  readonly os: string;
+  /** "online" or "offline" today; kept as a string so a new value does not break parsing. */
+  readonly status: string;
+  readonly busy: boolean;
+  readonly labels: readonly string[];
+  readonly runnerGroupId: number | undefined;
+  readonly ephemeral: boolean | undefined;
+}
+
+export interface GitHubRunnerGroup {
+  readonly id: number;
+  readonly name: string;
+  readonly isDefault: boolean;
+  readonly visibility: string | undefined;
+}
+
+type Json = Record<string, unknown>;
+
+function unexpected(what: string, problem: string): never {
+  throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot read ${what}: GitHub's response ${problem}`);
+}
+
+export function asObject(value: unknown, what: string): Json {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) unexpected(what, "is not a JSON object");
+  return value as Json;
+}
+
+function field<T>(obj: Json, key: string, type: "number" | "string" | "boolean", what: string): T {
+  const value = obj[key];
+  if (typeof value !== type) unexpected(what, `has no ${type} field "${key}"`);
+  return value as T;
+}
+
+function optional<T>(obj: Json, key: string, type: "number" | "boolean" | "string"): T | undefined {
+  const value = obj[key];
+  return typeof value === type ? (value as T) : undefined;
+}
+
+export function parseRunner(value: unknown, what = "runner"): GitHubRunner {
+  const obj = asObject(value, what);
+  const labels = obj["labels"];
+  if (!Array.isArray(labels)) unexpected(what, 'has no array "labels"');
+  return {
+    id: field<number>(obj, "id", "number", what),
+    name: field<string>(obj, "name", "string", what),
+    os: field<string>(obj, "os", "string", what),
+    status: field<string>(obj, "status", "string", what),
+    busy: field<boolean>(obj, "busy", "boolean", what),
+    labels: labels.map((label) => field<string>(asObject(label, `${what} label`), "name", "string", `${what} label`)),
+    runnerGroupId: optional<number>(obj, "runner_group_id", "number"),
+    ephemeral: optional<boolean>(obj, "ephemeral", "boolean"),
+  };
+}
+
+export function parseRunnerGroup(value: unknown): GitHubRunnerGroup {
+  const obj = asObject(value, "runner group");
+  return {
+    id: field<number>(obj, "id", "number", "runner group"),
+    name: field<string>(obj, "name", "string", "runner group"),
+    isDefault: optional<boolean>(obj, "default", "boolean") ?? false,
+    visibility: optional<string>(obj, "visibility", "string"),
+  };
+}
+
+/** A page of a list endpoint: `{ total_count, <key>: [...] }`. */
+export function parsePage(value: unknown, key: string, what: string): { readonly total: number; readonly items: readonly unknown[] } {
+  const obj = asObject(value, what);
+  const items = obj[key];
+  if (!Array.isArray(items)) unexpected(what, `has no array "${key}"`);
+  return { total: field<number>(obj, "total_count", "number", what), items };
+}

@@ -1,0 +1,116 @@
+/**
+ * Parses a workflow_job webhook into the shape Imp acts on. The payload is untrusted input even
+ * after its signature checked out (a bug on the sender's side is still possible), so every field
+ * used is validated, strings are bounded, and anything else is rejected with a reason.
+ */
+export const WORKFLOW_JOB_ACTIONS = ["queued", "in_progress", "completed"] as const;
+export type WorkflowJobAction = (typeof WORKFLOW_JOB_ACTIONS)[number];
+
+export interface WorkflowJobEvent {
+  readonly deliveryId: string;
+  readonly action: WorkflowJobAction;
+  readonly jobId: number;
+  readonly runId: number;
+  readonly runAttempt: number;
+  readonly jobName: string;
+  readonly labels: readonly string[];
+  /** Set once a runner took the job (in_progress, completed); null while queued. */
+  readonly runnerName: string | null;
+  readonly runnerId: number | null;
+  readonly runnerGroupName: string | null;
+  readonly conclusion: string | null;
+  readonly repository: { readonly owner: string; readonly name: string; readonly fullName: string };
+  readonly organization: string | undefined;
+  readonly enterprise: string | undefined;
+  readonly installationId: number | undefined;
+}
+
+export type WebhookParseResult =
+  | { readonly ok: true; readonly event: WorkflowJobEvent }
+  | { readonly ok: false; readonly reason: string };
+
+const MAX_STRING = 1024;
+const MAX_LABELS = 100;
+const DELIVERY_ID = /^[0-9A-Za-z-]{1,100}$/;
+
+class Reject extends Error {}
+
+type Json = Record<string, unknown>;
+
+function object(value: unknown, what: string): Json {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new Reject(`${what} is not an object`);
+  return value as Json;
+}
+
+function string(value: unknown, what: string): string {
+  if (typeof value !== "string" || value.length === 0 || value.length > MAX_STRING) throw new Reject(`${what} is not a non-empty string of at most ${MAX_STRING} characters`);
+  return value;
+}
+
+function nullableString(value: unknown, what: string): string | null {
+  return value === null || value === undefined || value === "" ? null : string(value, what);
+}
+
+function id(value: unknown, what: string): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value <= 0) throw new Reject(`${what} is not a positive integer`);
+  return value;
+}
+
+function nullableId(value: unknown, what: string): number | null {
+  return value === null || value === undefined ? null : id(value, what);
+}
+
+function optionalLogin(value: unknown, key: string, what: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  return string(object(value, what)[key], `${what}.${key}`);
+}
+
+export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliveryId: string | undefined, body: string): WebhookParseResult {
+  try {
+    if (eventHeader !== "workflow_job") throw new Reject(`event ${JSON.stringify(eventHeader ?? null)} is not workflow_job`);
+    if (deliveryId === undefined || !DELIVERY_ID.test(deliveryId)) throw new Reject("X-GitHub-Delivery is missing or malformed");
+    let payload: unknown;
+    try {
+      payload = JSON.parse(body);
+    } catch {
+      throw new Reject("body is not JSON");
+    }
+    const root = object(payload, "payload");
+    const action = root["action"];
+    if (typeof action !== "string" || !(WORKFLOW_JOB_ACTIONS as readonly string[]).includes(action)) {
+      throw new Reject(`action ${JSON.stringify(action)} is not one of ${WORKFLOW_JOB_ACTIONS.join(", ")}`);
+    }
+    const job = object(root["workflow_job"], "workflow_job");
+    const rawLabels = job["labels"];
+    if (!Array.isArray(rawLabels) || rawLabels.length > MAX_LABELS) throw new Reject(`workflow_job.labels is not an array of at most ${MAX_LABELS}`);
+    const labels = rawLabels.map((l, i) => string(l, `workflow_job.labels[${i}]`));
+    const repository = object(root["repository"], "repository");
+    const fullName = string(repository["full_name"], "repository.full_name");
+    const repoName = string(repository["name"], "repository.name");
+    const owner = optionalLogin(repository["owner"], "login", "repository.owner") ?? fullName.split("/")[0] ?? "";
+    if (fullName !== `${owner}/${repoName}`) throw new Reject("repository.full_name does not match owner and name");
+    const installation = root["installation"];
+    const event: WorkflowJobEvent = {
+      deliveryId,
+      action: action as WorkflowJobAction,
+      jobId: id(job["id"], "workflow_job.id"),
+      runId: id(job["run_id"], "workflow_job.run_id"),
+      runAttempt: job["run_attempt"] === undefined ? 1 : id(job["run_attempt"], "workflow_job.run_attempt"),
+      jobName: string(job["name"], "workflow_job.name"),
+      labels,
+      runnerName: nullableString(job["runner_name"], "workflow_job.runner_name"),
+      runnerId: nullableId(job["runner_id"], "workflow_job.runner_id"),
+      runnerGroupName: nullableString(job["runner_group_name"], "workflow_job.runner_group_name"),
+      conclusion: nullableString(job["conclusion"], "workflow_job.conclusion"),
+      repository: { owner, name: repoName, fullName },
+      organization: optionalLogin(root["organization"], "login", "organization"),
+      enterprise: optionalLogin(root["enterprise"], "slug", "enterprise"),
+      installationId: installation === undefined || installation === null ? undefined : id(object(installation, "installation")["id"], "installation.id"),
+    };
+    if (event.action !== "queued" && event.runnerName === null) throw new Reject(`a ${event.action} job has no runner_name`);
+    return { ok: true, event };
+  } catch (err) {
+    if (err instanceof Reject) return { ok: false, reason: err.message };
+    throw err;
+  }
+}
