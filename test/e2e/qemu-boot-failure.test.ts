@@ -21,7 +21,7 @@ function impErrorIn(err: unknown): ImpError | undefined {
 }
 
 describe("booting a VM whose init is missing", { timeout: 120_000 }, () => {
-  it("fails with guest.boot_failed quoting the initramfs, keeps the serial log and leaves QEMU stopped", async () => {
+  it("fails with GuestBootFailed quoting the initramfs, keeps the serial log and leaves QEMU stopped", async () => {
     const name = `boot-failure-${process.pid}`;
     const started = Date.now();
     const err = await bootTestVm({ name, init: "/nonexistent/init", scratchMiB: 0, bootTimeoutMs: 60_000 }).then(
@@ -29,7 +29,7 @@ describe("booting a VM whose init is missing", { timeout: 120_000 }, () => {
       (e: unknown) => e,
     );
     const cause = impErrorIn(err);
-    assert.equal(cause?.code, "guest.boot_failed", String(err));
+    assert.equal(cause?.code, "GuestBootFailed", String(err));
     assert.match(String((err as Error).message), /imp-initramfs: FATAL: init \/nonexistent\/init is not an executable file/);
     // Failing fast means well before the boot timeout: the console line ends the wait.
     assert.ok(Date.now() - started < 60_000);

@@ -42,21 +42,21 @@ function options(overrides: Partial<QemuVmOptions>): QemuVmOptions {
 }
 
 describe("QemuVm.start()", () => {
-  it("rejects with vmm.spawn_failed when the QEMU binary does not exist", async () => {
+  it("rejects with VmmSpawnFailed when the QEMU binary does not exist", async () => {
     await assert.rejects(QemuVm.start(options({ qemuBinary: "/nonexistent/qemu" })), (err: unknown) => {
       assert.ok(err instanceof ImpError);
-      assert.equal(err.code, "vmm.spawn_failed");
+      assert.equal(err.code, "VmmSpawnFailed");
       return true;
     });
   });
 
-  it("rejects with qemu.vsock_backend_exited when vhost-device-vsock dies at start, leaving nothing running", async () => {
+  it("rejects with VsockBackendExited when vhost-device-vsock dies at start, leaving nothing running", async () => {
     const o = options({ channel: "vsock", vhostDeviceVsock: "/bin/false" });
-    await assert.rejects(QemuVm.start(o), (err: unknown) => err instanceof ImpError && err.code === "qemu.vsock_backend_exited");
+    await assert.rejects(QemuVm.start(o), (err: unknown) => err instanceof ImpError && err.code === "VsockBackendExited");
     assert.deepEqual(processesMentioning(o.dir), []);
   });
 
-  it("fails connectGuest with qemu.exited and QEMU's own words once QEMU could not load the kernel", async () => {
+  it("fails connectGuest with QemuExited and QEMU's own words once QEMU could not load the kernel", async () => {
     const kernel = join(dir, "not-a-kernel");
     writeFileSync(kernel, "garbage");
     const o = options({ channel: "serial", machine: { ...options({}).machine, kernel } });
@@ -67,7 +67,7 @@ describe("QemuVm.start()", () => {
       assert.ok(vm.downSignal.aborted);
       await assert.rejects(vm.connectGuest({ timeoutMs: 60_000 }), (err: unknown) => {
         assert.ok(err instanceof ImpError, String(err));
-        assert.equal(err.code, "qemu.exited");
+        assert.equal(err.code, "QemuExited");
         assert.match(err.message, /qemu: .*kernel/i);
         return true;
       });

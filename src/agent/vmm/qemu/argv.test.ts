@@ -1,5 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { ImpError } from "../../../shared/index.ts";
 import { buildQemuArgv, kernelCmdline, qemuEscape, type QemuMachineSpec } from "./argv.ts";
 
 const base: QemuMachineSpec = {
@@ -9,11 +10,14 @@ const base: QemuMachineSpec = {
   memoryMiB: 512,
   vcpus: 1,
   accel: "tcg",
+  consoleLog: "/vm/serial,1.log",
   drives: [
     { id: "root", path: "/vm/root.ext4", readOnly: true },
     { id: "scratch", path: "/vm/scratch,1.ext4" },
   ],
 };
+
+const invalidSpec = (err: unknown): boolean => err instanceof ImpError && err.code === "VmSpecInvalid" && err.errorClass === "terminal";
 
 /** The value following `flag` at each of its occurrences. */
 const values = (argv: string[], flag: string): string[] => argv.flatMap((a, i) => (a === flag ? [argv[i + 1] ?? ""] : []));
@@ -28,10 +32,12 @@ describe("buildQemuArgv()", () => {
     assert.deepEqual(values(argv, "-device"), ["virtio-blk-device,drive=root", "virtio-blk-device,drive=scratch"]);
   });
 
-  it("never reboots and keeps the console on stdio without a monitor", () => {
+  it("never reboots and appends the console to its file, without a monitor", () => {
     const argv = buildQemuArgv(base);
     for (const flag of ["-no-reboot", "-nodefaults", "-no-user-config"]) assert.ok(argv.includes(flag), flag);
     assert.deepEqual(values(argv, "-serial"), ["chardev:con0"]);
+    assert.deepEqual(values(argv, "-chardev"), ["file,id=con0,path=/vm/serial,,1.log,append=on"]);
+    assert.ok(!argv.some((a) => a.includes("stdio")));
     assert.deepEqual(values(argv, "-M"), ["microvm"]);
   });
 
@@ -50,10 +56,21 @@ describe("buildQemuArgv()", () => {
     assert.equal(values(argv, "-object").length, 0);
   });
 
-  it("rejects duplicate drive ids, tiny memory and bad port names", () => {
-    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "a", path: "/x" }, { id: "a", path: "/y" }] }), RangeError);
-    assert.throws(() => buildQemuArgv({ ...base, memoryMiB: 16 }), RangeError);
-    assert.throws(() => buildQemuArgv({ ...base, channel: { kind: "serial", socketPath: "/s", portName: "a,b" } }), RangeError);
+  it("attaches a host tap device on virtio-net with the guest's MAC, leaving its setup to the agent", () => {
+    const argv = buildQemuArgv({ ...base, tap: { tap: "imp-tap0", mac: "06:00:AC:10:00:02" } });
+    assert.deepEqual(values(argv, "-netdev"), ["tap,id=n0,ifname=imp-tap0,script=no,downscript=no"]);
+    assert.ok(values(argv, "-device").includes("virtio-net-device,netdev=n0,mac=06:00:ac:10:00:02"));
+    assert.deepEqual(values(buildQemuArgv(base), "-netdev"), []);
+  });
+
+  it("rejects duplicate drive ids, tiny memory, bad port names, tap names and MACs as VmSpecInvalid", () => {
+    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "a", path: "/x" }, { id: "a", path: "/y" }] }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, memoryMiB: 16 }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, vcpus: 0 }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, channel: { kind: "serial", socketPath: "/s", portName: "a,b" } }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, tap: { tap: "tap0,script=/evil", mac: "06:00:00:00:00:01" } }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, tap: { tap: "a-very-long-tap-name", mac: "06:00:00:00:00:01" } }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, tap: { tap: "tap0", mac: "06:00:00:00:00:01,x" } }), invalidSpec);
   });
 });
 
@@ -63,8 +80,9 @@ describe("kernelCmdline()", () => {
     assert.equal(kernelCmdline({ cmdline: ["tsc_early_khz=1"], tscKhz: 2 }), "tsc_early_khz=1");
   });
   it("rejects arguments with whitespace or control characters", () => {
-    assert.throws(() => kernelCmdline({ cmdline: ["a b"] }), RangeError);
-    assert.throws(() => kernelCmdline({ cmdline: ["a\nb"] }), RangeError);
+    assert.throws(() => kernelCmdline({ cmdline: ["a b"] }), invalidSpec);
+    assert.throws(() => kernelCmdline({ cmdline: ["a\nb"] }), invalidSpec);
+    assert.throws(() => kernelCmdline({ cmdline: ["x".repeat(2048)] }), invalidSpec);
   });
 });
 

@@ -3,6 +3,7 @@
  * driver (vm.ts) decides paths and spawns; this file only turns a validated description into argv.
  * Measured commands and their traps are in docs/boot-kit.md.
  */
+import { terminalError } from "../../../shared/index.ts";
 
 /** How the host reaches the guest agent. */
 export type QemuGuestChannel =
@@ -41,10 +42,22 @@ export interface QemuMachineSpec {
   readonly tscKhz?: number;
   /** User-mode network on virtio-net (guest reaches the host at 10.0.2.2). */
   readonly userNetwork?: boolean;
+  /** A host tap device (which must exist before QEMU starts) on virtio-net, with the guest's MAC. */
+  readonly tap?: { readonly tap: string; readonly mac: string };
+  /**
+   * The file QEMU appends the serial console to. A file, not QEMU's stdout: a supervised VMM outlives
+   * the agent, so nobody may have to keep reading a pipe for the guest to make progress.
+   */
+  readonly consoleLog: string;
 }
+
+const invalid = (message: string): Error => terminalError("VmSpecInvalid", message);
 
 const SAFE_ID = /^[A-Za-z][A-Za-z0-9_-]{0,31}$/;
 const SAFE_CMDLINE_ARG = /^[\x21-\x7e]+$/;
+/** Linux interface names: at most 15 bytes (IFNAMSIZ 16 with the NUL), no separators QEMU would parse. */
+const SAFE_IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
 
 /** QEMU option values are comma-separated; a literal comma inside a value is written twice. */
 export function qemuEscape(value: string): string {
@@ -55,30 +68,35 @@ export function qemuEscape(value: string): string {
 export function kernelCmdline(spec: Pick<QemuMachineSpec, "cmdline" | "tscKhz">): string {
   const args = [...spec.cmdline];
   if (spec.tscKhz !== undefined && !args.some((a) => a.startsWith("tsc_early_khz="))) {
-    if (!Number.isInteger(spec.tscKhz) || spec.tscKhz <= 0) throw new RangeError(`Cannot use TSC frequency ${spec.tscKhz} kHz: not a positive integer`);
+    if (!Number.isInteger(spec.tscKhz) || spec.tscKhz <= 0) throw invalid(`Cannot use TSC frequency ${spec.tscKhz} kHz: not a positive integer`);
     args.push(`tsc_early_khz=${spec.tscKhz}`);
   }
   for (const arg of args) {
-    if (!SAFE_CMDLINE_ARG.test(arg)) throw new RangeError(`Cannot put ${JSON.stringify(arg)} on the kernel command line: only printable ASCII without spaces`);
+    if (!SAFE_CMDLINE_ARG.test(arg)) throw invalid(`Cannot put ${JSON.stringify(arg)} on the kernel command line: only printable ASCII without spaces`);
   }
   const line = args.join(" ");
   // x86 COMMAND_LINE_SIZE is 2048 including the NUL.
-  if (line.length > 2047) throw new RangeError(`Cannot boot: kernel command line is ${line.length} bytes, over 2047`);
+  if (line.length > 2047) throw invalid(`Cannot boot: kernel command line is ${line.length} bytes, over 2047`);
   return line;
 }
 
 /**
- * argv (without the binary) for `qemu-system-x86_64`. The serial console is QEMU's stdio (the driver
- * captures stdout as the serial log); there is no monitor, no default devices and no reboot: a guest
- * reboot or kernel panic (with `panic=-1`) makes QEMU exit, and `poweroff` exits with status 0.
+ * argv (without the binary) for `qemu-system-x86_64`. The serial console is appended to
+ * `consoleLog`; there is no monitor, no default devices and no reboot: a guest reboot or kernel panic
+ * (with `panic=-1`) makes QEMU exit, and `poweroff` exits with status 0. Rejects an invalid
+ * description with a terminal `VmSpecInvalid`.
  */
 export function buildQemuArgv(spec: QemuMachineSpec): string[] {
-  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw new RangeError(`Cannot boot with ${spec.memoryMiB} MiB: need an integer ≥ 64`);
-  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 64) throw new RangeError(`Cannot boot with ${spec.vcpus} vCPUs: need 1..64`);
+  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 64) throw invalid(`Cannot boot with ${spec.memoryMiB} MiB: need an integer ≥ 64`);
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 64) throw invalid(`Cannot boot with ${spec.vcpus} vCPUs: need 1..64`);
   const ids = new Set<string>();
   for (const drive of spec.drives) {
-    if (!SAFE_ID.test(drive.id) || ids.has(drive.id)) throw new RangeError(`Cannot attach drive ${JSON.stringify(drive.id)}: id must be unique and match ${SAFE_ID}`);
+    if (!SAFE_ID.test(drive.id) || ids.has(drive.id)) throw invalid(`Cannot attach drive ${JSON.stringify(drive.id)}: id must be unique and match ${SAFE_ID}`);
     ids.add(drive.id);
+  }
+  if (spec.tap !== undefined) {
+    if (!SAFE_IFNAME.test(spec.tap.tap)) throw invalid(`Cannot attach tap device ${JSON.stringify(spec.tap.tap)}: not an interface name (1-15 of A-Z a-z 0-9 _ . -)`);
+    if (!MAC.test(spec.tap.mac)) throw invalid(`Cannot give the guest MAC ${JSON.stringify(spec.tap.mac)}: not xx:xx:xx:xx:xx:xx`);
   }
 
   const vsock = spec.channel?.kind === "vsock";
@@ -89,7 +107,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
     "-m", `${spec.memoryMiB}M`,
     "-smp", String(spec.vcpus),
     "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-    "-chardev", "stdio,id=con0,signal=off",
+    "-chardev", `file,id=con0,path=${qemuEscape(spec.consoleLog)},append=on`,
     "-serial", "chardev:con0",
     "-kernel", spec.kernel,
   ];
@@ -107,7 +125,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   if (channel?.kind === "vsock") {
     argv.push("-chardev", `socket,id=vsock0,path=${qemuEscape(channel.vhostUserSocket)}`, "-device", "vhost-user-vsock-device,chardev=vsock0");
   } else if (channel?.kind === "serial") {
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(channel.portName)) throw new RangeError(`Cannot name virtio-serial port ${JSON.stringify(channel.portName)}`);
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(channel.portName)) throw invalid(`Cannot name virtio-serial port ${JSON.stringify(channel.portName)}`);
     argv.push(
       "-chardev", `socket,id=agent0,path=${qemuEscape(channel.socketPath)},server=on,wait=off`,
       "-device", "virtio-serial-device",
@@ -115,5 +133,9 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
     );
   }
   if (spec.userNetwork === true) argv.push("-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0");
+  if (spec.tap !== undefined) {
+    // script=no/downscript=no: the agent creates and configures the tap; QEMU only opens it.
+    argv.push("-netdev", `tap,id=n0,ifname=${spec.tap.tap},script=no,downscript=no`, "-device", `virtio-net-device,netdev=n0,mac=${spec.tap.mac.toLowerCase()}`);
+  }
   return argv;
 }

@@ -1,6 +1,7 @@
 export { buildQemuArgv, kernelCmdline, qemuEscape, type QemuDrive, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
 export { parseCpuinfoTscKhz, readHostTscKhz } from "./cpuinfo.ts";
 export { describeExit, type ChildExit } from "./child.ts";
+export { cmdlineArgs, orderedDrives, QemuDriver, type QemuDriverOptions } from "./driver.ts";
 export { FATAL_CONSOLE_PATTERNS, findFatalConsoleLine, SerialLog } from "./serial-log.ts";
 export {
   DEFAULT_GUEST_VSOCK_PORT,

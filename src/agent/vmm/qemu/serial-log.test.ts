@@ -1,6 +1,6 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findFatalConsoleLine, SerialLog } from "./serial-log.ts";
@@ -21,15 +21,37 @@ describe("findFatalConsoleLine()", () => {
 });
 
 describe("SerialLog", () => {
-  it("writes every byte to the file, keeps a bounded tail and reports a fatal line split across chunks once", async () => {
+  it("follows the file, keeps a bounded tail and reports a fatal line split across writes once", async () => {
+    const path = join(dir, "a.log");
     const seen: string[] = [];
-    const log = new SerialLog(join(dir, "a.log"), { tailBytes: 120, onFatal: (line) => seen.push(line) });
+    const log = new SerialLog(path, { tailBytes: 120, onFatal: (line) => seen.push(line) });
+    await log.poll(); // the file does not exist yet: nothing, no error
+    assert.equal(log.tail(), "");
     const chunks = ["x".repeat(100) + "\nKernel pa", "nic - not syncing: VFS\nKernel panic - not syncing: again\n"];
-    for (const chunk of chunks) log.push(Buffer.from(chunk));
+    appendFileSync(path, chunks[0] ?? "");
+    await log.poll();
+    assert.deepEqual(seen, []);
+    appendFileSync(path, chunks[1] ?? "");
     await log.close();
     assert.deepEqual(seen, ["Kernel panic - not syncing: VFS"]);
     assert.ok(log.tail().length <= 120);
-    assert.equal(readFileSync(join(dir, "a.log"), "utf8"), chunks.join(""));
+    assert.ok(chunks.join("").endsWith(log.tail()));
     assert.equal(log.tail(1), "");
+    assert.equal(log.fatalLine, "Kernel panic - not syncing: VFS");
+  });
+
+  it("notices a fatal line by itself once started, and keeps multi-byte characters split across reads whole", async () => {
+    const path = join(dir, "b.log");
+    writeFileSync(path, "");
+    let onFatal: (line: string) => void = () => undefined;
+    const fatal = new Promise<string>((resolve) => (onFatal = resolve));
+    const follower = new SerialLog(path, { pollMs: 10, onFatal: (line) => onFatal(line) }).start();
+    const euro = Buffer.from("€");
+    appendFileSync(path, Buffer.concat([Buffer.from("price "), euro.subarray(0, 1)]));
+    await new Promise((r) => setTimeout(r, 50));
+    appendFileSync(path, Buffer.concat([euro.subarray(1), Buffer.from("\nimp-initramfs: FATAL: no root\n")]));
+    assert.equal(await fatal, "imp-initramfs: FATAL: no root");
+    await follower.close();
+    assert.match(follower.tail(), /^price €\nimp-initramfs/);
   });
 });

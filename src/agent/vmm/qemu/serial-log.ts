@@ -1,4 +1,5 @@
-import { createWriteStream, type WriteStream } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
+import { StringDecoder } from "node:string_decoder";
 
 /** Console lines that mean the guest will never come up; seeing one lets a boot fail at once. */
 export const FATAL_CONSOLE_PATTERNS: readonly RegExp[] = [
@@ -24,31 +25,68 @@ export function findFatalConsoleLine(text: string): string | undefined {
 }
 
 /**
- * The guest's serial console: every byte appended to a file (kept for failed tests and post-mortems)
- * and the last `tailBytes` kept in memory for error messages. The console is guest output, so it is
- * untrusted: it is stored and shown, never interpreted beyond {@link findFatalConsoleLine}.
+ * The guest's serial console, which QEMU appends to a file: this follows the file (polling every
+ * `pollMs`; inotify would add little for one small file and misses nothing a poll would catch), keeps
+ * the last `tailBytes` in memory for error messages, and reports the first fatal line. The console is
+ * guest output, so it is untrusted: it is stored and shown, never interpreted beyond
+ * {@link findFatalConsoleLine}.
  */
 export class SerialLog {
   readonly path: string;
-  readonly #file: WriteStream;
   readonly #tailBytes: number;
+  readonly #pollMs: number;
+  readonly #onFatal: (line: string) => void;
+  readonly #decoder = new StringDecoder("utf8");
+  readonly #chunk = Buffer.alloc(64 * 1024);
   #tail = "";
   #fatal: string | undefined;
-  readonly #onFatal: (line: string) => void;
+  #file: FileHandle | undefined;
+  #offset = 0;
+  #reading: Promise<void> = Promise.resolve();
+  #timer: NodeJS.Timeout | undefined;
+  #closed: Promise<void> | undefined;
 
-  constructor(path: string, options: { tailBytes?: number; onFatal?: (line: string) => void } = {}) {
+  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void } = {}) {
     this.path = path;
-    this.#file = createWriteStream(path, { flags: "a" });
-    this.#file.on("error", () => undefined); // a full disk must not crash the host; the tail still works
     this.#tailBytes = options.tailBytes ?? 64 * 1024;
+    this.#pollMs = options.pollMs ?? 50;
     this.#onFatal = options.onFatal ?? (() => undefined);
   }
 
-  /** Appends console output. */
-  push(chunk: Buffer): void {
-    this.#file.write(chunk);
-    // Look for fatal lines across chunk boundaries by scanning the tail, which holds the previous bytes.
-    this.#tail = (this.#tail + chunk.toString("utf8")).slice(-this.#tailBytes);
+  /** Starts following the file (which may not exist yet). */
+  start(): this {
+    if (this.#timer === undefined && this.#closed === undefined) {
+      this.#timer = setInterval(() => void this.poll(), this.#pollMs);
+      this.#timer.unref();
+    }
+    return this;
+  }
+
+  /** Reads what was appended since the last read. Reads never overlap; errors count as "nothing new". */
+  poll(): Promise<void> {
+    this.#reading = this.#reading.then(() => this.#readNew()).catch(() => undefined);
+    return this.#reading;
+  }
+
+  async #readNew(): Promise<void> {
+    if (this.#file === undefined) {
+      try {
+        this.#file = await open(this.path, "r");
+      } catch {
+        return; // QEMU has not created it yet
+      }
+    }
+    for (;;) {
+      const { bytesRead } = await this.#file.read(this.#chunk, 0, this.#chunk.length, this.#offset);
+      if (bytesRead === 0) return;
+      this.#offset += bytesRead;
+      this.#append(this.#decoder.write(this.#chunk.subarray(0, bytesRead)));
+    }
+  }
+
+  #append(text: string): void {
+    // Look for fatal lines across read boundaries by scanning the tail, which holds the previous bytes.
+    this.#tail = (this.#tail + text).slice(-this.#tailBytes);
     if (this.#fatal === undefined) {
       const line = findFatalConsoleLine(this.#tail);
       if (line !== undefined) {
@@ -58,7 +96,7 @@ export class SerialLog {
     }
   }
 
-  /** The last bytes of the console (at most `tailBytes`), or the last `lines` lines of them. */
+  /** The last characters of the console read so far (at most `tailBytes`), or the last `lines` lines of them. */
   tail(lines?: number): string {
     if (lines === undefined) return this.#tail;
     return this.#tail.split("\n").slice(-lines).join("\n");
@@ -69,9 +107,13 @@ export class SerialLog {
     return this.#fatal;
   }
 
-  /** Flushes and closes the file. Idempotent. */
-  async close(): Promise<void> {
-    if (this.#file.closed) return;
-    await new Promise<void>((resolve) => this.#file.end(resolve));
+  /** Reads the file to its end one last time and stops following it. Idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      clearInterval(this.#timer);
+      await this.poll();
+      await this.#file?.close().catch(() => undefined);
+    })();
+    return this.#closed;
   }
 }

@@ -1,18 +1,25 @@
 import { createConnection, type Socket } from "node:net";
-import { mkdir, stat } from "node:fs/promises";
-import { closeSync, openSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { mkdir, open, rm, stat, writeFile } from "node:fs/promises";
+import { basename, join } from "node:path";
 import {
+  describeError,
   retryableError,
+  runSteps,
   silentLogger,
+  systemClock,
   terminalError,
   withDeadline,
+  type Clock,
   type ImpError,
   type Logger,
+  type Step,
+  type StepRun,
 } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
+import { DirectLauncher } from "../direct-launcher.ts";
+import type { ConnectGuestOptions, ProcessLauncher, RunningVm, VmExit, VmSpec, VmmProcess } from "../types.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
-import { assertExecutable, Child, describeExit, type ChildExit } from "./child.ts";
+import { assertExecutable, describeExit } from "./child.ts";
 import { SerialLog } from "./serial-log.ts";
 
 /** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
@@ -24,7 +31,7 @@ export type QemuChannelKind = "vsock" | "serial" | "none";
 export interface QemuVmOptions {
   /** This VM's own directory: sockets, serial log, backend log. Created if missing. Keep it short (Unix socket paths ≤ 107 bytes). */
   readonly dir: string;
-  readonly machine: Omit<QemuMachineSpec, "channel">;
+  readonly machine: Omit<QemuMachineSpec, "channel" | "consoleLog">;
   readonly channel: QemuChannelKind;
   readonly qemuBinary?: string;
   /** rust-vmm vhost-device-vsock binary; required for channel "vsock". */
@@ -32,16 +39,23 @@ export interface QemuVmOptions {
   /** Guest CID for vsock (≥ 3). */
   readonly guestCid?: number;
   readonly serialPortName?: string;
-  /** Kill QEMU and its backend when this process dies (tests). A node agent leaves this off. */
+  /** With the default launcher: kill QEMU and its backend when this process dies (tests). A node agent leaves this off. */
   readonly dieWithParent?: boolean;
   /** How long the vsock backend may take to create its control socket. */
   readonly backendReadyTimeoutMs?: number;
   readonly logger?: Logger;
+  /** Starts QEMU and its backend; default a {@link DirectLauncher} honouring `dieWithParent`. */
+  readonly launcher?: ProcessLauncher;
+  readonly clock?: Clock;
+  /** Aborts the boot; whatever was started by then is stopped. */
+  readonly signal?: AbortSignal;
+  /** The driver-neutral description this VM answers as `spec`; derived from the options when absent. */
+  readonly spec?: VmSpec;
 }
 
-export type QemuExit = ChildExit;
+export type QemuExit = VmExit;
 
-export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger">> {
+export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock">> {
   return {
     qemuBinary: "qemu-system-x86_64",
     guestCid: 3,
@@ -49,6 +63,7 @@ export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary"
     dieWithParent: false,
     backendReadyTimeoutMs: 5_000,
     logger: silentLogger,
+    clock: systemClock,
   };
 }
 
@@ -58,11 +73,12 @@ export class QemuVmDir {
   constructor(root: string) {
     // sun_path is 108 bytes including the NUL; the longest name below is 15 bytes.
     if (Buffer.byteLength(join(root, "vhost-user.sock")) > 107) {
-      throw terminalError("qemu.dir_too_long", `Cannot use VM directory ${root}: Unix socket paths inside it would exceed 107 bytes`);
+      throw terminalError("VmDirTooLong", `Cannot use VM directory ${root}: Unix socket paths inside it would exceed 107 bytes`);
     }
     this.root = root;
   }
   serialLog(): string { return join(this.root, "serial.log"); }
+  /** QEMU's stdout and stderr. */
   qemuLog(): string { return join(this.root, "qemu.log"); }
   backendLog(): string { return join(this.root, "vhost-device-vsock.log"); }
   /** vhost-user control socket between QEMU and vhost-device-vsock. */
@@ -71,115 +87,169 @@ export class QemuVmDir {
   vsockUds(): string { return join(this.root, "vsock.sock"); }
   /** virtio-serial agent port, QEMU listening. */
   agentSocket(): string { return join(this.root, "agent.sock"); }
+  sockets(): string[] { return [this.vhostUserSocket(), this.vsockUds(), this.agentSocket()]; }
 }
 
+type BootConfig = ReturnType<typeof defaultQemuVmConfig> & QemuVmOptions;
+
+/** What the boot steps acquire, in order. */
+interface Boot {
+  readonly cfg: BootConfig;
+  readonly dir: QemuVmDir;
+  readonly launcher: ProcessLauncher;
+  readonly down: AbortController;
+  backend?: VmmProcess;
+  argv?: string[];
+  qemu?: VmmProcess;
+  serial?: SerialLog;
+}
+
+const BOOT_STEPS: readonly Step<Boot>[] = [
+  {
+    name: "check binaries",
+    run: async ({ cfg }) => {
+      await assertExecutable("qemu", cfg.qemuBinary);
+      if (cfg.channel !== "vsock") return;
+      if (cfg.vhostDeviceVsock === undefined) {
+        throw terminalError("VsockBackendMissing", "Cannot start a VM with vsock under QEMU: no vhost-device-vsock binary given");
+      }
+      await assertExecutable("vhost-device-vsock", cfg.vhostDeviceVsock);
+    },
+  },
+  {
+    name: "prepare directory",
+    run: async ({ dir }, step) => {
+      await mkdir(dir.root, { recursive: true });
+      // Stale sockets of an earlier boot would make the backend's bind fail or a dial reach nothing.
+      await removeSockets(dir);
+      step.onCleanup("remove sockets", () => removeSockets(dir));
+      // The console follower reads from the start: this boot's console only.
+      await writeFile(dir.serialLog(), "");
+    },
+  },
+  {
+    name: "start vsock backend",
+    run: async (boot, step) => {
+      const { cfg, dir } = boot;
+      if (cfg.channel !== "vsock" || cfg.vhostDeviceVsock === undefined) return;
+      const cid = cfg.guestCid;
+      if (!Number.isInteger(cid) || cid < 3 || cid > 0xffff_fffe) throw terminalError("VmSpecInvalid", `Cannot use guest CID ${cid}: need an integer in 3..4294967294`);
+      const backend = await boot.launcher.launch({
+        name: "vhost-device-vsock",
+        binary: cfg.vhostDeviceVsock,
+        args: ["--vm", `guest-cid=${cid},socket=${dir.vhostUserSocket()},uds-path=${dir.vsockUds()}`],
+        stdoutPath: dir.backendLog(),
+        stderrPath: dir.backendLog(),
+      });
+      boot.backend = backend;
+      step.onCleanup("stop vsock backend", async () => { await backend.stop(1_000); });
+      await waitForControlSocket(backend, dir, cfg, step.signal);
+    },
+  },
+  {
+    name: "start qemu",
+    run: async (boot, step) => {
+      const { cfg, dir } = boot;
+      let channel: QemuGuestChannel | undefined;
+      if (cfg.channel === "vsock") channel = { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() };
+      else if (cfg.channel === "serial") channel = { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName };
+      const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...(channel === undefined ? {} : { channel }) });
+      boot.argv = argv;
+      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog() });
+      boot.qemu = qemu;
+      step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
+    },
+  },
+  {
+    name: "follow console",
+    run: (boot, step) => {
+      const { dir, down } = boot;
+      const serial = new SerialLog(dir.serialLog(), {
+        onFatal: (line) => {
+          if (!down.signal.aborted) {
+            down.abort(terminalError("GuestBootFailed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
+          }
+        },
+      }).start();
+      boot.serial = serial;
+      step.onCleanup("close console", () => serial.close());
+    },
+  },
+];
+
 /**
- * One QEMU microvm process (plus its vhost-device-vsock backend for the vsock channel). `start()`
- * spawns and returns at once; the guest's readiness is the caller's business via
- * {@link QemuVm.connectGuest}, which is bounded and fails fast when QEMU exits or the console shows a
- * kernel panic / initramfs failure. The serial console is captured to `dir/serial.log`.
- * Always `stop()` (or `await using`): it is idempotent and never leaves a process behind.
+ * One QEMU microvm process (plus its vhost-device-vsock backend for the vsock channel), started
+ * through a {@link ProcessLauncher}. `start()` returns once the processes run; the guest's readiness
+ * is the caller's business via {@link QemuVm.connectGuest}, which is bounded and fails fast when QEMU
+ * exits or the console shows a kernel panic / initramfs failure. QEMU appends the serial console to
+ * `dir/serial.log`, which {@link SerialLog} follows. Always `stop()` (or `await using`): it is
+ * idempotent and leaves no process and no socket behind. This is the {@link RunningVm} that
+ * `QemuDriver` returns.
  */
-export class QemuVm implements AsyncDisposable {
+export class QemuVm implements RunningVm {
+  readonly kind = "qemu" as const;
+  readonly spec: VmSpec;
   readonly dir: QemuVmDir;
   readonly serial: SerialLog;
   readonly channel: QemuChannelKind;
   readonly argv: readonly string[];
-  readonly #qemu: Child;
-  readonly #backend: Child | undefined;
+  readonly pid: number;
+  readonly #qemu: VmmProcess;
   readonly #down: AbortController;
+  readonly #run: StepRun;
   readonly #logger: Logger;
+  readonly #exited: Promise<QemuExit>;
+  #tornDown: Promise<void> | undefined;
   #stopping: Promise<QemuExit> | undefined;
-  #stderrTail = "";
 
-  private constructor(dir: QemuVmDir, channel: QemuChannelKind, argv: string[], qemu: Child, backend: Child | undefined, serial: SerialLog, down: AbortController, logger: Logger) {
-    this.#down = down;
-    this.dir = dir;
-    this.channel = channel;
-    this.argv = argv;
-    this.#qemu = qemu;
-    this.#backend = backend;
-    this.serial = serial;
-    this.#logger = logger;
+  private constructor(spec: VmSpec, boot: Required<Boot>, run: StepRun) {
+    this.spec = spec;
+    this.dir = boot.dir;
+    this.channel = boot.cfg.channel;
+    this.argv = boot.argv;
+    this.serial = boot.serial;
+    this.pid = boot.qemu.pid;
+    this.#qemu = boot.qemu;
+    this.#down = boot.down;
+    this.#run = run;
+    this.#logger = boot.cfg.logger;
+    this.#exited = this.#qemu.exited().then(async (exit) => {
+      // Read the console to its end first: a panic line says why better than QEMU's exit does.
+      await this.serial.poll();
+      this.#markDown(terminalError("QemuExited", `Cannot reach guest: QEMU exited (${describeExit(exit)})${await qemuLogSuffix(this.dir.qemuLog())}`, { context: { serialLog: this.serial.path } }));
+      this.#logger.info({ vm: this.spec.name, dir: this.dir.root, exit: describeExit(exit) }, "qemu exited");
+      return exit;
+    });
+    void this.#exited.then(() => this.#teardown());
   }
 
-  /** Spawns the VM. Rejects (leaving nothing running) if QEMU or the vsock backend cannot start. */
+  /** Starts the VM. Rejects with a classified error, leaving nothing running and no socket behind. */
   static async start(options: QemuVmOptions): Promise<QemuVm> {
-    const cfg = { ...defaultQemuVmConfig(), ...stripUndefined(options) };
-    const dir = new QemuVmDir(options.dir);
-    await assertExecutable("qemu", cfg.qemuBinary);
-    if (options.channel === "vsock" && options.vhostDeviceVsock !== undefined) await assertExecutable("vhost-device-vsock", options.vhostDeviceVsock);
-    await mkdir(dir.root, { recursive: true });
-
-    let channel: QemuGuestChannel | undefined;
-    let backend: Child | undefined;
-    if (options.channel === "vsock") {
-      if (options.vhostDeviceVsock === undefined) {
-        throw terminalError("qemu.no_vsock_backend", "Cannot start a VM with vsock under QEMU: no vhost-device-vsock binary given");
-      }
-      backend = await startVsockBackend(dir, options.vhostDeviceVsock, cfg.guestCid, cfg.dieWithParent, cfg.backendReadyTimeoutMs);
-      channel = { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() };
-    } else if (options.channel === "serial") {
-      channel = { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName };
-    }
-
-    let argv: string[];
-    let qemu: Child;
-    try {
-      argv = buildQemuArgv(channel === undefined ? options.machine : { ...options.machine, channel });
-      qemu = new Child("qemu", cfg.qemuBinary, argv, { stdio: ["ignore", "pipe", "pipe"], dieWithParent: cfg.dieWithParent });
-      await qemu.spawned();
-    } catch (err) {
-      await backend?.stop(1_000);
-      throw err;
-    }
-
-    const down = new AbortController();
-    const serial = new SerialLog(dir.serialLog(), {
-      onFatal: (line) => {
-        if (!down.signal.aborted) {
-          down.abort(terminalError("guest.boot_failed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
-        }
-      },
+    const cfg: BootConfig = { ...defaultQemuVmConfig(), ...stripUndefined(options) } as BootConfig;
+    const boot: Boot = {
+      cfg,
+      dir: new QemuVmDir(options.dir),
+      launcher: options.launcher ?? new DirectLauncher({ dieWithParent: cfg.dieWithParent }),
+      down: new AbortController(),
+    };
+    const spec = options.spec ?? specOf(options, cfg.guestCid);
+    const run = await runSteps(BOOT_STEPS, boot, {
+      logger: cfg.logger,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      onFailure: (step, err) => cfg.logger.warn({ vm: spec.name, step, error: describeError(err) }, "qemu boot failed"),
     });
-    const vm = new QemuVm(dir, options.channel, argv, qemu, backend, serial, down, cfg.logger);
-    vm.#wire();
-    cfg.logger.info({ pid: qemu.pid, dir: dir.root, channel: options.channel }, "qemu started");
+    const vm = new QemuVm(spec, boot as Required<Boot>, run);
+    cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel, steps: run.timings }, "qemu started");
     return vm;
   }
 
-  #wire(): void {
-    const { stdout, stderr } = this.#qemu.process;
-    stdout?.on("data", (chunk: Buffer) => this.serial.push(chunk));
-    const qemuLog = openSync(this.dir.qemuLog(), "a");
-    stderr?.on("data", (chunk: Buffer) => {
-      this.#stderrTail = (this.#stderrTail + chunk.toString("utf8")).slice(-4096);
-      try {
-        writeSync(qemuLog, chunk);
-      } catch {
-        // the tail above still carries QEMU's words into error messages
-      }
-    });
-    void this.#qemu.exited().then(async (exit) => {
-      closeSync(qemuLog);
-      this.#markDown(terminalError("qemu.exited", `Cannot reach guest: QEMU exited (${describeExit(exit)})${this.#stderrSuffix()}`, { context: { serialLog: this.serial.path } }));
-      await this.#backend?.stop(1_000);
-      await this.serial.close();
-      this.#logger.info({ dir: this.dir.root, exit: describeExit(exit) }, "qemu exited");
-    });
-  }
-
-  #stderrSuffix(): string {
-    const text = this.#stderrTail.trim();
-    return text === "" ? "" : `; qemu: ${text.split("\n").slice(-3).join(" | ")}`;
+  #teardown(): Promise<void> {
+    this.#tornDown ??= this.#run.rollback();
+    return this.#tornDown;
   }
 
   #markDown(reason: ImpError): void {
     if (!this.#down.signal.aborted) this.#down.abort(reason);
-  }
-
-  get pid(): number | undefined {
-    return this.#qemu.pid;
   }
 
   get running(): boolean {
@@ -191,9 +261,9 @@ export class QemuVm implements AsyncDisposable {
     return this.#down.signal;
   }
 
-  /** Resolves when QEMU has exited; its whole console is then in `serial.tail()` (the file is complete after `stop()`). */
+  /** Resolves when QEMU has exited and its console has been read to the end (`serial.tail()` is complete). */
   exited(): Promise<QemuExit> {
-    return this.#qemu.exited();
+    return this.#exited;
   }
 
   /**
@@ -202,13 +272,7 @@ export class QemuVm implements AsyncDisposable {
    * opened its end yet — callers repeat their first request until answered). Bounded by `timeoutMs`;
    * fails at once with the VM's down reason when it stops or panics.
    */
-  async connectGuest(options: {
-    readonly timeoutMs: number;
-    readonly port?: number;
-    readonly signal?: AbortSignal;
-    /** vsock only: each failed (temporary) dial attempt, e.g. while the guest still boots. */
-    readonly onAttemptFailed?: (err: ImpError, attempt: number) => void;
-  }): Promise<Socket> {
+  async connectGuest(options: ConnectGuestOptions): Promise<Socket> {
     const signal = options.signal === undefined ? this.#down.signal : AbortSignal.any([this.#down.signal, options.signal]);
     signal.throwIfAborted();
     switch (this.channel) {
@@ -235,19 +299,20 @@ export class QemuVm implements AsyncDisposable {
           }
         }, signal);
       case "none":
-        throw terminalError("qemu.no_channel", "Cannot connect to guest: the VM was started without a guest channel");
+        throw terminalError("GuestChannelMissing", "Cannot connect to guest: the VM was started without a guest channel");
     }
   }
 
   /**
-   * Stops QEMU (SIGTERM, then SIGKILL after `graceMs`) and its backend, and waits until the console is
-   * captured. Idempotent; returns how QEMU ended (which may be its own earlier exit).
+   * Stops QEMU (SIGTERM, then SIGKILL after `graceMs`), then its vsock backend, removes the sockets
+   * and reads the console to its end. Idempotent; returns how QEMU ended (which may be its own
+   * earlier exit).
    */
   stop(graceMs = 3_000): Promise<QemuExit> {
     this.#stopping ??= (async () => {
-      const exit = await this.#qemu.stop(graceMs);
-      await this.#backend?.stop(1_000);
-      await this.serial.close();
+      await this.#qemu.stop(graceMs);
+      const exit = await this.#exited;
+      await this.#teardown();
       return exit;
     })();
     return this.#stopping;
@@ -258,36 +323,60 @@ export class QemuVm implements AsyncDisposable {
   }
 }
 
-async function startVsockBackend(dir: QemuVmDir, binary: string, guestCid: number, dieWithParent: boolean, readyTimeoutMs: number): Promise<Child> {
-  if (!Number.isInteger(guestCid) || guestCid < 3 || guestCid > 0xffff_fffe) throw new RangeError(`Cannot use guest CID ${guestCid}`);
-  const log = openSync(dir.backendLog(), "a");
-  let backend: Child;
-  try {
-    backend = new Child("vhost-device-vsock", binary, ["--vm", `guest-cid=${guestCid},socket=${dir.vhostUserSocket()},uds-path=${dir.vsockUds()}`], {
-      stdio: ["ignore", log, log],
-      dieWithParent,
-    });
-  } finally {
-    closeSync(log);
-  }
-  try {
-    await backend.spawned();
-    // QEMU connects to the control socket at startup, so it must exist first.
-    const deadline = Date.now() + readyTimeoutMs;
-    for (;;) {
-      if (!backend.running) {
-        throw terminalError("qemu.vsock_backend_exited", `Cannot start vhost-device-vsock: it exited (${describeExit(await backend.exited())}); see ${dir.backendLog()}`);
-      }
-      if ((await stat(dir.vhostUserSocket()).catch(() => undefined))?.isSocket() === true) return backend;
-      if (Date.now() > deadline) {
-        throw retryableError("qemu.vsock_backend_timeout", `Cannot start vhost-device-vsock: no control socket within ${readyTimeoutMs} ms; see ${dir.backendLog()}`);
-      }
-      await new Promise((r) => setTimeout(r, 20));
+/** QEMU connects to the backend's control socket at startup, so it must exist first. */
+async function waitForControlSocket(backend: VmmProcess, dir: QemuVmDir, cfg: BootConfig, signal: AbortSignal): Promise<void> {
+  const deadline = cfg.clock.now() + cfg.backendReadyTimeoutMs;
+  for (;;) {
+    signal.throwIfAborted();
+    if (!backend.running) {
+      throw terminalError("VsockBackendExited", `Cannot start vhost-device-vsock: it exited (${describeExit(await backend.exited())}); see ${dir.backendLog()}`);
     }
-  } catch (err) {
-    await backend.stop(1_000);
-    throw err;
+    if ((await stat(dir.vhostUserSocket()).catch(() => undefined))?.isSocket() === true) return;
+    if (cfg.clock.now() > deadline) {
+      throw retryableError("VsockBackendTimeout", `Cannot start vhost-device-vsock: no control socket within ${cfg.backendReadyTimeoutMs} ms; see ${dir.backendLog()}`);
+    }
+    await cfg.clock.sleep(20, signal);
   }
+}
+
+async function removeSockets(dir: QemuVmDir): Promise<void> {
+  await Promise.all(dir.sockets().map((path) => rm(path, { force: true })));
+}
+
+/** "; qemu: <last lines of its stderr>", or "" — QEMU's own words for why it exited. */
+async function qemuLogSuffix(path: string): Promise<string> {
+  let text = "";
+  try {
+    const file = await open(path, "r");
+    try {
+      const { size } = await file.stat();
+      const length = Math.min(size, 4096);
+      const { buffer, bytesRead } = await file.read(Buffer.alloc(length), 0, length, size - length);
+      text = buffer.subarray(0, bytesRead).toString("utf8").trim();
+    } finally {
+      await file.close();
+    }
+  } catch {
+    return "";
+  }
+  return text === "" ? "" : `; qemu: ${text.split("\n").slice(-3).join(" | ")}`;
+}
+
+/** The driver-neutral spec of a VM started from {@link QemuVmOptions} directly: the first drive is root. */
+function specOf(options: QemuVmOptions, guestCid: number): VmSpec {
+  const m = options.machine;
+  return {
+    name: basename(options.dir),
+    dir: options.dir,
+    vcpus: m.vcpus,
+    memoryMiB: m.memoryMiB,
+    kernel: m.kernel,
+    ...(m.initrd === undefined ? {} : { initrd: m.initrd }),
+    cmdline: m.cmdline.join(" "),
+    drives: m.drives.map((d, i) => ({ id: d.id, path: d.path, readOnly: d.readOnly === true, isRoot: i === 0 })),
+    ...(m.tap === undefined ? {} : { network: m.tap }),
+    guestCid,
+  };
 }
 
 function connectUnix(path: string): Promise<Socket> {
@@ -299,7 +388,7 @@ function connectUnix(path: string): Promise<Socket> {
     });
     socket.once("error", (err) => {
       socket.destroy();
-      reject(retryableError("qemu.serial_connect_failed", `Cannot connect to ${path}: ${err.message}`, { cause: err }));
+      reject(retryableError("SerialConnectFailed", `Cannot connect to ${path}: ${err.message}`, { cause: err }));
     });
   });
 }

@@ -1,0 +1,81 @@
+import { terminalError } from "../../../shared/index.ts";
+import type { Accel } from "../kvm-probe.ts";
+import type { DriverContext, VmDrive, VmmDriver, VmSpec } from "../types.ts";
+import type { QemuDrive } from "./argv.ts";
+import { QemuVm, type QemuChannelKind } from "./vm.ts";
+
+export interface QemuDriverOptions {
+  readonly qemuBinary?: string;
+  /** rust-vmm vhost-device-vsock. Given: the guest channel is hybrid vsock; absent: virtio-serial. */
+  readonly vhostDeviceVsock?: string;
+  /** Default "tcg"; a node sets it from `probeKvm().accel`. */
+  readonly accel?: Accel;
+  /** Host TSC rate (`readHostTscKhz()`), passed as `tsc_early_khz=` under TCG, where calibration can hang. */
+  readonly tscKhz?: number;
+  readonly serialPortName?: string;
+  readonly backendReadyTimeoutMs?: number;
+}
+
+/**
+ * The {@link VmmDriver} for QEMU `-M microvm`. It maps a {@link VmSpec} onto {@link QemuVm}, whose
+ * boot is a list of named steps (binaries, directory, vsock backend, QEMU, console) run through the
+ * context's launcher, so the same VM runs as a direct child or under a supervisor.
+ */
+export class QemuDriver implements VmmDriver {
+  readonly kind = "qemu" as const;
+  readonly #options: QemuDriverOptions;
+
+  constructor(options: QemuDriverOptions = {}) {
+    this.#options = options;
+  }
+
+  /** The guest channel VMs of this driver get. */
+  get channel(): Exclude<QemuChannelKind, "none"> {
+    return this.#options.vhostDeviceVsock === undefined ? "serial" : "vsock";
+  }
+
+  async start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<QemuVm> {
+    const o = this.#options;
+    const accel = o.accel ?? "tcg";
+    return QemuVm.start({
+      dir: spec.dir,
+      channel: this.channel,
+      spec,
+      guestCid: spec.guestCid,
+      launcher: context.launcher,
+      logger: context.logger.child({ vm: spec.name }),
+      clock: context.clock,
+      machine: {
+        kernel: spec.kernel,
+        ...(spec.initrd === undefined ? {} : { initrd: spec.initrd }),
+        cmdline: cmdlineArgs(spec.cmdline),
+        memoryMiB: spec.memoryMiB,
+        vcpus: spec.vcpus,
+        drives: orderedDrives(spec.drives),
+        accel,
+        ...(accel === "tcg" && o.tscKhz !== undefined ? { tscKhz: o.tscKhz } : {}),
+        ...(spec.network === undefined ? {} : { tap: { tap: spec.network.tap, mac: spec.network.mac } }),
+      },
+      ...(signal === undefined ? {} : { signal }),
+      ...(o.qemuBinary === undefined ? {} : { qemuBinary: o.qemuBinary }),
+      ...(o.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: o.vhostDeviceVsock }),
+      ...(o.serialPortName === undefined ? {} : { serialPortName: o.serialPortName }),
+      ...(o.backendReadyTimeoutMs === undefined ? {} : { backendReadyTimeoutMs: o.backendReadyTimeoutMs }),
+    });
+  }
+}
+
+/**
+ * QEMU attaches drives in argv order and the guest names them vda, vdb, … in that order, so the root
+ * goes first and the others keep their given order. Exactly one drive must be root.
+ */
+export function orderedDrives(drives: readonly VmDrive[]): QemuDrive[] {
+  const roots = drives.filter((d) => d.isRoot);
+  if (roots.length !== 1) throw terminalError("VmSpecInvalid", `Cannot attach drives: ${roots.length} are marked root, need exactly 1`);
+  return [...roots, ...drives.filter((d) => !d.isRoot)].map((d) => ({ id: d.id, path: d.path, readOnly: d.readOnly }));
+}
+
+/** The command line's arguments. Quoted arguments with spaces are not supported (kernelCmdline rejects them). */
+export function cmdlineArgs(cmdline: string): string[] {
+  return cmdline.split(/[ \t]+/).filter((a) => a !== "");
+}
