@@ -1,0 +1,152 @@
+/**
+ * From the API objects of one VM (the ImpVM, its template, its class, the Secrets its environment
+ * reads) to what this node boots: a pure function, so every rule about what a VM gets is tested
+ * without a cluster. Secret values pass through in memory only.
+ */
+import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
+import { terminalError } from "../../shared/index.ts";
+
+export interface KernelFiles {
+  readonly kernel: string;
+  readonly initrd?: string;
+  /** Kernel arguments this kernel needs on top of Imp's own (e.g. `console=ttyS0`). */
+  readonly args: readonly string[];
+}
+
+export interface VmPlan {
+  readonly uid: string;
+  readonly name: string;
+  readonly namespace: string;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly scratchBytes: number;
+  readonly image: string;
+  readonly extraLayers: readonly string[];
+  readonly pullSecretName?: string;
+  readonly kernel: KernelFiles;
+  /** Extra kernel arguments from the template, already split and checked. */
+  readonly bootArgs: readonly string[];
+  readonly workload: PlannedWorkload;
+  /** A runner VM waits for its sealed setup before its workload starts. */
+  readonly runner: boolean;
+  readonly egress: "none" | "internet" | "restricted";
+  readonly allowedCIDRs: readonly string[];
+  readonly expiresAtMs: number;
+  readonly preferredVmm?: "qemu" | "firecracker";
+}
+
+export interface PlannedWorkload {
+  readonly argv: readonly string[];
+  /** Literal variables and those read from Secrets. Secret: never log. */
+  readonly env: Readonly<Record<string, string>>;
+  readonly cwd?: string;
+  readonly uid?: number;
+  readonly gid?: number;
+}
+
+export interface PlanInputs {
+  readonly vm: Readonly<ImpVM>;
+  /** The referenced template's spec, or undefined for an inline template. */
+  readonly template: Readonly<ImpVMTemplateSpec> | undefined;
+  readonly vmClass: Readonly<ImpVMClassSpec>;
+  /** Secret data by Secret name (values decoded), for env valueFrom and envFrom. */
+  readonly secrets: ReadonlyMap<string, Readonly<Record<string, string>>>;
+  readonly kernels: ReadonlyMap<string, KernelFiles>;
+  /** Base environment every workload gets (PATH etc.), below the workload's own. */
+  readonly baseEnv: Readonly<Record<string, string>>;
+}
+
+const SAFE_BOOT_ARG = /^[\x21-\x7e]+$/;
+/** Kernel arguments a template may not set: they decide the root, init and the agent's own channel. */
+const RESERVED_BOOT_ARGS = /^(root|rootfstype|rootflags|init|rdinit|imp\.[a-z_.]+|console|panic|reboot)=/;
+
+export function templateOf(vm: Readonly<ImpVM>, referenced: Readonly<ImpVMTemplateSpec> | undefined): Readonly<ImpVMTemplateSpec> {
+  const template = vm.spec.template ?? referenced;
+  if (template === undefined) {
+    throw terminalError("TemplateNotFound", `Cannot plan VM ${vm.metadata.namespace}/${vm.metadata.name}: template ${vm.spec.templateRef?.name ?? "(none)"} does not exist`);
+  }
+  return template;
+}
+
+/** Secret names the VM's environment reads (so the caller can fetch exactly those). */
+export function secretsNeeded(workload: Readonly<Workload>): string[] {
+  const names = new Set<string>();
+  for (const e of workload.env ?? []) if (e.valueFrom !== undefined) names.add(e.valueFrom.secretKeyRef.name);
+  for (const f of workload.envFrom ?? []) names.add(f.secretRef.name);
+  return [...names];
+}
+
+export function workloadOf(vm: Readonly<ImpVM>, template: Readonly<ImpVMTemplateSpec>): Readonly<Workload> {
+  const workload = vm.spec.workload ?? template.workload;
+  if (workload === undefined) throw terminalError("NoWorkload", `Cannot plan VM ${vm.metadata.name}: neither the VM nor its template has a workload`);
+  return workload;
+}
+
+export function planVm(inputs: PlanInputs): VmPlan {
+  const { vm } = inputs;
+  const where = `VM ${vm.metadata.namespace}/${vm.metadata.name}`;
+  const template = templateOf(vm, inputs.template);
+  const workload = workloadOf(vm, template);
+  const kernel = inputs.kernels.get(template.kernel);
+  if (kernel === undefined) {
+    throw terminalError("KernelNotConfigured", `Cannot plan ${where}: this node has no kernel named "${template.kernel}" (configured: ${[...inputs.kernels.keys()].join(", ") || "none"})`);
+  }
+  const bootArgs = (template.bootArgs ?? "").split(" ").filter((a) => a !== "");
+  for (const arg of bootArgs) {
+    if (!SAFE_BOOT_ARG.test(arg) || RESERVED_BOOT_ARGS.test(arg)) throw terminalError("BootArgRefused", `Cannot plan ${where}: boot argument "${arg}" is reserved for Imp or not printable ASCII`);
+  }
+  const uid = vm.metadata.uid;
+  if (uid === undefined || uid === "") throw terminalError("NoUid", `Cannot plan ${where}: it has no uid`);
+  const created = Date.parse(vm.metadata.creationTimestamp ?? "");
+  return {
+    uid,
+    name: vm.metadata.name ?? "",
+    namespace: vm.metadata.namespace ?? "default",
+    vcpus: inputs.vmClass.vcpu,
+    memoryMiB: inputs.vmClass.memoryMiB,
+    scratchBytes: parseSizeMiB(inputs.vmClass.scratchDisk) * 1024 * 1024,
+    image: template.image,
+    extraLayers: (template.extraLayers ?? []).map((l) => l.image),
+    ...(template.imagePullSecretRef === undefined ? {} : { pullSecretName: template.imagePullSecretRef.name }),
+    kernel,
+    bootArgs,
+    workload: plannedWorkload(workload, inputs.secrets, inputs.baseEnv, where),
+    runner: vm.metadata.labels?.["imp.dev/pool"] !== undefined,
+    egress: template.network?.egress ?? "internet",
+    allowedCIDRs: template.network?.allowedCIDRs ?? [],
+    expiresAtMs: (Number.isNaN(created) ? 0 : created) + parseDurationMs(template.expireAfter),
+    ...(inputs.vmClass.preferredVmm === undefined ? {} : { preferredVmm: inputs.vmClass.preferredVmm }),
+  };
+}
+
+function plannedWorkload(workload: Readonly<Workload>, secrets: PlanInputs["secrets"], baseEnv: PlanInputs["baseEnv"], where: string): PlannedWorkload {
+  const env: Record<string, string> = { ...baseEnv };
+  for (const from of workload.envFrom ?? []) {
+    const data = secrets.get(from.secretRef.name);
+    if (data === undefined) throw terminalError("SecretNotFound", `Cannot plan ${where}: envFrom Secret ${from.secretRef.name} does not exist`);
+    for (const [key, value] of Object.entries(data)) env[`${from.prefix ?? ""}${key}`] = value;
+  }
+  for (const e of workload.env ?? []) {
+    if (e.value !== undefined) {
+      env[e.name] = e.value;
+      continue;
+    }
+    const ref = e.valueFrom?.secretKeyRef;
+    const value = ref === undefined ? undefined : secrets.get(ref.name)?.[ref.key];
+    if (value === undefined) throw terminalError("SecretNotFound", `Cannot plan ${where}: env ${e.name} reads key ${ref?.key ?? "?"} of Secret ${ref?.name ?? "?"}, which does not exist`);
+    env[e.name] = value;
+  }
+  for (const name of Object.keys(env)) {
+    if (name.startsWith(RESERVED_ENV_PREFIX)) throw terminalError("ReservedEnv", `Cannot plan ${where}: variable ${name} uses the reserved IMP_ prefix`);
+  }
+  return { argv: workload.command, env, ...(workload.workingDir === undefined ? {} : { cwd: workload.workingDir }), ...userOf(workload.user, where) };
+}
+
+/** `uid[:gid]` only: names would need the image's /etc/passwd, which the host does not read. */
+function userOf(user: string | undefined, where: string): { uid?: number; gid?: number } {
+  if (user === undefined || user === "root" || user === "0") return {};
+  const m = /^(\d+)(?::(\d+))?$/.exec(user);
+  if (m === null) throw terminalError("UserNotNumeric", `Cannot plan ${where}: user "${user}" must be uid or uid:gid here (names need the image's passwd file)`);
+  const uid = Number(m[1]);
+  return { uid, gid: m[2] === undefined ? uid : Number(m[2]) };
+}
