@@ -56,6 +56,23 @@ describe("Manager", () => {
     assert.deepEqual(log, ["start cache", "start controller", "start server", "stopped server", "stopped controller", "stopped cache"]);
   });
 
+  it("starts health servers before the caches and stops them last", async () => {
+    const log: string[] = [];
+    const cache = part("cache", log);
+    const health = part("health", log);
+    const controller = part("controller", log);
+    const manager = new Manager().addCache(cache).addController(controller).addHealthServer(health);
+    const stop = new AbortController();
+    const running = manager.start(stop.signal);
+    await until(() => log.length === 2, "health server and cache start");
+    assert.deepEqual(log, ["start health", "start cache"], "the health server answers while caches sync");
+    cache.sync();
+    await until(() => log.length === 3, "the controller starts");
+    stop.abort();
+    await running;
+    assert.deepEqual(log, ["start health", "start cache", "start controller", "stopped controller", "stopped cache", "stopped health"]);
+  });
+
   it("stops everything and rejects when a part fails", async () => {
     const log: string[] = [];
     const cache = part("cache", log);

@@ -23,8 +23,9 @@ export const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
 
 /**
  * Starts parts in groups and stops them in reverse (STYLE 31, controller-runtime's runnable
- * groups): caches → wait for sync → controllers (leader-only when leader election is on) →
- * servers; on stop: servers → controllers → caches, each group fully stopped before the next.
+ * groups): health servers → caches → wait for sync → controllers (leader-only when leader election
+ * is on) → servers; on stop: servers → controllers → caches → health servers, each group fully
+ * stopped before the next.
  * `start` resolves after a requested stop; it rejects after stopping everything if a part fails,
  * caches do not sync in time (retryable `CacheSyncTimeout`) or leadership is lost (terminal
  * `LeadershipLost`: exit the process and let a new one campaign, as controller-runtime does).
@@ -35,6 +36,7 @@ export class Manager {
   readonly #caches: SyncedRunnable[] = [];
   readonly #controllers: Runnable[] = [];
   readonly #servers: Runnable[] = [];
+  readonly #healthServers: Runnable[] = [];
   #elector: LeaderElector | undefined;
   #started = false;
 
@@ -53,9 +55,18 @@ export class Manager {
     return this;
   }
 
-  /** Runnables that run on every replica, leader or not (metrics and health endpoints). */
+  /** Runnables that run on every replica, leader or not, once caches have synced. */
   addServer(server: Runnable): this {
     this.#servers.push(server);
+    return this;
+  }
+
+  /**
+   * Probe and metrics endpoints (`HealthServer`): started before the caches, so liveness and "not
+   * ready yet" are answered while they sync, and stopped after everything else.
+   */
+  addHealthServer(server: Runnable): this {
+    this.#healthServers.push(server);
     return this;
   }
 
@@ -79,7 +90,12 @@ export class Manager {
     signal.addEventListener("abort", onAbort, { once: true });
     if (signal.aborted) onAbort();
 
-    const groups = { caches: new AbortController(), controllers: new AbortController(), servers: new AbortController() };
+    const groups = {
+      health: new AbortController(),
+      caches: new AbortController(),
+      controllers: new AbortController(),
+      servers: new AbortController(),
+    };
     const runAll = (parts: readonly Runnable[], groupSignal: AbortSignal, name: string): Promise<unknown> =>
       Promise.all(parts.map((p) => p.start(groupSignal).then(
         () => {
@@ -88,6 +104,7 @@ export class Manager {
         fail,
       )));
 
+    const healthRun = runAll(this.#healthServers, groups.health.signal, "health servers");
     const cachesRun = runAll(this.#caches, groups.caches.signal, "caches");
     let controllersRun: Promise<unknown> = Promise.resolve();
     let serversRun: Promise<unknown> = Promise.resolve();
@@ -108,6 +125,8 @@ export class Manager {
     await controllersRun;
     groups.caches.abort();
     await cachesRun;
+    groups.health.abort();
+    await healthRun;
     this.#logger.info("stopped");
     if (failure !== undefined) throw failure;
   }
