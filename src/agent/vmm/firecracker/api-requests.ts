@@ -1,0 +1,111 @@
+import type { VmSpec } from "../types.ts";
+
+/**
+ * The Firecracker API requests that configure and start one VM, as plain data: a pure function of
+ * the VmSpec and of where Firecracker sees its files, so tests can hold every body against the
+ * published API description without a running VMM. Only fields that Firecracker v1.12 and v1.16
+ * both accept are used.
+ */
+export interface FirecrackerRequest {
+  readonly method: "GET" | "PUT";
+  /** The concrete path, e.g. `/drives/root`. */
+  readonly path: string;
+  /** The API description's path template, e.g. `/drives/{drive_id}`: the operation the body belongs to. */
+  readonly route: string;
+  readonly body?: Readonly<Record<string, unknown>>;
+}
+
+/** Paths as the Firecracker process sees them: host paths, or paths inside the chroot when jailed. */
+export interface FirecrackerPaths {
+  readonly kernel: string;
+  readonly initrd?: string;
+  /** By drive id. */
+  readonly drives: ReadonlyMap<string, string>;
+  readonly vsockUds: string;
+  readonly logFile: string;
+  readonly metricsFile: string;
+}
+
+export type FirecrackerAction = "InstanceStart" | "SendCtrlAltDel" | "FlushMetrics";
+
+/** The guest's network interface id; the guest sees it as its first virtio-net device. */
+export const GUEST_IFACE_ID = "eth0";
+
+// Firecracker's own limits: ids are alphanumeric/underscore up to 64 (drive and iface ids), a tap name
+// fits IFNAMSIZ, x86 COMMAND_LINE_SIZE is 2048 with the NUL, and it offers 1..32 vCPUs.
+const FC_ID = /^[A-Za-z0-9_]{1,64}$/;
+const TAP_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
+const MAX_CMDLINE_BYTES = 2047;
+
+/** Throws a RangeError naming the first thing in `spec` that Firecracker would refuse. */
+export function assertFirecrackerSpec(spec: VmSpec): void {
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 32) throw new RangeError(`Cannot boot ${spec.name} with ${spec.vcpus} vCPUs: Firecracker takes 1..32`);
+  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 32) throw new RangeError(`Cannot boot ${spec.name} with ${spec.memoryMiB} MiB: need an integer ≥ 32`);
+  if (!Number.isInteger(spec.guestCid) || spec.guestCid < 3 || spec.guestCid > 0xffff_fffe) throw new RangeError(`Cannot use guest CID ${spec.guestCid}: need 3..4294967294`);
+  if (Buffer.byteLength(spec.cmdline) > MAX_CMDLINE_BYTES) throw new RangeError(`Cannot boot ${spec.name}: kernel command line is ${Buffer.byteLength(spec.cmdline)} bytes, over ${MAX_CMDLINE_BYTES}`);
+  const ids = new Set<string>();
+  for (const drive of spec.drives) {
+    if (!FC_ID.test(drive.id) || ids.has(drive.id)) throw new RangeError(`Cannot attach drive ${JSON.stringify(drive.id)}: ids must be unique and match ${FC_ID}`);
+    ids.add(drive.id);
+  }
+  const roots = spec.drives.filter((d) => d.isRoot).length;
+  if (roots !== 1) throw new RangeError(`Cannot boot ${spec.name}: ${roots} drives are marked root, need exactly one`);
+  if (spec.network !== undefined) {
+    if (!TAP_NAME.test(spec.network.tap)) throw new RangeError(`Cannot attach tap ${JSON.stringify(spec.network.tap)}: not a valid interface name`);
+    if (!MAC.test(spec.network.mac)) throw new RangeError(`Cannot give the guest MAC ${JSON.stringify(spec.network.mac)}: need xx:xx:xx:xx:xx:xx`);
+  }
+}
+
+/**
+ * Every pre-boot request, in the order they are sent. The logger and metrics come first so that a
+ * refusal of any later request is already in Firecracker's log. The root drive is sent first (Firecracker
+ * makes it `/dev/vda` whatever the order; sending it first keeps the log readable).
+ */
+export function configRequests(spec: VmSpec, paths: FirecrackerPaths): FirecrackerRequest[] {
+  assertFirecrackerSpec(spec);
+  const requests: FirecrackerRequest[] = [
+    put("/logger", "/logger", { log_path: paths.logFile, level: "Info", show_level: true, show_log_origin: false }),
+    put("/metrics", "/metrics", { metrics_path: paths.metricsFile }),
+    put("/machine-config", "/machine-config", { vcpu_count: spec.vcpus, mem_size_mib: spec.memoryMiB, smt: false }),
+    put("/boot-source", "/boot-source", {
+      kernel_image_path: paths.kernel,
+      boot_args: spec.cmdline,
+      ...(paths.initrd === undefined ? {} : { initrd_path: paths.initrd }),
+    }),
+  ];
+  const drives = [...spec.drives].sort((a, b) => Number(b.isRoot) - Number(a.isRoot));
+  for (const drive of drives) {
+    const hostPath = paths.drives.get(drive.id);
+    if (hostPath === undefined) throw new RangeError(`Cannot attach drive ${drive.id}: no path for it`);
+    requests.push(
+      put(`/drives/${drive.id}`, "/drives/{drive_id}", {
+        drive_id: drive.id,
+        path_on_host: hostPath,
+        is_root_device: drive.isRoot,
+        is_read_only: drive.readOnly,
+      }),
+    );
+  }
+  if (spec.network !== undefined) {
+    requests.push(
+      put(`/network-interfaces/${GUEST_IFACE_ID}`, "/network-interfaces/{iface_id}", {
+        iface_id: GUEST_IFACE_ID,
+        host_dev_name: spec.network.tap,
+        guest_mac: spec.network.mac.toLowerCase(),
+      }),
+    );
+  }
+  requests.push(put("/vsock", "/vsock", { guest_cid: spec.guestCid, uds_path: paths.vsockUds }));
+  return requests;
+}
+
+export function actionRequest(action: FirecrackerAction): FirecrackerRequest {
+  return put("/actions", "/actions", { action_type: action });
+}
+
+export const DESCRIBE_INSTANCE: FirecrackerRequest = { method: "GET", path: "/", route: "/" };
+
+function put(path: string, route: string, body: Record<string, unknown>): FirecrackerRequest {
+  return { method: "PUT", path, route, body };
+}

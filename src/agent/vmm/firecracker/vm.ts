@@ -1,0 +1,145 @@
+import type { Socket } from "node:net";
+import { describeError, describeExit, terminalError, type Logger, type StepRun, type StepTiming } from "../../../shared/index.ts";
+import { dialHybridVsock } from "../../vsock/index.ts";
+import type { ConnectGuestOptions, RunningVm, VmExit, VmmProcess, VmSpec } from "../types.ts";
+import { actionRequest } from "./api-requests.ts";
+import type { FirecrackerApi } from "./api-client.ts";
+import type { FirecrackerLayout } from "./layout.ts";
+
+/** The guest agent's vsock port (docs/guest-protocol.md). */
+export const DEFAULT_GUEST_VSOCK_PORT = 10700;
+
+export interface StopTimings {
+  /** From stop() to Firecracker's exit. */
+  readonly exitMs: number;
+  /** Whether the guest's own shutdown (Ctrl+Alt+Del) ended it, or the kill after the grace period did. */
+  readonly by: "guest" | "kill" | "already-exited";
+  /** Removing sockets and the jail. */
+  readonly cleanupMs: number;
+}
+
+/**
+ * A started Firecracker VM. It owns the boot's cleanups (`StepRun.rollback`): they run once, when
+ * `stop()` ends the VM or when Firecracker exits by itself, so sockets and the jail never outlive
+ * the process.
+ */
+export class FirecrackerVm implements RunningVm {
+  readonly kind = "firecracker" as const;
+  readonly spec: VmSpec;
+  readonly layout: FirecrackerLayout;
+  readonly api: FirecrackerApi;
+  /** How long each boot step took. */
+  readonly bootTimings: readonly StepTiming[];
+  readonly #process: VmmProcess;
+  readonly #boot: StepRun;
+  readonly #down = new AbortController();
+  readonly #logger: Logger;
+  readonly #killGraceMs: number;
+  readonly #cleanedUp: Promise<void>;
+  #stopping: Promise<VmExit> | undefined;
+  #stopTimings: StopTimings | undefined;
+
+  constructor(init: {
+    readonly spec: VmSpec;
+    readonly layout: FirecrackerLayout;
+    readonly api: FirecrackerApi;
+    readonly process: VmmProcess;
+    readonly boot: StepRun;
+    readonly logger: Logger;
+    readonly killGraceMs: number;
+  }) {
+    this.spec = init.spec;
+    this.layout = init.layout;
+    this.api = init.api;
+    this.#process = init.process;
+    this.#boot = init.boot;
+    this.bootTimings = init.boot.timings;
+    this.#logger = init.logger;
+    this.#killGraceMs = init.killGraceMs;
+    this.#cleanedUp = this.#process.exited().then(async (exit) => {
+      if (!this.#down.signal.aborted) {
+        this.#down.abort(terminalError("FirecrackerExited", `Cannot reach guest of VM ${this.spec.name}: Firecracker exited (${describeExit(exit)})`, { context: { vm: this.spec.name, consoleLog: this.layout.host.consoleLog } }));
+      }
+      await this.#boot.rollback();
+      this.#logger.info({ vm: this.spec.name, exit: describeExit(exit) }, "firecracker exited");
+    });
+  }
+
+  get pid(): number {
+    return this.#process.pid;
+  }
+
+  get running(): boolean {
+    return this.#process.running;
+  }
+
+  get downSignal(): AbortSignal {
+    return this.#down.signal;
+  }
+
+  /** Set once stop() has finished. */
+  get stopTimings(): StopTimings | undefined {
+    return this.#stopTimings;
+  }
+
+  exited(): Promise<VmExit> {
+    return this.#process.exited();
+  }
+
+  /** Hybrid vsock through Firecracker's `uds_path`; fails at once with the down reason when the VM goes. */
+  connectGuest(options: ConnectGuestOptions): Promise<Socket> {
+    const signal = options.signal === undefined ? this.#down.signal : AbortSignal.any([this.#down.signal, options.signal]);
+    signal.throwIfAborted();
+    return dialHybridVsock({
+      udsPath: this.layout.host.vsockUds,
+      port: options.port ?? DEFAULT_GUEST_VSOCK_PORT,
+      totalTimeoutMs: options.timeoutMs,
+      signal,
+      ...(options.onAttemptFailed === undefined ? {} : { onAttemptFailed: options.onAttemptFailed }),
+    });
+  }
+
+  /**
+   * Ctrl+Alt+Del first (a Linux guest with `reboot=k` reboots, and Firecracker exits on a guest
+   * reboot), then SIGTERM and SIGKILL after `graceMs`; then the sockets and the jail go. Idempotent.
+   */
+  stop(graceMs = 5_000): Promise<VmExit> {
+    this.#stopping ??= this.#stop(graceMs);
+    return this.#stopping;
+  }
+
+  async #stop(graceMs: number): Promise<VmExit> {
+    const started = performance.now();
+    let by: StopTimings["by"] = "already-exited";
+    if (this.#process.running) {
+      by = "guest";
+      const deadline = AbortSignal.timeout(Math.max(1, graceMs));
+      try {
+        await this.api.put(actionRequest("SendCtrlAltDel"), { timeoutMs: Math.min(graceMs, 2_000), signal: deadline });
+      } catch (err) {
+        // Not fatal: the kill below ends the VM anyway.
+        this.#logger.debug({ vm: this.spec.name, error: describeError(err) }, "SendCtrlAltDel failed");
+      }
+      const exitedInTime = await Promise.race([
+        this.#process.exited().then(() => true),
+        new Promise<false>((resolve) => {
+          if (deadline.aborted) resolve(false);
+          deadline.addEventListener("abort", () => resolve(false), { once: true });
+        }),
+      ]);
+      if (!exitedInTime) {
+        by = "kill";
+        await this.#process.stop(this.#killGraceMs);
+      }
+    }
+    const exit = await this.#process.exited();
+    const exitMs = performance.now() - started;
+    await this.#cleanedUp;
+    this.#stopTimings = { exitMs, by, cleanupMs: performance.now() - started - exitMs };
+    return exit;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
