@@ -1,0 +1,157 @@
+/**
+ * QemuDriver through the VMM-neutral interface with the direct launcher: a real TCG boot of the boot
+ * kit's kernel, initramfs and guest agent, on each guest channel this machine has; the agent says
+ * hello, the drives arrive root-first and read-only as specified, and stop() leaves no process and no
+ * socket behind. Also the spec checks that need no boot.
+ */
+import { after, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { GuestClient, QemuDriver, readHostTscKhz, type DriverContext, type RunningVm, type VmSpec } from "../../../src/agent/index.ts";
+import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
+import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
+import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+
+const work = await mkdtemp(join(tmpdir(), "imp-qdrv-"));
+after(() => rm(work, { recursive: true, force: true }));
+const context: DriverContext = { launcher: new DirectLauncher({ dieWithParent: true }), clock: systemClock, logger: silentLogger };
+const PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** PIDs of live processes whose command line mentions `needle` (the VM's directory). */
+function processesMentioning(needle: string): number[] {
+  return readdirSync("/proc").filter((e) => /^[0-9]+$/.test(e)).flatMap((pid) => {
+    try {
+      if (/\) Z /.test(readFileSync(`/proc/${pid}/stat`, "utf8"))) return [];
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(needle) ? [Number(pid)] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+async function socketsIn(dir: string): Promise<string[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const sockets: string[] = [];
+  for (const name of names) if ((await stat(join(dir, name))).isSocket()) sockets.push(name);
+  return sockets;
+}
+
+/** Connects and says hello; over virtio-serial the first hello may be lost before the guest opens its port, so ask again. */
+async function hello(vm: RunningVm, timeoutMs: number): Promise<GuestClient> {
+  const deadline = Date.now() + timeoutMs;
+  const client = new GuestClient(await vm.connectGuest({ timeoutMs }), { clientName: "imp-qemu-driver-test" });
+  client.on("close", () => undefined);
+  for (;;) {
+    try {
+      await client.hello({ timeoutMs: 500, signal: vm.downSignal });
+      return client;
+    } catch (err) {
+      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "guest.timeout")) {
+        client.close();
+        throw err;
+      }
+    }
+  }
+}
+
+describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () => {
+  const kit = await loadBootKit();
+  const tscKhz = await readHostTscKhz();
+  const channels = [
+    { channel: "vsock", driver: kit.vhostDeviceVsock === null ? undefined : new QemuDriver({ vhostDeviceVsock: kit.vhostDeviceVsock, ...(tscKhz === undefined ? {} : { tscKhz }) }) },
+    { channel: "serial", driver: new QemuDriver(tscKhz === undefined ? {} : { tscKhz }) },
+  ] as const;
+  let n = 0;
+
+  for (const { channel, driver } of channels) {
+    it(`boots to the guest agent's hello over ${channel}, root drive first and read-only, and stop leaves nothing`, async (t) => {
+      if (driver === undefined) {
+        t.skip(`vhost-device-vsock is not available: ${kit.vhostDeviceVsockError ?? "unknown reason"}`);
+        return;
+      }
+      assert.equal(driver.channel, channel);
+      const dir = join(work, `vm${++n}`);
+      const scratch = join(work, `scratch${n}.ext4`);
+      await makeScratchDisk(scratch, 128);
+      const spec: VmSpec = {
+        name: `driver-test-${channel}`,
+        dir,
+        vcpus: 1,
+        memoryMiB: 512,
+        kernel: kit.kernel,
+        initrd: kit.initrd,
+        cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
+        // Scratch listed first on purpose: the driver must still make the root drive /dev/vda.
+        drives: [
+          { id: "scratch", path: scratch, readOnly: false, isRoot: false },
+          { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
+        ],
+        guestCid: 3,
+      };
+      const started = performance.now();
+      const vm = await driver.start(spec, context);
+      try {
+        assert.equal(vm.kind, "qemu");
+        assert.equal(vm.spec, spec);
+        assert.ok(processesMentioning(dir).includes(vm.pid));
+        const client = await hello(vm, 120_000);
+        t.diagnostic(`${channel}: start() to hello in ${(performance.now() - started).toFixed(0)} ms (TCG)`);
+        const ro = await runExec(client, { execId: "ro", argv: ["/bin/sh", "-c", "cat /sys/block/vda/ro /sys/block/vdb/ro"], env: { PATH } });
+        assert.equal(ro.exitCode, 0, ro.stderr);
+        assert.equal(ro.stdout, "1\n0\n");
+        client.close();
+        assert.ok((await socketsIn(dir)).length > 0, "the channel's sockets exist while the VM runs");
+      } finally {
+        const exit = await vm.stop(5_000);
+        assert.ok(exit.signal === "SIGTERM" || exit.signal === "SIGKILL" || exit.code === 0, JSON.stringify(exit));
+      }
+      assert.ok(vm.downSignal.aborted);
+      assert.deepEqual(await vm.stop(5_000), await vm.exited());
+      assert.deepEqual(processesMentioning(dir), []);
+      assert.deepEqual(await socketsIn(dir), []);
+    });
+  }
+
+  it("rejects a spec without exactly one root drive before starting anything", async () => {
+    const dir = join(work, "bad");
+    const spec: VmSpec = {
+      name: "bad", dir, vcpus: 1, memoryMiB: 128, kernel: kit.kernel, cmdline: "console=ttyS0", guestCid: 3,
+      drives: [{ id: "a", path: kit.rootfs, readOnly: true, isRoot: true }, { id: "b", path: kit.rootfs, readOnly: true, isRoot: true }],
+    };
+    await assert.rejects(new QemuDriver().start(spec, context), (err: unknown) => err instanceof ImpError && err.code === "VmSpecInvalid" && err.errorClass === "terminal");
+    assert.deepEqual(processesMentioning(dir), []);
+  });
+
+  it("stops everything it started when the boot is aborted midway", async (t) => {
+    const dir = join(work, "aborted");
+    const spec: VmSpec = {
+      name: "aborted", dir, vcpus: 1, memoryMiB: 128, kernel: kit.kernel, cmdline: "console=ttyS0 panic=0", guestCid: 4,
+      drives: [{ id: "root", path: kit.rootfs, readOnly: true, isRoot: true }],
+    };
+    const vsock = kit.vhostDeviceVsock ?? undefined;
+    if (vsock === undefined) t.diagnostic("vhost-device-vsock unavailable: aborting a serial boot (QEMU only)");
+    // Abort as soon as QEMU is launched (the vsock backend, if any, runs by then): the remaining
+    // step is refused and the boot rolls back.
+    const controller = new AbortController();
+    const launched: { readonly name: string; readonly pid: number; readonly running: boolean }[] = [];
+    const aborting: DriverContext = {
+      ...context,
+      launcher: {
+        launch: async (request) => {
+          const p = await context.launcher.launch(request);
+          launched.push(p);
+          if (request.name === "qemu") controller.abort(new Error("test aborts the boot"));
+          return p;
+        },
+      },
+    };
+    await assert.rejects(new QemuDriver(vsock === undefined ? {} : { vhostDeviceVsock: vsock }).start(spec, aborting, controller.signal), /test aborts the boot/);
+    assert.deepEqual(launched.map((p) => p.name), vsock === undefined ? ["qemu"] : ["vhost-device-vsock", "qemu"]);
+    assert.deepEqual(launched.filter((p) => p.running).map((p) => p.name), []);
+    assert.deepEqual(processesMentioning(dir), []);
+    assert.deepEqual(await socketsIn(dir), []);
+  });
+});
