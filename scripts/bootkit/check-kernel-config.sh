@@ -2,7 +2,8 @@
 # check-kernel-config.sh CONFIG_FILE
 # Lists the kernel options a production (Firecracker) guest kernel must have built in (=y) for Imp but
 # that CONFIG_FILE lacks or has only as modules, then the options it must NOT have (neither y nor m)
-# but has; exits 1 if any. The reasons are in
+# but has, and a kernel version older than 5.8 (from the "# Linux/<arch> X.Y.Z Kernel Configuration"
+# header every generated .config has); exits 1 if any. The reasons are in
 # docs/kernel-requirements.md; keep the two lists in step.
 set -euo pipefail
 config="$1"
@@ -16,6 +17,18 @@ required=(
 # VSOCKETS_LOOPBACK would let guest processes reach the guest agent's vsock port.
 forbidden=(VSOCKETS_LOOPBACK)
 missing=0
+# The agent mounts /proc with hidepid=invisible, which needs Linux >= 5.8.
+version="$(sed -n 's/^# Linux\/[^ ]* \([0-9]*\)\.\([0-9]*\)[^ ]* Kernel Configuration$/\1 \2/p' "$config" | head -n 1)"
+if [[ -z "$version" ]]; then
+  printf '%-37s %s\n' "kernel version" "unknown (no '# Linux/<arch> X.Y.Z Kernel Configuration' header; need >= 5.8)"
+  missing=1
+else
+  read -r major minor <<<"$version"
+  if ((major < 5 || (major == 5 && minor < 8))); then
+    printf '%-37s %s\n' "kernel version" "$major.$minor (need >= 5.8)"
+    missing=1
+  fi
+fi
 for option in "${required[@]}"; do
   value="$(sed -n "s/^CONFIG_${option}=\(.*\)/\1/p" "$config" | head -n 1)"
   if [[ "$value" != y ]]; then
