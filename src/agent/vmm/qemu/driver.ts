@@ -43,7 +43,7 @@ export class QemuDriver implements VmmDriver {
       spec,
       guestCid: spec.guestCid,
       launcher: context.launcher,
-      logger: context.logger.child({ vm: spec.name }),
+      logger: context.logger,
       clock: context.clock,
       machine: {
         kernel: spec.kernel,
