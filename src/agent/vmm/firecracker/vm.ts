@@ -87,7 +87,7 @@ export class FirecrackerVm implements RunningVm {
   }
 
   /** Hybrid vsock through Firecracker's `uds_path`; fails at once with the down reason when the VM goes. */
-  connectGuest(options: ConnectGuestOptions): Promise<Socket> {
+  async connectGuest(options: ConnectGuestOptions): Promise<Socket> {
     const signal = options.signal === undefined ? this.#down.signal : AbortSignal.any([this.#down.signal, options.signal]);
     signal.throwIfAborted();
     return dialHybridVsock({
