@@ -1,0 +1,7 @@
+// The node's VM network: bridge, taps, addresses, NAT and the isolation ruleset (docs/network.md).
+export { AddressAllocator, macFor, type GuestAddress } from "./allocator.ts";
+export { commandRunner, type CommandResult, type NetCommandRunner, type RunOptions } from "./commands.ts";
+export { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, DEFAULT_NODE_NETWORK, resolveNetworkConfig, type NodeNetworkConfig, type ResolvedNetworkConfig } from "./config.ts";
+export { guestNetworkConfig, NodeNetwork, type NodeNetworkOptions, type PortKind, type VmNetworkLease } from "./manager.ts";
+export { renderRuleset, renderTeardown, type RulesetInput, type RulesetPort } from "./ruleset.ts";
+export { tapNameFor } from "./tap-name.ts";

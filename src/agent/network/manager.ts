@@ -1,0 +1,308 @@
+import { access } from "node:fs/promises";
+import { runSteps, silentLogger, terminalError, type Logger, type Step } from "../../shared/index.ts";
+import { AddressAllocator, macFor, type GuestAddress } from "./allocator.ts";
+import { commandRunner, type NetCommandRunner } from "./commands.ts";
+import { gatewayAddress, resolveNetworkConfig, type NodeNetworkConfig, type ResolvedNetworkConfig } from "./config.ts";
+import { formatIpv4Cidr } from "./ipv4.ts";
+import { parseLinks, planSweep, vmPorts, type ObservedLink } from "./links.ts";
+import { renderRuleset, renderTeardown } from "./ruleset.ts";
+import { assertVmId, tapAlias, tapNameFor } from "./tap-name.ts";
+
+/**
+ * What a VM's port is. `tap` is what a VMM opens (production, e2e). `veth` stands in for a VM in
+ * tests that have no VMM: the host end takes the tap's place on the bridge (same name, same rules),
+ * and the caller moves the peer into a network namespace that plays the guest.
+ */
+export type PortKind = "tap" | "veth";
+
+export interface NodeNetworkOptions {
+  readonly config: Partial<NodeNetworkConfig> & Pick<NodeNetworkConfig, "uplink">;
+  /** Run everything inside this named network namespace (`ip netns`); tests never touch the host's network. */
+  readonly netns?: string;
+  /** Bound of every single command; default 10 s. */
+  readonly commandTimeoutMs?: number;
+  readonly portKind?: PortKind;
+  readonly logger?: Logger;
+  /** Replaces the command runner (the netns and timeout options then do not apply). */
+  readonly runner?: NetCommandRunner;
+}
+
+/** One VM's network: what the VMM needs (tap, MAC) and what the guest's `configure` needs. */
+export interface VmNetworkLease extends GuestAddress {
+  readonly tap: string;
+  readonly dns: readonly string[];
+  /** veth ports only: the peer the caller moves into its guest namespace. */
+  readonly peer?: string;
+}
+
+/** The guest protocol's `configure.network` for a lease. */
+export function guestNetworkConfig(lease: VmNetworkLease, iface = "eth0"): { interface: string; address: string; gateway: string; dns: string[] } {
+  return { interface: iface, address: lease.address, gateway: lease.gateway, dns: [...lease.dns] };
+}
+
+/**
+ * The node's VM network: one bridge with the gateway address, a port per VM with bridge port
+ * isolation, and one nftables ruleset (tables `inet <table>` and `bridge <table>`) that keeps VMs
+ * away from the node, the cluster, metadata services and each other while NAT lets them out through
+ * the uplink (docs/network.md). Every operation is idempotent and serialised; every command is
+ * bounded. State lives on the node (the ports' aliases), so a new manager adopts what an old one made.
+ */
+export class NodeNetwork {
+  readonly resolved: ResolvedNetworkConfig;
+  readonly #runner: NetCommandRunner;
+  readonly #logger: Logger;
+  readonly #portKind: PortKind;
+  readonly #allocator: AddressAllocator;
+  readonly #leases = new Map<string, VmNetworkLease>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  private constructor(resolved: ResolvedNetworkConfig, runner: NetCommandRunner, portKind: PortKind, logger: Logger) {
+    this.resolved = resolved;
+    this.#runner = runner;
+    this.#portKind = portKind;
+    this.#logger = logger;
+    this.#allocator = new AddressAllocator(resolved.subnet);
+  }
+
+  get config(): NodeNetworkConfig {
+    return this.resolved.config;
+  }
+
+  /**
+   * Brings up the node's side (bridge, gateway, forwarding, ruleset) and adopts the VM ports an
+   * earlier manager left (their aliases carry VM id and address). On failure nothing it created stays.
+   */
+  static async open(options: NodeNetworkOptions): Promise<NodeNetwork> {
+    const resolved = resolveNetworkConfig(options.config);
+    if (options.netns !== undefined && options.runner === undefined) {
+      await access(`/run/netns/${options.netns}`).catch((cause: unknown) => {
+        throw terminalError("NetworkNamespaceMissing", `Cannot manage the VM network in namespace ${options.netns}: /run/netns/${options.netns} does not exist`, { cause });
+      });
+    }
+    const runner = options.runner ?? commandRunner({ timeoutMs: options.commandTimeoutMs ?? 10_000, ...(options.netns === undefined ? {} : { netns: options.netns }) });
+    const network = new NodeNetwork(resolved, runner, options.portKind ?? "tap", options.logger ?? silentLogger);
+    await network.#serial(() => network.#openNode());
+    return network;
+  }
+
+  /** The VM's network, created if missing. Repeating it returns the same lease. */
+  attach(vmId: string): Promise<VmNetworkLease> {
+    assertVmId(vmId);
+    return this.#serial(() => this.#attach(vmId));
+  }
+
+  /** Removes the VM's port and rules and frees its address; other VMs are untouched. Idempotent. */
+  detach(vmId: string): Promise<void> {
+    return this.#serial(async () => {
+      const lease = this.#leases.get(vmId);
+      const tap = lease?.tap ?? tapNameFor(this.config.tapPrefix, vmId);
+      await this.#deleteLink(tap);
+      this.#leases.delete(vmId);
+      this.#allocator.release(vmId);
+      await this.#applyRuleset();
+      this.#logger.info({ vmId, tap }, "vm network detached");
+    });
+  }
+
+  /** Removes the ports of VMs not in `live` (and ports whose owner cannot be read). Returns the removed ports' names. */
+  sweep(live: Iterable<string>): Promise<string[]> {
+    const liveSet = new Set(live);
+    return this.#serial(async () => {
+      const doomed = planSweep(vmPorts(await this.#observe(), this.config.tapPrefix), liveSet);
+      for (const port of doomed) {
+        await this.#deleteLink(port.name);
+        if (port.owner !== undefined) {
+          this.#leases.delete(port.owner.vmId);
+          this.#allocator.release(port.owner.vmId);
+        }
+      }
+      for (const [vmId] of this.#leases) {
+        if (!liveSet.has(vmId)) {
+          this.#leases.delete(vmId);
+          this.#allocator.release(vmId);
+        }
+      }
+      await this.#applyRuleset();
+      return doomed.map((p) => p.name);
+    });
+  }
+
+  /** Removes everything the manager owns on the node: every VM port, the bridge and both tables. Idempotent. */
+  teardown(): Promise<void> {
+    return this.#serial(async () => {
+      for (const port of vmPorts(await this.#observe(), this.config.tapPrefix)) await this.#deleteLink(port.name);
+      await this.#deleteLink(this.config.bridge);
+      await this.#runner.run(["nft", "-f", "-"], { input: renderTeardown(this.config.table) });
+      for (const vmId of this.#leases.keys()) this.#allocator.release(vmId);
+      this.#leases.clear();
+      this.#logger.info({ bridge: this.config.bridge }, "node network torn down");
+    });
+  }
+
+  leases(): VmNetworkLease[] {
+    return [...this.#leases.values()];
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(fn, fn);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  async #openNode(): Promise<void> {
+    const { bridge } = this.config;
+    const gateway = `${gatewayAddress(this.resolved)}/${this.resolved.subnet.prefix}`;
+    const run = (argv: string[]): Promise<unknown> => this.#runner.run(argv);
+    const links = await this.#observe();
+    const steps: Step<undefined>[] = [
+      {
+        name: "bridge",
+        run: async (_s, ctx) => {
+          const existing = links.find((l) => l.name === bridge);
+          if (existing !== undefined && existing.kind !== "bridge") {
+            throw terminalError("NetworkLinkConflict", `Cannot use ${bridge} as the VM bridge: a ${existing.kind ?? "plain"} link has that name`);
+          }
+          if (existing === undefined) {
+            await run(["ip", "link", "add", "name", bridge, "type", "bridge"]);
+            ctx.onCleanup("delete bridge", () => this.#deleteLink(bridge));
+          }
+          // A bridge without its own address takes the lowest MAC of its ports, so it would change
+          // as taps come and go, and every guest's ARP entry for the gateway would go stale.
+          await run(["ip", "link", "set", "dev", bridge, "address", macFor(this.resolved.gateway)]);
+          // The node has no business on the VM side over IPv6; no link-local address there either.
+          await run(["sysctl", "-q", "-w", `net.ipv6.conf.${bridge}.disable_ipv6=1`]);
+        },
+      },
+      { name: "gateway address", run: () => run(["ip", "address", "replace", gateway, "dev", bridge]).then(() => undefined) },
+      { name: "bridge up", run: () => run(["ip", "link", "set", "dev", bridge, "up"]).then(() => undefined) },
+      // Per network namespace; a node that routes VM traffic must forward. Left on at teardown: other
+      // software on the node may rely on it too.
+      { name: "forwarding", run: () => run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]).then(() => undefined) },
+      {
+        name: "adopt ports",
+        run: async (_s, ctx) => {
+          ctx.onCleanup("forget adopted ports", () => {
+            for (const vmId of this.#leases.keys()) this.#allocator.release(vmId);
+            this.#leases.clear();
+          });
+          for (const port of vmPorts(links, this.config.tapPrefix)) {
+            if (port.owner === undefined) continue;
+            try {
+              const address = this.#allocator.adopt(port.owner.vmId, port.owner.ip);
+              this.#leases.set(port.owner.vmId, this.#lease(address, port.name));
+            } catch (err) {
+              this.#logger.warn({ port: port.name, error: String(err) }, "not adopting a VM port; the next sweep removes it");
+              continue;
+            }
+            // Whatever changed it since, an adopted port on the bridge is isolated again.
+            if (links.find((l) => l.name === port.name)?.master === bridge) await run(["bridge", "link", "set", "dev", port.name, "isolated", "on"]);
+          }
+        },
+      },
+      {
+        name: "ruleset",
+        run: async (_s, ctx) => {
+          await this.#applyRuleset();
+          ctx.onCleanup("delete ruleset", () => this.#runner.run(["nft", "-f", "-"], { input: renderTeardown(this.config.table) }).then(() => undefined));
+        },
+      },
+    ];
+    await runSteps(steps, undefined, { logger: this.#logger });
+    this.#logger.info({ bridge, gateway, subnet: formatIpv4Cidr(this.resolved.subnet), netns: this.#runner.netns, adopted: this.#leases.size }, "node network ready");
+  }
+
+  async #attach(vmId: string): Promise<VmNetworkLease> {
+    const tap = tapNameFor(this.config.tapPrefix, vmId);
+    const known = this.#leases.get(vmId);
+    const links = await this.#observe();
+    if (known !== undefined && links.some((l) => l.name === tap && l.master === this.config.bridge)) return known;
+    for (const [other, lease] of this.#leases) {
+      if (other !== vmId && lease.tap === tap) {
+        throw terminalError("NetworkTapNameCollision", `Cannot attach VM ${vmId}: its port name ${tap} is VM ${other}'s`);
+      }
+    }
+    const run = (argv: string[]): Promise<unknown> => this.#runner.run(argv);
+    const state: { lease?: VmNetworkLease } = {};
+    const steps: Step<typeof state>[] = [
+      {
+        name: "address",
+        run: (s, ctx) => {
+          const held = this.#allocator.lookup(vmId) !== undefined;
+          s.lease = this.#lease(this.#allocator.allocate(vmId), tap);
+          if (!held) ctx.onCleanup("release address", () => { this.#allocator.release(vmId); });
+        },
+      },
+      {
+        name: "port",
+        run: async (s, ctx) => {
+          // A leftover of an interrupted attach has no trustworthy state: start it over.
+          if (links.some((l) => l.name === tap)) await this.#deleteLink(tap);
+          if (this.#portKind === "tap") {
+            await run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"]);
+          } else {
+            await run(["ip", "link", "add", "name", tap, "type", "veth", "peer", "name", s.lease?.peer ?? ""]);
+          }
+          ctx.onCleanup("delete port", () => this.#deleteLink(tap));
+          await run(["ip", "link", "set", "dev", tap, "alias", tapAlias(s.lease?.ip ?? "", vmId)]);
+          await run(["sysctl", "-q", "-w", `net.ipv6.conf.${tap}.disable_ipv6=1`]);
+        },
+      },
+      {
+        // Rules first: the port joins the bridge only once its anti-spoofing rules exist.
+        name: "ruleset",
+        run: async (s, ctx) => {
+          if (s.lease !== undefined) this.#leases.set(vmId, s.lease);
+          ctx.onCleanup("forget lease", () => { this.#leases.delete(vmId); });
+          await this.#applyRuleset();
+          ctx.onCleanup("ruleset without the port", () => this.#applyRuleset());
+        },
+      },
+      {
+        name: "bridge port",
+        run: async () => {
+          await run(["ip", "link", "set", "dev", tap, "master", this.config.bridge]);
+          // Isolated ports forward only to non-isolated ones (the bridge itself): no VM-to-VM frames.
+          await run(["bridge", "link", "set", "dev", tap, "isolated", "on"]);
+          await run(["ip", "link", "set", "dev", tap, "up"]);
+        },
+      },
+    ];
+    await runSteps(steps, state, { logger: this.#logger });
+    const lease = state.lease;
+    if (lease === undefined) throw new Error("unreachable: attach finished without a lease");
+    this.#logger.info({ vmId, tap, address: lease.address }, "vm network attached");
+    return lease;
+  }
+
+  #lease(address: GuestAddress, tap: string): VmNetworkLease {
+    // Any first letter but the tap's keeps the peer outside the prefix the rules and the sweep match.
+    const peer = this.#portKind === "veth" ? `${tap.startsWith("v") ? "w" : "v"}${tap.slice(1)}` : undefined;
+    return { ...address, tap, dns: this.config.dns, ...(peer === undefined ? {} : { peer }) };
+  }
+
+  async #observe(): Promise<ObservedLink[]> {
+    const { stdout } = await this.#runner.run(["ip", "-j", "-d", "link", "show"]);
+    return parseLinks(stdout);
+  }
+
+  async #deleteLink(name: string): Promise<void> {
+    const result = await this.#runner.run(["ip", "link", "del", "dev", name], { allowFailure: true });
+    if (result.code !== 0 && !/Cannot find device|does not exist/.test(result.stderr)) {
+      await this.#runner.run(["ip", "link", "del", "dev", name]);
+    }
+  }
+
+  async #applyRuleset(): Promise<void> {
+    const text = renderRuleset({
+      table: this.config.table,
+      bridge: this.config.bridge,
+      uplink: this.config.uplink,
+      tapPrefix: this.config.tapPrefix,
+      subnet: formatIpv4Cidr(this.resolved.subnet),
+      blockedV4: this.resolved.blockedV4,
+      blockedV6: this.resolved.blockedV6,
+      ports: [...this.#leases.values()].map((l) => ({ tap: l.tap, mac: l.mac, ip: l.ip })),
+    });
+    await this.#runner.run(["nft", "-f", "-"], { input: text });
+  }
+}
