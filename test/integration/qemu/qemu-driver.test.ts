@@ -7,7 +7,9 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GuestClient, QemuDriver, readHostTscKhz, type DriverContext, type RunningVm, type VmSpec } from "../../../src/agent/index.ts";
@@ -19,6 +21,7 @@ const work = await mkdtemp(join(tmpdir(), "imp-qdrv-"));
 after(() => rm(work, { recursive: true, force: true }));
 const context: DriverContext = { launcher: new DirectLauncher({ dieWithParent: true }), clock: systemClock, logger: silentLogger };
 const PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
+const run = promisify(execFile);
 
 /** PIDs of live processes whose command line mentions `needle` (the VM's directory). */
 function processesMentioning(needle: string): number[] {
@@ -114,6 +117,41 @@ describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () =
       assert.deepEqual(await socketsIn(dir), []);
     });
   }
+
+  it("attaches the spec's tap device as the guest's virtio-net interface with the spec's MAC, and leaves the tap to its owner", async (t) => {
+    if (process.getuid?.() !== 0 || !existsSync("/dev/net/tun")) {
+      t.skip("creating a tap device needs root and /dev/net/tun");
+      return;
+    }
+    const tap = `imptap${process.pid % 100_000}`;
+    await run("ip", ["tuntap", "add", "dev", tap, "mode", "tap"]);
+    try {
+      const dir = join(work, "tap");
+      const scratch = join(work, "scratch-tap.ext4");
+      await makeScratchDisk(scratch, 64);
+      const mac = "06:00:ac:10:00:02";
+      const vm = await channels[1].driver.start({
+        name: "driver-test-tap", dir, vcpus: 1, memoryMiB: 512, kernel: kit.kernel, initrd: kit.initrd, guestCid: 5,
+        cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
+        drives: [{ id: "root", path: kit.rootfs, readOnly: true, isRoot: true }, { id: "scratch", path: scratch, readOnly: false, isRoot: false }],
+        network: { tap, mac },
+      }, context);
+      try {
+        const client = await hello(vm, 120_000);
+        const macs = await runExec(client, { execId: "macs", argv: ["/bin/sh", "-c", "cat /sys/class/net/*/address"], env: { PATH } });
+        client.close();
+        assert.equal(macs.exitCode, 0, macs.stderr);
+        assert.ok(macs.stdout.split("\n").includes(mac), macs.stdout);
+      } finally {
+        await vm.stop(5_000);
+      }
+      assert.deepEqual(processesMentioning(dir), []);
+      // script=no/downscript=no: QEMU neither configured nor removed the host's tap.
+      await run("ip", ["link", "show", "dev", tap]);
+    } finally {
+      await run("ip", ["link", "del", "dev", tap]).catch(() => undefined);
+    }
+  });
 
   it("rejects a spec without exactly one root drive before starting anything", async () => {
     const dir = join(work, "bad");
