@@ -35,8 +35,9 @@ export function jailerArgv(options: JailerOptions, firecrackerBinary: string, la
     "--gid", String(options.gid),
     "--chroot-base-dir", options.chrootBaseDir,
     ...(netns === undefined ? [] : ["--netns", netns]),
+    // The jailer passes Firecracker its --id (and start times) itself; a second --id is refused.
     "--",
-    ...firecrackerArgv(layout),
+    "--api-sock", layout.vmm.apiSocket,
   ];
 }
 

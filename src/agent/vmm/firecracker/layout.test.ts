@@ -69,7 +69,7 @@ describe("argv", () => {
     const options = { binary: "/opt/fc/jailer", chrootBaseDir: "/srv/jailer", uid: 10007, gid: 10007 };
     assert.deepEqual(jailerArgv(options, "/opt/fc/firecracker", layout, "/var/run/netns/vm7"), [
       "--id", "pool-a-vm-7", "--exec-file", "/opt/fc/firecracker", "--uid", "10007", "--gid", "10007",
-      "--chroot-base-dir", "/srv/jailer", "--netns", "/var/run/netns/vm7", "--", "--api-sock", "/fc-api.sock", "--id", "pool-a-vm-7",
+      "--chroot-base-dir", "/srv/jailer", "--netns", "/var/run/netns/vm7", "--", "--api-sock", "/fc-api.sock",
     ]);
     assert.ok(!jailerArgv(options, "/opt/fc/firecracker", layout, undefined).includes("--netns"));
     assert.throws(() => jailerArgv({ ...options, uid: -1 }, "/opt/fc/firecracker", layout, undefined), /uid -1/);
