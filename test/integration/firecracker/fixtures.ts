@@ -9,6 +9,7 @@ import { mkdtemp, rm, truncate, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { TestContext } from "node:test";
+import { firecrackerCmdline } from "../../../src/agent/vmm/firecracker/index.ts";
 import type { LaunchRequest, ProcessLauncher, VmmProcess, VmSpec } from "../../../src/agent/vmm/types.ts";
 
 const run = promisify(execFile);
@@ -112,7 +113,7 @@ export async function vmFiles(options: { readonly kernel?: Buffer; readonly tap?
     vcpus: 1,
     memoryMiB: 128,
     kernel,
-    cmdline: "console=ttyS0 reboot=k panic=1 pci=off ro root=/dev/vda init=/.imp/imp-guest imp.scratch=/dev/vdb",
+    cmdline: firecrackerCmdline(["ro", "root=/dev/vda", "init=/.imp/imp-guest", "imp.scratch=/dev/vdb"]),
     drives: [
       { id: "root", path: root, readOnly: true, isRoot: true },
       { id: "scratch", path: scratch, readOnly: false, isRoot: false },

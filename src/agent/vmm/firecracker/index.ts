@@ -9,6 +9,7 @@ export {
   type FirecrackerPaths,
   type FirecrackerRequest,
 } from "./api-requests.ts";
+export { FIRECRACKER_BASE_CMDLINE, firecrackerCmdline } from "./cmdline.ts";
 export { defaultFirecrackerDriverConfig, FirecrackerDriver, type FirecrackerDriverOptions } from "./driver.ts";
 export { faultError, parseFaultMessage } from "./faults.ts";
 export { firecrackerArgv, jailerArgv, type JailerOptions } from "./jailer.ts";
