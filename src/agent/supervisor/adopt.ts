@@ -34,7 +34,7 @@ export async function adopt(dir: string, options: AdoptOptions = {}): Promise<Su
     const record = await readExitRecord(dir);
     if (record === undefined) return undefined;
     if (!sameProcess(record.process, identity.process)) throw mismatch(identity, dir, `exit.json is for pid ${record.process.pid}, not ${identity.process.pid}`);
-    return new SupervisedProcess(dir, identity, undefined);
+    return new SupervisedProcess(dir, identity, undefined, {}, { code: record.code, signal: record.signal, at: record.at, recorded: true });
   };
   const exited = await recordedExit();
   if (exited !== undefined) return exited;

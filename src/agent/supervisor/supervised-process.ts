@@ -42,14 +42,16 @@ export class SupervisedProcess implements VmmProcess {
   #stopping: Promise<SupervisedExit> | undefined;
   #detached = false;
 
-  constructor(dir: string, identity: SupervisorIdentity, connection: SupervisorConnection | undefined, options: SupervisedProcessOptions = {}) {
+  /** `connection` while the process runs; `recordedExit` (from exit.json) once it has exited. */
+  constructor(dir: string, identity: SupervisorIdentity, connection: SupervisorConnection | undefined, options: SupervisedProcessOptions = {}, recordedExit?: SupervisedExit) {
     this.name = identity.name;
     this.pid = identity.process.pid;
     this.dir = dir;
     this.identity = identity;
     this.#timeoutMs = options.requestTimeoutMs ?? 5_000;
     this.#connection = connection;
-    this.#exited = this.#watch().then((exit) => {
+    this.#exit = recordedExit;
+    this.#exited = (recordedExit === undefined ? this.#watch() : Promise.resolve(recordedExit)).then((exit) => {
       this.#exit = exit;
       this.#connection?.close();
       return exit;
