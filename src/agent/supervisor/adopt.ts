@@ -6,7 +6,7 @@ import { bootId, liveness } from "./proc.ts";
 import { readExitRecord, readIdentity, sameProcess, SUPERVISOR_FILES, type SupervisorIdentity } from "./records.ts";
 import { SupervisedProcess } from "./supervised-process.ts";
 
-export interface AdoptOptions {
+export interface AdoptSupervisedOptions {
   /** Bound on connecting to the supervisor; default 5 s. */
   readonly timeoutMs?: number;
 }
@@ -22,7 +22,7 @@ const mismatch = (identity: SupervisorIdentity, dir: string, state: string): Imp
  * time, and its socket must greet with the same identities; a pid alone is never trusted. A process
  * that exited while no agent was connected is returned as exited, with the status from exit.json.
  */
-export async function adopt(dir: string, options: AdoptOptions = {}): Promise<SupervisedProcess> {
+export async function adoptSupervised(dir: string, options: AdoptSupervisedOptions = {}): Promise<SupervisedProcess> {
   const identity = await readIdentity(dir).catch((err: unknown) => {
     throw terminalError("SupervisorIdentityInvalid", `Cannot adopt supervised process in ${dir}: ${String(err)}`, { cause: err });
   });
@@ -63,13 +63,13 @@ export async function adopt(dir: string, options: AdoptOptions = {}): Promise<Su
   return new SupervisedProcess(dir, identity, connection);
 }
 
-export interface AdoptAllResult {
+export interface AdoptAllSupervisedResult {
   readonly adopted: readonly SupervisedProcess[];
   readonly refused: readonly { readonly dir: string; readonly error: unknown }[];
 }
 
 /** Adopts every supervised process of one VM (`<vmDir>/supervised/*`). */
-export async function adoptAll(vmDir: string, options: AdoptOptions = {}): Promise<AdoptAllResult> {
+export async function adoptAllSupervised(vmDir: string, options: AdoptSupervisedOptions = {}): Promise<AdoptAllSupervisedResult> {
   let names: string[];
   try {
     names = await readdir(join(vmDir, "supervised"));
@@ -81,7 +81,7 @@ export async function adoptAll(vmDir: string, options: AdoptOptions = {}): Promi
   for (const name of names.sort()) {
     const dir = join(vmDir, "supervised", name);
     try {
-      adopted.push(await adopt(dir, options));
+      adopted.push(await adoptSupervised(dir, options));
     } catch (error) {
       refused.push({ dir, error });
     }

@@ -51,7 +51,7 @@ export const supervisionDir = (vmDir: string, name: string): string => join(vmDi
 /**
  * A {@link ProcessLauncher} that starts each process under its own `imp-supervisor`, detached (own
  * session, no reference from the agent), so the process survives the agent exiting or being killed.
- * Reattach after a restart with {@link adopt}.
+ * Reattach after a restart with {@link adoptSupervised}.
  */
 export class SupervisorLauncher implements ProcessLauncher {
   readonly #options: SupervisorLauncherOptions;

@@ -1,7 +1,8 @@
 import { rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { backoffDelay, waitFor, type BackoffPolicy } from "../../shared/index.ts";
 import type { VmExit, VmmProcess } from "../vmm/types.ts";
+import { cgroupPids, removeCgroup } from "./cgroups.ts";
 import { SupervisorConnection } from "./connection.ts";
 import { liveness, type ProcessRef } from "./proc.ts";
 import type { SupervisorStatus } from "./protocol.ts";
@@ -27,7 +28,7 @@ const ORPHAN_GONE_TIMEOUT_MS = 10_000;
 /**
  * A process running under `imp-supervisor`, seen from the agent: its identity (pid and start time of
  * both the supervisor and the process), the connection on which the exit event arrives, and the exit
- * as the supervisor recorded it. Obtained from {@link SupervisorLauncher.launch} or {@link adopt}.
+ * as the supervisor recorded it. Obtained from {@link SupervisorLauncher.launch} or {@link adoptSupervised}.
  */
 export class SupervisedProcess implements VmmProcess {
   readonly name: string;
@@ -128,6 +129,7 @@ export class SupervisedProcess implements VmmProcess {
         const late = await this.#recorded();
         if (late !== undefined) return late;
         await waitUntilGone(this.identity.process, ORPHAN_GONE_TIMEOUT_MS);
+        await this.#removeCgroupLeftBehind();
         return { code: null, signal: "SIGKILL", recorded: false };
       }
       await new Promise((r) => setTimeout(r, backoffDelay(WATCH_BACKOFF, attempt)));
@@ -137,6 +139,19 @@ export class SupervisedProcess implements VmmProcess {
       } catch {
         // not reachable right now; the next round looks at exit.json and the supervisor again
       }
+    }
+  }
+
+  /** A supervisor that died could not remove its cgroup; once its process is gone, nothing else will. */
+  async #removeCgroupLeftBehind(): Promise<void> {
+    const leaf = this.identity.cgroup;
+    if (leaf === undefined) return;
+    try {
+      if ((await cgroupPids(leaf)).length > 0) return; // not ours to kill here; the sweep handles it
+      await removeCgroup(leaf);
+      await removeCgroup(dirname(leaf), 0);
+    } catch {
+      // the group still holds another process's leaf (EBUSY), or it is already gone
     }
   }
 

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSyn
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import {
-  adopt, listSupervised, SupervisorLauncher, sweepSupervised, SUPERVISOR_FILES,
+  adoptSupervised, listSupervised, SupervisorLauncher, sweepSupervised, SUPERVISOR_FILES,
   type ProcessRef, type SupervisorIdentity,
 } from "../../../src/agent/supervisor/index.ts";
 import { liveness } from "../../../src/agent/supervisor/proc.ts";
@@ -185,7 +185,7 @@ describe("supervisor", { skip: noBinary }, () => {
     assert.equal(await liveness(agent.identity.supervisor), "alive", "the supervisor outlived the agent");
 
     const started = process.hrtime.bigint();
-    const proc = await adopt(agent.dir);
+    const proc = await adoptSupervised(agent.dir);
     t.diagnostic(`adopt latency (adopt() of a running process): ${ms(started)}`);
     assert.equal(proc.running, true);
     assert.equal(proc.pid, agent.identity.process.pid);
@@ -201,13 +201,27 @@ describe("supervisor", { skip: noBinary }, () => {
     await agent.kill();
     process.kill(agent.identity.process.pid, "SIGKILL");
     await waitFor("supervisor gone", async () => ((await liveness(agent.identity.supervisor)) === "alive" ? undefined : true), { timeoutMs: 10_000, intervalMs: 25 });
-    const proc = await adopt(agent.dir);
+    const proc = await adoptSupervised(agent.dir);
     assert.equal(proc.running, false);
     const exit = await proc.exited();
     assert.deepEqual({ code: exit.code, signal: exit.signal, recorded: exit.recorded }, { code: null, signal: "SIGKILL", recorded: true });
     assert.ok(exit.at !== undefined && !Number.isNaN(Date.parse(exit.at)));
     // Launching again into a directory whose exit was never collected is refused.
     await assert.rejects(launcherFor(vm).launch(sleepRequest(vm.vmDir)), (err: unknown) => err instanceof ImpError && err.code === "SupervisorExitUncollected");
+    await proc.remove();
+  });
+
+  it("reports an unrecorded exit when the supervisor itself is SIGKILLed: its process dies with it", async () => {
+    const vm = newVm();
+    const proc = await launcherFor(vm).launch(sleepRequest(vm.vmDir));
+    remember(proc.identity);
+    process.kill(proc.identity.supervisor.pid, "SIGKILL");
+    const exit = await proc.exited();
+    assert.deepEqual({ code: exit.code, signal: exit.signal, recorded: exit.recorded }, { code: null, signal: "SIGKILL", recorded: false });
+    assert.equal(await liveness(proc.identity.process), "gone", "PDEATHSIG took the process down with its supervisor");
+    assert.equal(existsSync(join(proc.dir, SUPERVISOR_FILES.exit)), false);
+    await assert.rejects(adoptSupervised(proc.dir), (err: unknown) => err instanceof ImpError && err.code === "SupervisorLost");
+    // The supervisor left its socket file behind; the agent removes the directory with the rest.
     await proc.remove();
   });
 
@@ -222,7 +236,7 @@ describe("supervisor", { skip: noBinary }, () => {
       // A live pid (this test process) whose start time is not the recorded one: a reused pid.
       const self = { pid: process.pid, startTime: 1 };
       write({ supervisor: self });
-      await assert.rejects(adopt(proc.dir), (err: unknown) => {
+      await assert.rejects(adoptSupervised(proc.dir), (err: unknown) => {
         assert.ok(err instanceof ImpError);
         assert.equal(err.code, "SupervisorIdentityMismatch");
         assert.match(err.message, /^Cannot adopt supervised process vmm in .*: pid \d+ now belongs to another process/);
@@ -230,17 +244,17 @@ describe("supervisor", { skip: noBinary }, () => {
       });
       // The right supervisor pid and start time but a different process: the greeting does not match.
       write({ process: { pid: proc.pid, startTime: proc.identity.process.startTime + 1 } });
-      await assert.rejects(adopt(proc.dir), (err: unknown) => err instanceof ImpError && err.code === "SupervisorIdentityMismatch" && /not the recorded ones/.test(err.message));
+      await assert.rejects(adoptSupervised(proc.dir), (err: unknown) => err instanceof ImpError && err.code === "SupervisorIdentityMismatch" && /not the recorded ones/.test(err.message));
       write({ bootId: "00000000-0000-0000-0000-000000000000" });
-      await assert.rejects(adopt(proc.dir), (err: unknown) => err instanceof ImpError && err.code === "SupervisorIdentityMismatch" && /from boot/.test(err.message));
+      await assert.rejects(adoptSupervised(proc.dir), (err: unknown) => err instanceof ImpError && err.code === "SupervisorIdentityMismatch" && /from boot/.test(err.message));
       const reaped = spawn("true");
       const deadPid = await new Promise<number>((resolve) => reaped.once("exit", () => resolve(reaped.pid ?? 0)));
       write({ supervisor: { pid: deadPid, startTime: 1 } });
-      await assert.rejects(adopt(proc.dir), (err: unknown) => err instanceof ImpError && ["SupervisorLost", "SupervisorIdentityMismatch"].includes(err.code));
+      await assert.rejects(adoptSupervised(proc.dir), (err: unknown) => err instanceof ImpError && ["SupervisorLost", "SupervisorIdentityMismatch"].includes(err.code));
     } finally {
       writeFileSync(identityPath, real);
     }
-    const adopted = await adopt(proc.dir);
+    const adopted = await adoptSupervised(proc.dir);
     await adopted.stop(5_000);
     await proc.exited();
     await proc.remove();
