@@ -37,9 +37,10 @@ export interface OctokitSettings {
   readonly tokenRefreshMarginMs: number;
 }
 
-// Statuses plugin-retry must leave alone: 4xx are answers, and rate limits (403/429) belong to
-// plugin-throttling alone, otherwise both plugins would retry the same 429 and multiply the retries.
-const DO_NOT_RETRY = [400, 401, 403, 404, 409, 410, 422, 429, 451];
+// plugin-retry retries every status >= 400 not listed here. Only 5xx and network failures should be
+// retried: a 4xx is an answer, and rate limits (403/429) belong to plugin-throttling alone, otherwise
+// both plugins would retry the same 429 and multiply the retries.
+const DO_NOT_RETRY = Array.from({ length: 100 }, (_, i) => 400 + i);
 
 type Fetch = typeof globalThis.fetch;
 
@@ -88,7 +89,8 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
       warn: (message: string) => logger.warn(message),
       error: (message: string) => logger.error(message),
     },
-    request: { fetch: timedFetch(settings.requestTimeoutMs), retries: settings.serverErrorRetries },
+    // Not `request.retries`: plugin-retry reads that per request and would then retry every status, doNotRetry or not.
+    request: { fetch: timedFetch(settings.requestTimeoutMs) },
     retry: { doNotRetry: DO_NOT_RETRY, retries: settings.serverErrorRetries, retryAfterBaseValue: settings.serverErrorBackoffMs },
     throttle: {
       // Limiters are shared per id: one installation on one GitHub shares its write pacing.

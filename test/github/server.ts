@@ -1,0 +1,651 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { randomBytes, randomUUID, type KeyObject } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import type { GitHubScope } from "../../src/github/index.ts";
+import { checkAppJwt } from "./app-jwt.ts";
+import { encodeJitSetup } from "./jit-setup-format.ts";
+import { OpenApiContract, type Operation, type Violation } from "./openapi-contract.ts";
+import { WebhookSender } from "./webhook-sender.ts";
+
+/**
+ * A local stand-in for the parts of GitHub that Imp uses, held to GitHub's OpenAPI description
+ * (openapi-contract.ts checks every request and response on a GitHub path). Besides GitHub's
+ * paths it serves:
+ *  - /_imp-test/runner/…: a minimal runner session API for guest/cmd/imp-test-runner (come online
+ *    with the one-time secret from the jitconfig, take one job, report it). A setup works once: a
+ *    second session for a runner, or any session after the first, is refused.
+ *  - /_imp-test/control/…: test control over HTTP (the same operations as the methods below), for
+ *    tests that drive the server from another process.
+ * Faults (5xx, rate limits, delays, expired tokens, dropped or duplicated webhooks) are injected
+ * with `injectFault` and friends; each fault is consumed by the requests it hits.
+ */
+export interface GitHubTestServerOptions {
+  readonly appId: number;
+  readonly installationId: number;
+  readonly appPublicKey: KeyObject | string;
+  /** Life of installation tokens; GitHub's is 3600. Tests set a few seconds to force refreshes. */
+  tokenTtlSeconds?: number;
+}
+
+export type Fault = { readonly count: number; readonly path?: RegExp; readonly method?: string } & (
+  | { readonly kind: "server-error"; readonly status?: 500 | 502 | 503 }
+  | { readonly kind: "rate-limit"; readonly status?: 403 | 429; readonly resetInSeconds: number }
+  | { readonly kind: "secondary-rate-limit"; readonly status?: 403 | 429; readonly retryAfterSeconds: number }
+  | { readonly kind: "delay"; readonly ms: number }
+);
+
+export interface JobStep {
+  readonly name: string;
+  readonly run: string;
+}
+
+export interface TestJob {
+  readonly id: number;
+  readonly runId: number;
+  readonly name: string;
+  readonly repo: { readonly owner: string; readonly repo: string };
+  readonly labels: readonly string[];
+  readonly steps: readonly JobStep[];
+  status: "queued" | "in_progress" | "completed";
+  runnerId: number | undefined;
+  runnerName: string | undefined;
+  conclusion: "success" | "failure" | undefined;
+  result: { readonly conclusion: string; readonly steps: ReadonlyArray<{ readonly name: string; readonly exitCode: number }> } | undefined;
+}
+
+export interface TestRunner {
+  readonly id: number;
+  readonly name: string;
+  readonly scopeKey: string;
+  readonly runnerGroupId: number;
+  readonly labels: ReadonlyArray<{ readonly id: number; readonly name: string; readonly type: "read-only" | "custom" }>;
+  readonly workFolder: string;
+  status: "online" | "offline";
+  busy: boolean;
+  version: string | null;
+  readonly secret: string;
+  setupUsed: boolean;
+  session: string | undefined;
+  jobId: number | undefined;
+}
+
+export interface LoggedRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly status: number;
+  readonly operationId: string | undefined;
+  readonly faulted: boolean;
+  /** Date.now() when the request arrived. */
+  readonly at: number;
+  /** The `name` of a request body that has one (jitconfig), to tell concurrent requests apart. */
+  readonly name?: string;
+}
+
+interface Reply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+const DOCS = "https://docs.github.com/rest";
+const MAX_BODY = 1024 * 1024;
+const READ_ONLY_LABELS = ["self-hosted", "Linux", "X64"];
+
+export function scopeKeyOf(scope: GitHubScope): string {
+  return scope.kind === "repo" ? `repo:${scope.owner}/${scope.repo}` : scope.kind === "org" ? `org:${scope.org}` : `enterprise:${scope.enterprise}`;
+}
+
+function scopeKeyFromParams(params: Record<string, string>): string {
+  if (params["enterprise"] !== undefined) return `enterprise:${params["enterprise"]}`;
+  if (params["org"] !== undefined) return `org:${params["org"]}`;
+  return `repo:${params["owner"]}/${params["repo"]}`;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export class GitHubTestServer {
+  readonly contract = OpenApiContract.load();
+  readonly violations: Violation[] = [];
+  readonly requests: LoggedRequest[] = [];
+  readonly webhooks = new WebhookSender();
+  readonly runners = new Map<number, TestRunner>();
+  readonly jobs = new Map<number, TestJob>();
+  readonly tokens = new Map<string, { expiresAtMs: number }>();
+  readonly #options: GitHubTestServerOptions;
+  readonly #groups = new Map<string, Array<{ id: number; name: string; default: boolean }>>();
+  #faults: Array<Fault & { remaining: number }> = [];
+  #tamper: ((reply: Reply) => Reply) | undefined;
+  #server: Server | undefined;
+  #nextId = 100;
+  #url = "";
+
+  constructor(options: GitHubTestServerOptions) {
+    this.#options = options;
+  }
+
+  get url(): string {
+    return this.#url;
+  }
+
+  set tokenTtlSeconds(seconds: number) {
+    this.#options.tokenTtlSeconds = seconds;
+  }
+
+  async start(): Promise<this> {
+    const server = createServer((req, res) => {
+      this.#handle(req, res).catch((err: unknown) => {
+        process.stderr.write(`github test server: ${String(err)}\n`);
+        if (!res.headersSent) res.writeHead(500).end();
+        else res.destroy();
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(0, "127.0.0.1", () => resolve());
+    });
+    this.#server = server;
+    this.#url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    await this.webhooks.settled();
+    const server = this.#server;
+    if (server === undefined) return;
+    this.#server = undefined;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  // ---- test control -------------------------------------------------------------------------
+
+  injectFault(fault: Fault): void {
+    this.#faults.push({ ...fault, remaining: fault.count });
+  }
+
+  /** Faults injected and not yet consumed by a request. */
+  get faultsLeft(): number {
+    return this.#faults.reduce((n, f) => n + f.remaining, 0);
+  }
+
+  /** Every token issued so far is refused from now on, as GitHub does once a token expired. */
+  expireTokens(): void {
+    for (const token of this.tokens.values()) token.expiresAtMs = 0;
+  }
+
+  /** Applies `fn` to the next GitHub response before it is validated: proves the validator catches a wrong one. */
+  tamperWithNextResponse(fn: (reply: Reply) => Reply): void {
+    this.#tamper = fn;
+  }
+
+  addRunnerGroup(scope: Extract<GitHubScope, { kind: "org" | "enterprise" }>, name: string): number {
+    const id = this.#nextId++;
+    this.#groupsOf(scopeKeyOf(scope)).push({ id, name, default: false });
+    return id;
+  }
+
+  queueJob(job: { repo: { owner: string; repo: string }; labels: readonly string[]; steps: readonly JobStep[]; name?: string }): TestJob {
+    const id = this.#nextId++;
+    const record: TestJob = {
+      id,
+      runId: id + 10_000,
+      name: job.name ?? `job-${id}`,
+      repo: job.repo,
+      labels: [...job.labels],
+      steps: [...job.steps],
+      status: "queued",
+      runnerId: undefined,
+      runnerName: undefined,
+      conclusion: undefined,
+      result: undefined,
+    };
+    this.jobs.set(id, record);
+    this.#jobWebhook(record, "queued");
+    return record;
+  }
+
+  /** Sets a runner's state as if its runner process had come online or picked up a job. */
+  setRunnerState(runnerId: number, state: { status?: "online" | "offline"; busy?: boolean }): void {
+    const runner = this.runners.get(runnerId);
+    if (runner === undefined) throw new Error(`no runner ${runnerId}`);
+    if (state.status !== undefined) runner.status = state.status;
+    if (state.busy !== undefined) runner.busy = state.busy;
+  }
+
+  runnerNamed(name: string): TestRunner | undefined {
+    return [...this.runners.values()].find((r) => r.name === name);
+  }
+
+  /** Requests whose path matches, in arrival order. */
+  requestsTo(path: RegExp, method?: string): LoggedRequest[] {
+    return this.requests.filter((r) => path.test(r.path) && (method === undefined || r.method === method));
+  }
+
+  // ---- HTTP ---------------------------------------------------------------------------------
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://127.0.0.1");
+    const method = (req.method ?? "GET").toUpperCase();
+    const at = Date.now();
+    const raw = await readBody(req);
+    if (raw === "too-large") return send(res, { status: 413, body: { message: "Payload too large" } });
+    let body: unknown;
+    if (raw.length > 0) {
+      try {
+        body = JSON.parse(raw.toString("utf8"));
+      } catch {
+        return send(res, { status: 400, body: { message: "Problems parsing JSON", documentation_url: DOCS } });
+      }
+    }
+    if (url.pathname.startsWith("/_imp-test/")) {
+      const reply = await this.#handleTestPath(method, url, body);
+      this.requests.push({ method, path: url.pathname, status: reply.status, operationId: undefined, faulted: false, at });
+      return send(res, reply);
+    }
+    const matched = this.contract.match(method, url.pathname);
+    if (matched === undefined) {
+      this.#violation({ direction: "request", method, path: url.pathname, operationId: undefined, problem: "no operation of the contract matches this request" });
+      return send(res, { status: 404, body: { message: "Not Found", documentation_url: DOCS } });
+    }
+    const { operation, pathParams } = matched;
+    let reply: Reply;
+    let faulted = false;
+    const problems = this.contract.checkRequest(operation, pathParams, url.searchParams, req.headers["content-type"], body);
+    if (problems.length > 0) {
+      for (const problem of problems) this.#violation({ direction: "request", method, path: url.pathname, operationId: operation.operationId, problem });
+      reply = { status: 422, body: { message: "Validation Failed", documentation_url: DOCS, errors: problems } };
+    } else {
+      const fault = this.#takeFault(method, url.pathname);
+      if (fault !== undefined) {
+        faulted = true;
+        if (fault.kind === "delay") {
+          // A response slower than the client's timeout: the client gives up; we answer anyway, late.
+          await sleep(fault.ms);
+          if (res.destroyed) {
+            this.requests.push({ method, path: url.pathname, status: 0, operationId: operation.operationId, faulted, at });
+            return;
+          }
+          reply = this.#route(operation, pathParams, url.searchParams, body, req.headers.authorization);
+        } else {
+          reply = this.#faultReply(fault);
+        }
+      } else {
+        reply = this.#route(operation, pathParams, url.searchParams, body, req.headers.authorization);
+      }
+    }
+    if (this.#tamper !== undefined) {
+      reply = this.#tamper(reply);
+      this.#tamper = undefined;
+    }
+    for (const problem of this.contract.checkResponse(operation, reply.status, reply.body)) {
+      this.#violation({ direction: "response", method, path: url.pathname, operationId: operation.operationId, problem });
+    }
+    const name = typeof (body as { name?: unknown } | undefined)?.name === "string" ? { name: (body as { name: string }).name } : {};
+    this.requests.push({ method, path: url.pathname, status: reply.status, operationId: operation.operationId, faulted, at, ...name });
+    send(res, { ...reply, headers: { ...this.#standardHeaders(), ...reply.headers } });
+  }
+
+  #violation(v: Violation): void {
+    this.violations.push(v);
+    process.stderr.write(`github test server: OpenAPI violation in ${v.direction} ${v.method} ${v.path} (${v.operationId ?? "no operation"}): ${v.problem}\n`);
+  }
+
+  #standardHeaders(): Record<string, string> {
+    return {
+      "x-github-request-id": randomBytes(8).toString("hex").toUpperCase(),
+      "x-github-api-version-selected": "2022-11-28",
+      "x-ratelimit-limit": "5000",
+      "x-ratelimit-remaining": "4999",
+      "x-ratelimit-reset": String(Math.floor(Date.now() / 1000) + 3600),
+      "x-ratelimit-resource": "core",
+    };
+  }
+
+  #takeFault(method: string, path: string): (Fault & { remaining: number }) | undefined {
+    const fault = this.#faults.find((f) => f.remaining > 0 && (f.path === undefined || f.path.test(path)) && (f.method === undefined || f.method === method));
+    if (fault === undefined) return undefined;
+    fault.remaining--;
+    this.#faults = this.#faults.filter((f) => f.remaining > 0);
+    return fault;
+  }
+
+  #faultReply(fault: Exclude<Fault, { kind: "delay" }>): Reply {
+    switch (fault.kind) {
+      case "server-error":
+        return { status: fault.status ?? 502, body: { message: "Server Error" } };
+      case "rate-limit": {
+        const reset = Math.floor(Date.now() / 1000) + fault.resetInSeconds;
+        return {
+          status: fault.status ?? 403,
+          headers: { "x-ratelimit-remaining": "0", "x-ratelimit-used": "5000", "x-ratelimit-reset": String(reset) },
+          body: { message: "API rate limit exceeded for installation ID 1.", documentation_url: `${DOCS}/overview/rate-limits-for-the-rest-api` },
+        };
+      }
+      case "secondary-rate-limit":
+        return {
+          status: fault.status ?? 403,
+          headers: { "retry-after": String(fault.retryAfterSeconds) },
+          body: {
+            message: "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+            documentation_url: `${DOCS}/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits`,
+          },
+        };
+    }
+  }
+
+  #route(operation: Operation, params: Record<string, string>, query: URLSearchParams, body: unknown, authorization: string | undefined): Reply {
+    if (operation.operationId === "apps/create-installation-access-token") return this.#accessToken(params, authorization);
+    const denied = this.#checkToken(authorization);
+    if (denied !== undefined) return denied;
+    const scopeKey = scopeKeyFromParams(params);
+    const tail = operation.template.slice(operation.template.indexOf("/actions/"));
+    switch (`${operation.method} ${tail}`) {
+      case "POST /actions/runners/generate-jitconfig":
+        return this.#generateJitConfig(scopeKey, body as { name: string; runner_group_id: number; labels: string[]; work_folder?: string });
+      case "GET /actions/runners":
+        return this.#listRunners(scopeKey, query);
+      case "GET /actions/runners/{runner_id}": {
+        const runner = this.#runnerIn(scopeKey, Number(params["runner_id"]));
+        return runner === undefined ? notFound() : { status: 200, body: runnerJson(runner) };
+      }
+      case "DELETE /actions/runners/{runner_id}": {
+        const runner = this.#runnerIn(scopeKey, Number(params["runner_id"]));
+        if (runner === undefined) return notFound();
+        if (runner.busy) {
+          return { status: 422, body: { message: `Bad request - Runner "${runner.name}" is still running a job"`, documentation_url: `${DOCS}/actions/self-hosted-runners` } };
+        }
+        this.runners.delete(runner.id);
+        return { status: 204 };
+      }
+      case "GET /actions/runner-groups": {
+        const groups = this.#groupsOf(scopeKey);
+        const { page, perPage } = paging(query);
+        const items = groups.slice((page - 1) * perPage, page * perPage);
+        return {
+          status: 200,
+          body: { total_count: groups.length, runner_groups: items.map((g) => ({ id: g.id, name: g.name, visibility: "all", default: g.default, runners_url: `${this.#url}/runner-groups/${g.id}/runners`, inherited: false, allows_public_repositories: false })) },
+        };
+      }
+    }
+    return { status: 404, body: { message: "Not Found", documentation_url: DOCS } };
+  }
+
+  #accessToken(params: Record<string, string>, authorization: string | undefined): Reply {
+    const jwt = /^bearer (.+)$/i.exec(authorization ?? "")?.[1];
+    if (jwt === undefined) return { status: 401, body: { message: "A JSON web token could not be decoded", documentation_url: DOCS } };
+    const problem = checkAppJwt(jwt, this.#options.appId, this.#options.appPublicKey, Math.floor(Date.now() / 1000));
+    if (problem !== undefined) return { status: 401, body: { message: problem, documentation_url: DOCS } };
+    if (Number(params["installation_id"]) !== this.#options.installationId) return notFound();
+    const token = `ghs_${randomBytes(27).toString("base64url").slice(0, 36)}`;
+    const expiresAtMs = Date.now() + (this.#options.tokenTtlSeconds ?? 3600) * 1000;
+    this.tokens.set(token, { expiresAtMs });
+    return {
+      status: 201,
+      body: {
+        token,
+        expires_at: new Date(expiresAtMs).toISOString().replace(/\.\d{3}Z$/, "Z"),
+        permissions: { administration: "write", organization_self_hosted_runners: "write", metadata: "read" },
+        repository_selection: "all",
+      },
+    };
+  }
+
+  #checkToken(authorization: string | undefined): Reply | undefined {
+    const token = /^(?:token|bearer) (.+)$/i.exec(authorization ?? "")?.[1];
+    const record = token === undefined ? undefined : this.tokens.get(token);
+    if (record === undefined || record.expiresAtMs <= Date.now()) {
+      return { status: 401, body: { message: "Bad credentials", documentation_url: DOCS } };
+    }
+    return undefined;
+  }
+
+  #groupsOf(scopeKey: string): Array<{ id: number; name: string; default: boolean }> {
+    let groups = this.#groups.get(scopeKey);
+    if (groups === undefined) this.#groups.set(scopeKey, (groups = [{ id: 1, name: "Default", default: true }]));
+    return groups;
+  }
+
+  #runnerIn(scopeKey: string, id: number): TestRunner | undefined {
+    const runner = this.runners.get(id);
+    return runner?.scopeKey === scopeKey ? runner : undefined;
+  }
+
+  #generateJitConfig(scopeKey: string, body: { name: string; runner_group_id: number; labels: string[]; work_folder?: string }): Reply {
+    if ([...this.runners.values()].some((r) => r.scopeKey === scopeKey && r.name === body.name)) {
+      return { status: 409, body: { message: `Already exists - A runner with the name ${body.name} already exists.`, documentation_url: DOCS } };
+    }
+    if (!scopeKey.startsWith("repo:") && !this.#groupsOf(scopeKey).some((g) => g.id === body.runner_group_id)) return notFound();
+    const { runner, encoded } = this.registerRunner(scopeKey, body);
+    return { status: 201, body: { runner: runnerJson(runner), encoded_jit_config: encoded } };
+  }
+
+  /** Registers a just-in-time runner as generate-jitconfig does (tests use it to fill long lists quickly). */
+  registerRunner(scopeKey: string, body: { name: string; runner_group_id: number; labels: readonly string[]; work_folder?: string }): { runner: TestRunner; encoded: string } {
+    const id = this.#nextId++;
+    const runner: TestRunner = {
+      id,
+      name: body.name,
+      scopeKey,
+      runnerGroupId: body.runner_group_id,
+      labels: [
+        ...READ_ONLY_LABELS.map((name, i) => ({ id: i + 1, name, type: "read-only" as const })),
+        ...body.labels.map((name, i) => ({ id: 100 + i, name, type: "custom" as const })),
+      ],
+      workFolder: body.work_folder ?? "_work",
+      status: "offline",
+      busy: false,
+      version: null,
+      secret: randomBytes(24).toString("base64url"),
+      setupUsed: false,
+      session: undefined,
+      jobId: undefined,
+    };
+    this.runners.set(id, runner);
+    const encoded = encodeJitSetup(
+      {
+        AgentId: id,
+        AgentName: runner.name,
+        PoolId: runner.runnerGroupId,
+        PoolName: "Default",
+        ServerUrl: `${this.#url}/_imp-test/runner`,
+        GitHubUrl: `${this.#url}/${scopeKey.replace(/^\w+:/, "")}`,
+        WorkFolder: runner.workFolder,
+        Ephemeral: true,
+        DisableUpdate: true,
+      },
+      { Scheme: "ImpTestOneTimeSecret", Data: { secret: runner.secret } },
+    );
+    return { runner, encoded };
+  }
+
+  #listRunners(scopeKey: string, query: URLSearchParams): Reply {
+    const name = query.get("name");
+    const all = [...this.runners.values()].filter((r) => r.scopeKey === scopeKey && (name === null || r.name === name));
+    const { page, perPage } = paging(query);
+    const items = all.slice((page - 1) * perPage, page * perPage);
+    const last = Math.max(1, Math.ceil(all.length / perPage));
+    const headers: Record<string, string> = {};
+    if (page < last) headers["link"] = `<${this.#url}?page=${page + 1}&per_page=${perPage}>; rel="next", <${this.#url}?page=${last}&per_page=${perPage}>; rel="last"`;
+    return { status: 200, headers, body: { total_count: all.length, runners: items.map(runnerJson) } };
+  }
+
+  // ---- runner sessions and test control -------------------------------------------------------
+
+  async #handleTestPath(method: string, url: URL, body: unknown): Promise<Reply> {
+    const path = url.pathname.slice("/_imp-test".length);
+    const input = (body ?? {}) as Record<string, unknown>;
+    let m: RegExpExecArray | null;
+    if (method === "POST" && path === "/runner/sessions") return this.#openSession(input);
+    if ((m = /^\/runner\/sessions\/([\w-]+)\/acquire$/.exec(path)) && method === "POST") {
+      return this.#acquire(m[1] ?? "", Math.min(30, Number(url.searchParams.get("waitSeconds") ?? "10")));
+    }
+    if ((m = /^\/runner\/sessions\/([\w-]+)\/jobs\/(\d+)\/result$/.exec(path)) && method === "POST") return this.#complete(m[1] ?? "", Number(m[2]), input);
+    if ((m = /^\/runner\/sessions\/([\w-]+)$/.exec(path)) && method === "DELETE") return this.#closeSession(m[1] ?? "");
+    if (method === "POST" && path === "/control/jobs") {
+      const job = this.queueJob(input as unknown as Parameters<GitHubTestServer["queueJob"]>[0]);
+      return { status: 201, body: { id: job.id } };
+    }
+    if ((m = /^\/control\/jobs\/(\d+)$/.exec(path)) && method === "GET") {
+      const job = this.jobs.get(Number(m[1]));
+      return job === undefined ? { status: 404 } : { status: 200, body: job };
+    }
+    if ((m = /^\/control\/runners\/(\d+)$/.exec(path)) && method === "POST") {
+      this.setRunnerState(Number(m[1]), input as { status?: "online" | "offline"; busy?: boolean });
+      return { status: 204 };
+    }
+    if (method === "POST" && path === "/control/webhooks") {
+      const { url: target, secret, drop, duplicate } = input as { url?: string; secret?: string; drop?: number; duplicate?: number };
+      if (target !== undefined && secret !== undefined) this.webhooks.target = { url: target, secret };
+      this.webhooks.dropNext += drop ?? 0;
+      this.webhooks.duplicateNext += duplicate ?? 0;
+      return { status: 204 };
+    }
+    if (method === "POST" && path === "/control/faults") {
+      const fault = input as unknown as Fault & { path?: string };
+      this.injectFault({ ...fault, ...(typeof fault.path === "string" ? { path: new RegExp(fault.path) } : {}) } as Fault);
+      return { status: 204 };
+    }
+    if (method === "POST" && path === "/control/tokens/expire") {
+      this.expireTokens();
+      return { status: 204 };
+    }
+    return { status: 404, body: { message: "no such test path" } };
+  }
+
+  #openSession(input: Record<string, unknown>): Reply {
+    const runner = typeof input["runnerId"] === "number" ? this.runners.get(input["runnerId"]) : undefined;
+    if (runner === undefined || runner.name !== input["runnerName"] || runner.secret !== input["secret"]) {
+      return { status: 401, body: { error: "InvalidSetup", message: "no runner with this id, name and secret" } };
+    }
+    if (runner.session !== undefined) return { status: 409, body: { error: "SessionConflict", message: `runner ${runner.name} already has a session` } };
+    if (runner.setupUsed) return { status: 409, body: { error: "SetupAlreadyUsed", message: `the one-time setup of runner ${runner.name} was used already` } };
+    runner.setupUsed = true;
+    runner.session = randomUUID();
+    runner.status = "online";
+    runner.version = typeof input["version"] === "string" ? input["version"] : "imp-test";
+    return { status: 201, body: { sessionId: runner.session } };
+  }
+
+  #sessionRunner(sessionId: string): TestRunner | undefined {
+    return [...this.runners.values()].find((r) => r.session === sessionId);
+  }
+
+  async #acquire(sessionId: string, waitSeconds: number): Promise<Reply> {
+    const deadline = Date.now() + waitSeconds * 1000;
+    for (;;) {
+      const runner = this.#sessionRunner(sessionId);
+      if (runner === undefined) return { status: 404, body: { error: "NoSession" } };
+      if (runner.jobId !== undefined) return { status: 409, body: { error: "JobAlreadyTaken", message: "an ephemeral runner takes exactly one job" } };
+      const names = new Set(runner.labels.map((l) => l.name.toLowerCase()));
+      const job = [...this.jobs.values()].find((j) => j.status === "queued" && this.#canRun(runner, j) && j.labels.every((l) => names.has(l.toLowerCase())));
+      if (job !== undefined) {
+        job.status = "in_progress";
+        job.runnerId = runner.id;
+        job.runnerName = runner.name;
+        runner.jobId = job.id;
+        runner.busy = true;
+        this.#jobWebhook(job, "in_progress");
+        return { status: 200, body: { job: { id: job.id, name: job.name, steps: job.steps } } };
+      }
+      if (Date.now() >= deadline) return { status: 204 };
+      await sleep(50);
+    }
+  }
+
+  #canRun(runner: TestRunner, job: TestJob): boolean {
+    return runner.scopeKey === `repo:${job.repo.owner}/${job.repo.repo}` || runner.scopeKey === `org:${job.repo.owner}` || runner.scopeKey.startsWith("enterprise:");
+  }
+
+  #complete(sessionId: string, jobId: number, input: Record<string, unknown>): Reply {
+    const runner = this.#sessionRunner(sessionId);
+    const job = this.jobs.get(jobId);
+    if (runner === undefined || job === undefined || runner.jobId !== jobId || job.status !== "in_progress") return { status: 404, body: { error: "NoSuchJob" } };
+    const conclusion = input["conclusion"] === "success" ? "success" : "failure";
+    const steps = Array.isArray(input["steps"]) ? (input["steps"] as Array<{ name: string; exitCode: number }>) : [];
+    job.status = "completed";
+    job.conclusion = conclusion;
+    job.result = { conclusion, steps };
+    runner.busy = false;
+    this.#jobWebhook(job, "completed");
+    return { status: 204 };
+  }
+
+  #closeSession(sessionId: string): Reply {
+    const runner = this.#sessionRunner(sessionId);
+    if (runner === undefined) return { status: 404, body: { error: "NoSession" } };
+    runner.session = undefined;
+    runner.status = "offline";
+    // GitHub removes an ephemeral runner once its job is done and it disconnects.
+    if (runner.jobId !== undefined && !runner.busy) this.runners.delete(runner.id);
+    return { status: 204 };
+  }
+
+  #jobWebhook(job: TestJob, action: "queued" | "in_progress" | "completed"): void {
+    const now = new Date().toISOString();
+    this.webhooks.deliver("workflow_job", {
+      action,
+      workflow_job: {
+        id: job.id,
+        run_id: job.runId,
+        run_attempt: 1,
+        name: job.name,
+        labels: job.labels,
+        status: action,
+        conclusion: action === "completed" ? (job.conclusion ?? null) : null,
+        runner_id: action === "queued" ? null : (job.runnerId ?? null),
+        runner_name: action === "queued" ? null : (job.runnerName ?? null),
+        runner_group_id: action === "queued" ? null : 1,
+        runner_group_name: action === "queued" ? null : "Default",
+        started_at: now,
+        completed_at: action === "completed" ? now : null,
+        created_at: now,
+        head_sha: "0".repeat(40),
+        steps: [],
+      },
+      repository: { id: 1, name: job.repo.repo, full_name: `${job.repo.owner}/${job.repo.repo}`, owner: { login: job.repo.owner } },
+      organization: { login: job.repo.owner },
+      installation: { id: this.#options.installationId },
+      sender: { login: "octocat" },
+    });
+  }
+}
+
+function runnerJson(runner: TestRunner): Record<string, unknown> {
+  return {
+    id: runner.id,
+    runner_group_id: runner.runnerGroupId,
+    name: runner.name,
+    os: "linux",
+    status: runner.status,
+    busy: runner.busy,
+    ephemeral: true,
+    labels: runner.labels,
+    version: runner.version,
+  };
+}
+
+function notFound(): Reply {
+  return { status: 404, body: { message: "Not Found", documentation_url: DOCS } };
+}
+
+function paging(query: URLSearchParams): { page: number; perPage: number } {
+  return { page: Math.max(1, Number(query.get("page") ?? "1")), perPage: Math.min(100, Math.max(1, Number(query.get("per_page") ?? "30"))) };
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer | "too-large"> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY) return "too-large";
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+function send(res: ServerResponse, reply: Reply): void {
+  if (res.destroyed) return;
+  const payload = reply.body === undefined ? undefined : JSON.stringify(reply.body);
+  res.writeHead(reply.status, { ...(payload === undefined ? {} : { "content-type": "application/json; charset=utf-8" }), ...reply.headers });
+  res.end(payload);
+}
