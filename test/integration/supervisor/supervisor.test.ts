@@ -260,6 +260,19 @@ describe("supervisor", { skip: noBinary }, () => {
     await proc.remove();
   });
 
+  it("reports the exit code of a process that exits at once, however the connect races it", async () => {
+    const vm = newVm();
+    const proc = await launcherFor(vm).launch({ ...sleepRequest(vm.vmDir), binary: "sh", args: ["-c", "echo out; echo err >&2; exit 3"] });
+    remember(proc.identity);
+    const exit = await proc.exited();
+    assert.deepEqual({ code: exit.code, signal: exit.signal, recorded: exit.recorded }, { code: 3, signal: null, recorded: true });
+    assert.equal(readFileSync(join(vm.vmDir, "vmm.out"), "utf8"), "out\n");
+    assert.equal(readFileSync(join(vm.vmDir, "vmm.err"), "utf8"), "err\n");
+    proc.signal("SIGKILL"); // a no-op once exited
+    assert.equal((await proc.stop(1_000)).code, 3);
+    await proc.remove();
+  });
+
   it("fails to launch a program that does not exist, leaving nothing", async () => {
     const vm = newVm();
     await assert.rejects(
