@@ -309,7 +309,8 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
   #onErrorReply(message: ErrorReply): void {
     const pending = this.#pending.get(message.id);
     const make = RETRYABLE_GUEST_CODES.has(message.code) ? retryableError : terminalError;
-    const err = make(`guest.${message.code}`, `Cannot complete guest request ${pending?.type ?? "?"}: guest says ${message.code}: ${message.message}`);
+    // context.guestCode marks an answer from the guest (as opposed to a broken stream or a timeout).
+    const err = make(`guest.${message.code}`, `Cannot complete guest request ${pending?.type ?? "?"}: guest says ${message.code}: ${message.message}`, { context: { guestCode: message.code } });
     if (pending !== undefined) {
       pending.reject(err);
       return;

@@ -1,5 +1,3 @@
-import type { VMReason } from "../../api/index.ts";
-
 /**
  * What this node's agent knows of one VM, independent of the API: the act side writes it as work
  * progresses, the pure decision reads it. The plaintext setup is never part of it.
@@ -23,7 +21,8 @@ export type LocalSetupState = "none" | "sent" | "delivered" | "failed";
 
 export interface VmOutcome {
   readonly succeeded: boolean;
-  readonly reason: VMReason;
+  /** A `VM_REASONS` value (CamelCase), or the reason another component gave. */
+  readonly reason: string;
   readonly message: string;
   readonly exitCode?: number;
 }

@@ -5,6 +5,7 @@
  */
 import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
 import { terminalError } from "../../shared/index.ts";
+import type { CredentialLookup } from "../image/pull/index.ts";
 
 export interface KernelFiles {
   readonly kernel: string;
@@ -23,6 +24,8 @@ export interface VmPlan {
   readonly image: string;
   readonly extraLayers: readonly string[];
   readonly pullSecretName?: string;
+  /** Registry credentials from the pull Secret (resolved by the agent; in memory only). */
+  readonly imageCredentials?: CredentialLookup;
   readonly kernel: KernelFiles;
   /** Extra kernel arguments from the template, already split and checked. */
   readonly bootArgs: readonly string[];

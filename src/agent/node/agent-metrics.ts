@@ -1,0 +1,54 @@
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { VM_PHASES } from "../../api/index.ts";
+import type { RuntimeEvent } from "./vm-runtime.ts";
+
+const SECONDS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300];
+const RUN_SECONDS = [1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600];
+
+/** The node agent's Prometheus metrics. Names are `imp_agent_*`; durations in seconds. */
+export class AgentMetrics {
+  readonly prepare: Histogram;
+  readonly boot: Histogram<"vmm">;
+  readonly run: Histogram;
+  readonly vms: Gauge<"phase">;
+  readonly setupDeliveries: Counter;
+  readonly errors: Counter<"code">;
+  readonly ended: Counter<"reason">;
+  readonly sweepRemoved: Counter<"kind">;
+  readonly exitDetection: Histogram;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.prepare = new Histogram({ name: "imp_agent_prepare_seconds", help: "Preparing → VMM starting (image and disks).", buckets: SECONDS, registers });
+    this.boot = new Histogram({ name: "imp_agent_boot_seconds", help: "VMM start → guest agent hello.", labelNames: ["vmm"], buckets: SECONDS, registers });
+    this.run = new Histogram({ name: "imp_agent_run_seconds", help: "Workload started → VM ended.", buckets: RUN_SECONDS, registers });
+    this.vms = new Gauge({ name: "imp_agent_vms", help: "VMs this agent holds, by API phase.", labelNames: ["phase"], registers });
+    for (const phase of VM_PHASES) this.vms.set({ phase }, 0);
+    this.setupDeliveries = new Counter({ name: "imp_agent_setup_deliveries_total", help: "One-time runner setups the guest confirmed.", registers });
+    this.errors = new Counter({ name: "imp_agent_errors_total", help: "Failures by error code.", labelNames: ["code"], registers });
+    this.ended = new Counter({ name: "imp_agent_vms_ended_total", help: "VMs that ended, by reason.", labelNames: ["reason"], registers });
+    this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir).", labelNames: ["kind"], registers });
+    this.exitDetection = new Histogram({ name: "imp_agent_exit_detection_seconds", help: "VMM exit → agent knew of it.", buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5], registers });
+  }
+
+  onRuntimeEvent(event: RuntimeEvent): void {
+    switch (event.kind) {
+      case "prepared":
+        this.prepare.observe(event.ms / 1000);
+        break;
+      case "booted":
+        this.boot.observe({ vmm: event.vmm }, event.ms / 1000);
+        break;
+      case "setup-delivered":
+        this.setupDeliveries.inc();
+        break;
+      case "ended":
+        this.ended.inc({ reason: event.outcome.reason });
+        if (event.runMs !== undefined) this.run.observe(event.runMs / 1000);
+        break;
+      case "failed":
+        this.errors.inc({ code: event.code });
+        break;
+    }
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * Builds a NodeAgent from an AgentConfig: measures KVM, loads the setup key, opens the image cache,
+ * picks the VMM drivers and the way VMM processes are started (under the per-VM supervisor, so they
+ * outlive an agent restart), and the VM network if configured.
+ */
+import { arch } from "node:os";
+import { join } from "node:path";
+import type { KubeConfig } from "@kubernetes/client-node";
+import { describeError, terminalError, type Logger } from "../../shared/index.ts";
+import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
+import { fileDigestOf } from "../image/cache/index.ts";
+import { SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
+import { DirectLauncher } from "../vmm/direct-launcher.ts";
+import { firecrackerCmdline, FirecrackerDriver } from "../vmm/firecracker/index.ts";
+import { probeKvm } from "../vmm/kvm-probe.ts";
+import { QemuDriver, readHostTscKhz } from "../vmm/qemu/index.ts";
+import type { VmmDriver, VmmKind } from "../vmm/types.ts";
+import type { AgentConfig } from "./agent-config.ts";
+import { loadOrCreateNodeKey } from "./node-key-store.ts";
+import { NodeAgent } from "./node-agent.ts";
+import type { VmPlan } from "./vm-plan.ts";
+import type { VmNetworkProvider } from "./vm-runtime.ts";
+import { VmImages } from "./vm-images.ts";
+
+export const AGENT_VERSION = "0.1.0";
+
+export interface CreateNodeAgentOptions {
+  readonly config: AgentConfig;
+  readonly kubeConfig: KubeConfig;
+  readonly logger: Logger;
+  /** Tests: VMM processes die with the agent (never in production). */
+  readonly dieWithParent?: boolean;
+  /** Tests: run the network inside this namespace. */
+  readonly netns?: string;
+  readonly renewIntervalMs?: number;
+}
+
+/** Imp's kernel arguments for a VM (root, init, scratch) around the kernel's own and the template's. */
+export function vmCmdline(plan: VmPlan, vmm: VmmKind): string {
+  const imp = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
+  if (vmm === "firecracker") return firecrackerCmdline([...plan.kernel.args, ...imp, ...plan.bootArgs]);
+  return [...plan.kernel.args, "panic=-1", ...imp, ...plan.bootArgs].join(" ");
+}
+
+export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<NodeAgent> {
+  const { config, logger } = options;
+  const kvm = await probeKvm({ mode: config.accel, qemuBinary: config.qemu.binary });
+  logger.info({ kvm: kvm.kvm, accel: kvm.accel, reason: kvm.reason, ms: kvm.ms }, "kvm probe");
+  const key = await loadOrCreateNodeKey(config.stateDir);
+  const images = await VmImages.open({
+    root: join(config.stateDir, "images"),
+    guestAgent: { path: config.guestAgent, digest: await fileDigestOf(config.guestAgent) },
+    cacheMaxBytes: config.imageCacheMaxBytes,
+    plainHttp: (registry) => config.plainHttpRegistries.includes(registry) || /^(127\.|localhost(:|$)|\[::1\])/.test(registry),
+    logger,
+  });
+  const tscKhz = await readHostTscKhz();
+  const drivers = new Map<VmmKind, VmmDriver>();
+  const qemu = new QemuDriver({ qemuBinary: config.qemu.binary, accel: kvm.accel, ...(tscKhz === undefined ? {} : { tscKhz }), ...(config.qemu.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: config.qemu.vhostDeviceVsock }) });
+  drivers.set("qemu", qemu);
+  if (config.firecracker !== undefined) drivers.set("firecracker", new FirecrackerDriver({ firecrackerBinary: config.firecracker.binary }));
+  const chooseVmm = (plan: VmPlan): VmmKind => {
+    const wanted = config.vmm === "auto" ? (plan.preferredVmm ?? (kvm.kvm && drivers.has("firecracker") ? "firecracker" : "qemu")) : config.vmm;
+    // Firecracker needs KVM; without it the VM boots under QEMU rather than not at all.
+    if (wanted === "firecracker" && (!kvm.kvm || !drivers.has("firecracker"))) return "qemu";
+    return wanted;
+  };
+  const network: VmNetworkProvider | undefined = undefined;
+  if (config.supervised && config.supervisorBinary === undefined) {
+    throw terminalError("AgentConfigInvalid", "Cannot start the agent: supervised is on but supervisorBinary is not set");
+  }
+  const cids = new Map<string, number>();
+  const agent = new NodeAgent({
+    kubeConfig: options.kubeConfig,
+    nodeName: config.nodeName,
+    leaseNamespace: config.leaseNamespace,
+    key,
+    kernels: config.kernels,
+    logger,
+    healthPort: config.healthPort,
+    ...(options.renewIntervalMs === undefined ? {} : { renewIntervalMs: options.renewIntervalMs }),
+    facts: {
+      arch: arch() === "arm64" ? "arm64" : "amd64",
+      kvm: kvm.kvm,
+      accel: kvm.accel,
+      kvmReason: kvm.reason,
+      vmms: [...drivers.keys()].filter((k) => k === "qemu" || kvm.kvm),
+      kernels: [...config.kernels.keys()],
+      capacity: config.capacity,
+      versions: { agent: AGENT_VERSION },
+    },
+    imageCache: async () => {
+      const entries = await images.cache.list().catch((err: unknown) => {
+        logger.warn({ error: describeError(err) }, "cannot list the image cache");
+        return [];
+      });
+      return { images: entries.length, usedBytes: entries.reduce((n, e) => n + e.sizeBytes, 0), limitBytes: config.imageCacheMaxBytes };
+    },
+    runtime: {
+      stateDir: config.stateDir,
+      images,
+      drivers,
+      chooseVmm,
+      cmdline: vmCmdline,
+      serialChannel: (vmm) => vmm === "qemu" && qemu.channel === "serial",
+      launcherFor: (plan, vmDir) =>
+        config.supervised && config.supervisorBinary !== undefined
+          ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
+          : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false }),
+      ...(network === undefined ? {} : { network }),
+      allocateCid: (uid) => {
+        const existing = cids.get(uid);
+        if (existing !== undefined) return existing;
+        const used = new Set(cids.values());
+        let cid = 3;
+        while (used.has(cid)) cid++;
+        cids.set(uid, cid);
+        return cid;
+      },
+      releaseCid: (uid) => {
+        cids.delete(uid);
+      },
+    },
+  });
+  return agent;
+}

@@ -1,0 +1,31 @@
+import type { RunningVm } from "../vmm/types.ts";
+import { GuestClient } from "../guest/index.ts";
+import { ImpError, terminalError } from "../../shared/index.ts";
+
+/**
+ * Opens a guest channel and says hello, within `timeoutMs` overall. Over virtio-serial the first
+ * request can be lost while the guest has not opened its port yet, so hello is repeated (short
+ * per-try timeout) until answered; over vsock the dial itself retries until the guest listens.
+ * Fails at once when the VM goes down.
+ */
+export async function connectGuest(vm: RunningVm, options: { readonly timeoutMs: number; readonly serial: boolean; readonly signal?: AbortSignal; readonly clientName: string }): Promise<GuestClient> {
+  const deadline = performance.now() + options.timeoutMs;
+  const signal = options.signal === undefined ? vm.downSignal : AbortSignal.any([vm.downSignal, options.signal]);
+  const stream = await vm.connectGuest({ timeoutMs: options.timeoutMs, signal });
+  const client = new GuestClient(stream, { clientName: options.clientName });
+  client.on("close", () => undefined);
+  for (;;) {
+    const left = deadline - performance.now();
+    try {
+      await client.hello({ timeoutMs: Math.max(1, options.serial ? Math.min(500, left) : left), signal });
+      return client;
+    } catch (err) {
+      const timedOut = err instanceof ImpError && /timeout/i.test(err.code);
+      if (signal.aborted || left <= 0 || client.closed || !timedOut) {
+        client.close();
+        if (timedOut) throw terminalError("BootTimeout", `Cannot reach the guest agent: no hello within ${options.timeoutMs} ms`, { cause: err });
+        throw err;
+      }
+    }
+  }
+}

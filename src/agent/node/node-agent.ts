@@ -1,0 +1,393 @@
+/**
+ * `imp agent`: one per node. Watches the ImpVMs bound to this node (field selector on
+ * status.nodeName), and for each runs observe → decide (vm-decision.ts, pure) → act (VmRuntime and
+ * API writes). Owns the node's ImpNode status and liveness Lease, its finalizer on every VM it
+ * touches, and the VM phases from Preparing to terminal.
+ */
+import type { KubeConfig } from "@kubernetes/client-node";
+import { Registry } from "prom-client";
+import {
+  canTransitionVM,
+  FINALIZERS,
+  GROUP,
+  IMP_NODE,
+  IMP_VM,
+  IMP_VM_CLASS,
+  IMP_VM_TEMPLATE,
+  SETUP_SECRET,
+  setupSecretName,
+  VERSION,
+  VM_REASONS,
+  type ImpNode,
+  type ImpVM,
+  type ImpVMClass,
+  type ImpVMStatus,
+  type ImpVMTemplate,
+  type NodeKeyPair,
+} from "../../api/index.ts";
+import {
+  Controller,
+  createResourceClient,
+  done,
+  EVENT_RESOURCE,
+  EventRecorder,
+  HealthServer,
+  Informer,
+  isNotFound,
+  keyOf,
+  LEASE_RESOURCE,
+  Manager,
+  mutateWithRetry,
+  requeueAfter,
+  resourceDescriptor,
+  type CoreEvent,
+  type KubeObject,
+  type Lease,
+  type ReconcileContext,
+  type ReconcileResult,
+  type ResourceClient,
+} from "../../kube/index.ts";
+import { describeError, ImpError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { credentialsFromSecretData } from "../image/pull/index.ts";
+import { AgentMetrics } from "./agent-metrics.ts";
+import type { LocalVm } from "./local-vm.ts";
+import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
+import { decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
+import { planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
+import { VmRuntime, type VmRuntimeOptions } from "./vm-runtime.ts";
+
+export interface SecretObject extends KubeObject {
+  type?: string;
+  data?: Record<string, string>;
+}
+
+const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
+const IMP_VM_TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
+const IMP_VM_CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
+const IMP_NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
+export const SECRET_RESOURCE = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true } as const;
+
+export interface NodeAgentOptions {
+  readonly kubeConfig: KubeConfig;
+  readonly nodeName: string;
+  /** Namespace of the agents' liveness Leases. */
+  readonly leaseNamespace: string;
+  readonly key: NodeKeyPair;
+  readonly facts: NodeFacts;
+  readonly kernels: ReadonlyMap<string, KernelFiles>;
+  /** Environment every workload starts with (below its own). */
+  readonly baseEnv?: Readonly<Record<string, string>>;
+  readonly runtime: Omit<VmRuntimeOptions, "nodeKey" | "readSealedSetup" | "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe">;
+  readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
+  readonly logger: Logger;
+  readonly clock?: Clock;
+  readonly registry?: Registry;
+  /** Health and metrics server port; 0 = any free port, undefined = none. */
+  readonly healthPort?: number;
+  readonly renewIntervalMs?: number;
+}
+
+export class NodeAgent {
+  readonly runtime: VmRuntime;
+  readonly metrics: AgentMetrics;
+  readonly registry: Registry;
+  readonly vms: ResourceClient<ImpVM>;
+  readonly reporter: NodeReporter;
+  readonly health: HealthServer | undefined;
+  readonly #o: NodeAgentOptions;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  readonly #secrets: ResourceClient<SecretObject>;
+  readonly #templates: ResourceClient<ImpVMTemplate>;
+  readonly #classes: ResourceClient<ImpVMClass>;
+  readonly #cache: Informer<ImpVM>;
+  readonly #controller: Controller;
+  readonly #events: EventRecorder;
+  /** Last seen object of each key, so a VM that vanished can still be released by uid, name and namespace. */
+  readonly #lastSeen = new Map<string, Readonly<ImpVM>>();
+  readonly #plans = new Map<string, VmPlan>();
+
+  constructor(options: NodeAgentOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#log = options.logger.child({ node: options.nodeName });
+    this.registry = options.registry ?? new Registry();
+    this.metrics = new AgentMetrics(this.registry);
+    const kc = options.kubeConfig;
+    this.vms = createResourceClient<ImpVM>(kc, IMP_VMS);
+    this.#secrets = createResourceClient<SecretObject>(kc, SECRET_RESOURCE);
+    this.#templates = createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES);
+    this.#classes = createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES);
+    this.#events = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-agent", instance: options.nodeName, clock: this.#clock });
+    this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
+    this.runtime = new VmRuntime({
+      ...options.runtime,
+      nodeKey: options.key,
+      clock: this.#clock,
+      logger: this.#log,
+      readSealedSetup: (vm) => this.#readSealedSetup(vm),
+      recordSetupSent: (vm, execId) => this.#recordSetupSent(vm, execId),
+      deleteSetupSecret: (vm) => this.#deleteSetupSecret(vm),
+      notify: (vm) => this.#controller.enqueue(keyOf(vm)),
+      observe: (event) => this.metrics.onRuntimeEvent(event),
+    });
+    this.#controller = new Controller({ name: "imp-agent-vm", registry: this.registry, workers: 4, logger: this.#log, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx), reconcileTimeoutMs: 120_000 });
+    this.#controller.watch(this.#cache);
+    this.reporter = new NodeReporter({
+      nodeName: options.nodeName,
+      nodes: createResourceClient<ImpNode>(kc, IMP_NODES),
+      leases: createResourceClient<Lease>(kc, LEASE_RESOURCE),
+      leaseNamespace: options.leaseNamespace,
+      facts: options.facts,
+      key: options.key,
+      allocated: () => this.#allocated(),
+      imageCache: options.imageCache,
+      clock: this.#clock,
+      logger: this.#log,
+      ...(options.renewIntervalMs === undefined ? {} : { renewIntervalMs: options.renewIntervalMs }),
+    });
+    this.health = options.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.#cache }, port: options.healthPort, logger: this.#log });
+  }
+
+  /** Runs until `signal` aborts. VMs keep running when the agent stops (they are re-adopted on start). */
+  async start(signal: AbortSignal): Promise<void> {
+    await this.reporter.reportOnce(signal);
+    const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) });
+    if (this.health !== undefined) manager.addHealthServer(this.health);
+    await manager.start(signal);
+  }
+
+  #allocated(): { vcpu: number; memoryMiB: number; vmSlots: number } {
+    let vcpu = 0;
+    let memoryMiB = 0;
+    let vmSlots = 0;
+    for (const uid of this.runtime.liveUids()) {
+      const local = this.runtime.local(uid);
+      if (local === undefined || local.stage === "released" || local.stage === "ended") continue;
+      const plan = this.#plans.get(uid);
+      vcpu += plan?.vcpus ?? 0;
+      memoryMiB += plan?.memoryMiB ?? 0;
+      vmSlots += 1;
+    }
+    return { vcpu, memoryMiB, vmSlots };
+  }
+
+  async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const cached = this.#cache.get(ctx.key) as Readonly<ImpVM> | undefined;
+    const vm = cached !== undefined && cached.status?.nodeName === this.#o.nodeName ? cached : undefined;
+    if (vm !== undefined) {
+      this.#lastSeen.set(ctx.key, vm);
+      this.runtime.observe(vm);
+    }
+    const known = vm ?? this.#lastSeen.get(ctx.key);
+    const uid = known?.metadata.uid;
+    if (known === undefined || uid === undefined) return done;
+    const local = this.runtime.local(uid);
+    const decision = decideVm({ vm, local, nowMs: this.#clock.now() });
+    for (const action of decision.actions) await this.#act(action, vm, known, ctx);
+    this.#refreshPhaseGauge();
+    return decision.requeueAfterMs === undefined ? done : requeueAfter(Math.max(1, decision.requeueAfterMs));
+  }
+
+  async #act(action: AgentAction, vm: Readonly<ImpVM> | undefined, known: Readonly<ImpVM>, ctx: ReconcileContext): Promise<void> {
+    const ref = { namespace: known.metadata.namespace, name: known.metadata.name ?? "" };
+    const uid = known.metadata.uid ?? "";
+    switch (action.type) {
+      case "AddFinalizer":
+        await mutateWithRetry(this.vms, {
+          ref,
+          signal: ctx.signal,
+          mutate: (d) => {
+            if (d.metadata.deletionTimestamp !== undefined || (d.metadata.finalizers ?? []).includes(FINALIZERS.vmTeardown)) return false;
+            d.metadata.finalizers = [...(d.metadata.finalizers ?? []), FINALIZERS.vmTeardown];
+          },
+        });
+        return;
+      case "Start": {
+        if (vm === undefined) return;
+        let plan: VmPlan;
+        try {
+          plan = await this.#plan(vm, ctx.signal);
+        } catch (err) {
+          if (err instanceof ImpError && err.errorClass !== "terminal") throw err;
+          this.#log.warn({ vm: ctx.key, error: describeError(err) }, "cannot plan the VM");
+          this.runtime.failBeforeStart(vm, { succeeded: false, reason: VM_REASONS.PrepareFailed, message: describeError(err) });
+          this.#controller.enqueue(ctx.key);
+          return;
+        }
+        this.#plans.set(uid, plan);
+        this.runtime.start(vm, plan);
+        await this.#events.record(vm, { type: "Normal", reason: "Preparing", message: `Preparing disks from ${plan.image} on node ${this.#o.nodeName}` });
+        return;
+      }
+      case "Stop":
+        this.runtime.stop(uid, action.reason, action.message);
+        await this.#events.record(known, { type: "Normal", reason: "Stopping", message: `Stopping the VM: ${action.message}` });
+        return;
+      case "Release":
+        await this.runtime.release(known);
+        this.#plans.delete(uid);
+        return;
+      case "PatchStatus":
+        if (vm === undefined) return;
+        await this.#patchStatus(vm, action.status, this.runtime.local(uid), ctx.signal);
+        return;
+      case "RemoveFinalizer":
+        await mutateWithRetry(this.vms, {
+          ref,
+          signal: ctx.signal,
+          mutate: (d) => {
+            const before = d.metadata.finalizers ?? [];
+            if (!before.includes(FINALIZERS.vmTeardown)) return false;
+            d.metadata.finalizers = before.filter((f) => f !== FINALIZERS.vmTeardown);
+          },
+        }).catch((err: unknown) => {
+          if (!isNotFound(err)) throw err;
+        });
+        return;
+      case "Forget":
+        this.runtime.forget(uid);
+        this.#lastSeen.delete(ctx.key);
+        return;
+    }
+  }
+
+  /** Writes the status local knowledge implies, recomputed on the freshest object so a retry never rewinds anything. */
+  async #patchStatus(vm: Readonly<ImpVM>, decided: ImpVMStatus, local: LocalVm | undefined, signal: AbortSignal): Promise<void> {
+    const before = vm.status?.phase ?? "Pending";
+    let after = before;
+    const stored = await mutateWithRetry(this.vms, {
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      subresource: "status",
+      signal,
+      mutate: (d) => {
+        const current = d.status ?? {};
+        const want = local === undefined ? forwardOnly(current, decided) : statusFromLocal(current, local);
+        if (want === undefined) return false;
+        d.status = want;
+      },
+    }).catch((err: unknown) => {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    });
+    after = stored?.status?.phase ?? before;
+    if (stored !== undefined && after !== before) {
+      const warning = after === "Failed";
+      const st = stored.status ?? {};
+      await this.#events.record(stored, {
+        type: warning ? "Warning" : "Normal",
+        reason: after === "Succeeded" || after === "Failed" ? (st.reason ?? after) : after,
+        message: phaseMessage(after, st),
+      });
+    }
+  }
+
+  async #plan(vm: Readonly<ImpVM>, signal: AbortSignal): Promise<VmPlan> {
+    const namespace = vm.metadata.namespace ?? "default";
+    const template = vm.spec.templateRef === undefined ? undefined : (await this.#templates.get({ namespace, name: vm.spec.templateRef.name }, signal).catch(notFoundAs(`template ${vm.spec.templateRef.name}`))).spec;
+    const t = templateOf(vm, template);
+    const vmClass = (await this.#classes.get({ name: t.classRef.name }, signal).catch(notFoundAs(`ImpVMClass ${t.classRef.name}`))).spec;
+    const secrets = new Map<string, Record<string, string>>();
+    for (const name of secretsNeeded(workloadOf(vm, t))) {
+      const secret = await this.#secrets.get({ namespace, name }, signal).catch(notFoundAs(`Secret ${name}`));
+      secrets.set(name, decodeData(secret.data));
+    }
+    const plan = planVm({ vm, template, vmClass, secrets, kernels: this.#o.kernels, baseEnv: this.#o.baseEnv ?? { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" } });
+    if (plan.pullSecretName !== undefined) {
+      const pull = await this.#secrets.get({ namespace, name: plan.pullSecretName }, signal).catch(notFoundAs(`image pull Secret ${plan.pullSecretName}`));
+      return { ...plan, imageCredentials: credentialsFromSecretData(decodeData(pull.data)) };
+    }
+    return plan;
+  }
+
+  async #readSealedSetup(vm: Readonly<ImpVM>): Promise<string | undefined> {
+    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
+    let secret: SecretObject;
+    try {
+      secret = await this.#secrets.get({ namespace: vm.metadata.namespace, name });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+    // Only a setup Secret owned by this very VM is read; the seal's associated data checks the same again.
+    const owned = (secret.metadata?.ownerReferences ?? []).some((o) => o.uid === vm.metadata.uid && o.kind === IMP_VM.kind);
+    if (secret.type !== SETUP_SECRET.type || !owned) {
+      throw terminalError("SetupSecretNotOwned", `Cannot use Secret ${vm.metadata.namespace}/${name} as the setup of ${vm.metadata.name}: it is not an ${SETUP_SECRET.type} Secret owned by that ImpVM`);
+    }
+    const raw = secret.data?.[SETUP_SECRET.sealedKey];
+    return raw === undefined ? undefined : Buffer.from(raw, "base64").toString("utf8");
+  }
+
+  async #recordSetupSent(vm: Readonly<ImpVM>, execId: string): Promise<void> {
+    await mutateWithRetry(this.vms, {
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      subresource: "status",
+      mutate: (d) => {
+        const status = d.status ?? {};
+        if (status.execId !== undefined && status.execId !== execId) throw terminalError("ExecIdMismatch", `Cannot send the workload: the VM's execId is ${status.execId}, not ${execId}`);
+        if (status.setup === undefined) {
+          if (status.execId === execId) return false;
+          d.status = { ...status, execId };
+          return;
+        }
+        if (status.setup.state !== "Minted") throw terminalError("SetupAlreadySent", `Cannot send the setup: its state is ${status.setup.state}; a one-time setup is never sent twice`);
+        d.status = { ...status, execId, setup: { ...status.setup, state: "Sent" } };
+      },
+    });
+  }
+
+  async #deleteSetupSecret(vm: Readonly<ImpVM>): Promise<void> {
+    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
+    await this.#secrets.delete({ namespace: vm.metadata.namespace, name }).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+    if (vm.status?.setup === undefined) return;
+    await mutateWithRetry(this.vms, {
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      subresource: "status",
+      mutate: (d) => {
+        if (d.status?.setup === undefined || d.status.setup.state === "Deleted") return false;
+        d.status = { ...d.status, setup: { ...d.status.setup, state: "Deleted" } };
+      },
+    }).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+  }
+
+  #refreshPhaseGauge(): void {
+    const counts = new Map<string, number>();
+    for (const vm of this.#cache.list()) counts.set(vm.status?.phase ?? "Pending", (counts.get(vm.status?.phase ?? "Pending") ?? 0) + 1);
+    for (const phase of ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded", "Failed", "Terminating"]) this.metrics.vms.set({ phase }, counts.get(phase) ?? 0);
+  }
+}
+
+function forwardOnly(current: Readonly<ImpVMStatus>, want: ImpVMStatus): ImpVMStatus | undefined {
+  const from = current.phase ?? "Pending";
+  if (want.phase !== undefined && !canTransitionVM(from, want.phase)) return undefined;
+  if (want.phase === from) return undefined;
+  return { ...current, ...want };
+}
+
+function phaseMessage(phase: string, status: Readonly<ImpVMStatus>): string {
+  switch (phase) {
+    case "Preparing":
+      return "Preparing the VM's disks";
+    case "Booting":
+      return `VMM ${status.vmm ?? ""} started${status.prepareDurationMs === undefined ? "" : ` after ${status.prepareDurationMs} ms of preparation`}`;
+    case "Running":
+      return `Workload started${status.bootDurationMs === undefined ? "" : `; the guest answered ${status.bootDurationMs} ms after the VMM started`}`;
+    default:
+      return status.message ?? phase;
+  }
+}
+
+function decodeData(data: Readonly<Record<string, string>> | undefined): Record<string, string> {
+  return Object.fromEntries(Object.entries(data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString("utf8")]));
+}
+
+function notFoundAs(what: string): (err: unknown) => never {
+  return (err) => {
+    if (isNotFound(err)) throw terminalError("PlanInputNotFound", `Cannot plan the VM: ${what} does not exist`, { cause: err });
+    throw err;
+  };
+}
