@@ -73,7 +73,7 @@ describe("Firecracker driver under the real jailer", { timeout: 180_000 }, () =>
 
         const pid = vm.pid;
         const exit = await vm.stop(1_500);
-        t.diagnostic(`stop: exit after ${vm.stopTimings?.exitMs.toFixed(1)} ms (by ${vm.stopTimings?.by}), cleanup ${vm.stopTimings?.cleanupMs.toFixed(1)} ms; ${JSON.stringify(exit)}`);
+        t.diagnostic(`stop: exit after ${vm.stopTimings?.exitMs.toFixed(1)} ms (by ${vm.stopTimings?.by}; kill to exit ${vm.stopTimings?.killMs.toFixed(1)} ms), cleanup ${vm.stopTimings?.cleanupMs.toFixed(1)} ms; ${JSON.stringify(exit)}`);
         assert.equal(vm.stopTimings?.by, "kill");
         assert.equal(processAlive(pid), false);
         assert.equal(await tapState(tap, { netns: netnsName }), "free");

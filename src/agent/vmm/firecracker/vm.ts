@@ -14,6 +14,8 @@ export interface StopTimings {
   readonly exitMs: number;
   /** Whether the guest's own shutdown (Ctrl+Alt+Del) ended it, or the kill after the grace period did. */
   readonly by: "guest" | "kill" | "already-exited";
+  /** From the kill (SIGTERM) to the exit; 0 when the guest's shutdown ended it. */
+  readonly killMs: number;
   /** Removing sockets and the jail. */
   readonly cleanupMs: number;
 }
@@ -111,6 +113,7 @@ export class FirecrackerVm implements RunningVm {
   async #stop(graceMs: number): Promise<VmExit> {
     const started = performance.now();
     let by: StopTimings["by"] = "already-exited";
+    let killMs = 0;
     if (this.#process.running) {
       by = "guest";
       const deadline = AbortSignal.timeout(Math.max(1, graceMs));
@@ -129,13 +132,15 @@ export class FirecrackerVm implements RunningVm {
       ]);
       if (!exitedInTime) {
         by = "kill";
+        const killed = performance.now();
         await this.#process.stop(this.#killGraceMs);
+        killMs = performance.now() - killed;
       }
     }
     const exit = await this.#process.exited();
     const exitMs = performance.now() - started;
     await this.#cleanedUp;
-    this.#stopTimings = { exitMs, by, cleanupMs: performance.now() - started - exitMs };
+    this.#stopTimings = { exitMs, by, killMs, cleanupMs: performance.now() - started - exitMs };
     return exit;
   }
 
