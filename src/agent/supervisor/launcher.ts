@@ -96,7 +96,10 @@ export class SupervisorLauncher implements ProcessLauncher {
     try {
       identity = await readReady(readyPipe, request.name, o.startTimeoutMs ?? 10_000, child);
     } catch (err) {
-      child.kill("SIGKILL"); // the supervisor's process dies with it (PDEATHSIG)
+      // A supervisor that reported a failure has already undone everything and exits by itself;
+      // one that did not report in time is killed (its process dies with it, PDEATHSIG), and
+      // whatever it had created is left to the sweep.
+      if ((err as { code?: unknown }).code === "SupervisorStartTimeout") child.kill("SIGKILL");
       throw err;
     } finally {
       readyPipe.destroy();
