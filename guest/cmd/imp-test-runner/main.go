@@ -1,0 +1,342 @@
+// Command imp-test-runner stands in for the GitHub Actions runner in tests, against the test
+// server in test/github (these machines cannot reach GitHub). It honours the parts of the real
+// runner's contract that Imp relies on:
+//
+//   - the one-time setup arrives as `--jitconfig <encoded>` (as `run.sh --jitconfig` takes it) or in
+//     ACTIONS_RUNNER_INPUT_JITCONFIG; it is never printed or written to disk;
+//   - the runner comes online, takes exactly one job, runs its shell steps with their output on
+//     stdout, reports the result and exits 0, whatever the job's conclusion;
+//   - a setup that cannot be used exits non-zero with the real runner's return codes:
+//     1 terminated (bad or already-used setup), 2 retryable (server unreachable, no job in time),
+//     5 session conflict (another process holds this runner's session).
+//
+// The encoded setup is base64 JSON of {".runner": base64(json), ".credentials": base64(json)}, the
+// files the real runner keeps; the credential is a one-time secret for the test server's minimal
+// session API instead of the Actions service's OAuth key.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Return codes of the real runner (Runner.Listener's Constants.Runner.ReturnCode).
+const (
+	exitSuccess         = 0
+	exitTerminatedError = 1
+	exitRetryableError  = 2
+	exitSessionConflict = 5
+)
+
+const version = "imp-test-runner/1"
+
+// RunnerFile mirrors the fields of the real runner's .runner file that this program reads.
+type RunnerFile struct {
+	AgentID    int64  `json:"AgentId"`
+	AgentName  string `json:"AgentName"`
+	PoolID     int64  `json:"PoolId"`
+	ServerURL  string `json:"ServerUrl"`
+	GitHubURL  string `json:"GitHubUrl"`
+	WorkFolder string `json:"WorkFolder"`
+	Ephemeral  bool   `json:"Ephemeral"`
+}
+
+// CredentialsFile mirrors the real runner's .credentials file (Scheme + Data).
+type CredentialsFile struct {
+	Scheme string            `json:"Scheme"`
+	Data   map[string]string `json:"Data"`
+}
+
+// Setup is a decoded one-time runner setup. Secret must never be printed.
+type Setup struct {
+	Runner RunnerFile
+	Secret string
+}
+
+// decodeSetup parses an encoded jitconfig; errors never contain the input.
+func decodeSetup(encoded string) (Setup, error) {
+	var setup Setup
+	outerJSON, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
+	if err != nil {
+		return setup, errors.New("the jitconfig is not base64")
+	}
+	var outer map[string]string
+	if err := json.Unmarshal(outerJSON, &outer); err != nil {
+		return setup, errors.New("the jitconfig is not a JSON object of files")
+	}
+	readFile := func(name string, into any) error {
+		encodedFile, ok := outer[name]
+		if !ok {
+			return fmt.Errorf("the jitconfig has no %s file", name)
+		}
+		raw, err := base64.StdEncoding.DecodeString(encodedFile)
+		if err != nil {
+			return fmt.Errorf("the jitconfig's %s file is not base64", name)
+		}
+		if err := json.Unmarshal(raw, into); err != nil {
+			return fmt.Errorf("the jitconfig's %s file is not JSON", name)
+		}
+		return nil
+	}
+	var creds CredentialsFile
+	if err := readFile(".runner", &setup.Runner); err != nil {
+		return setup, err
+	}
+	if err := readFile(".credentials", &creds); err != nil {
+		return setup, err
+	}
+	switch {
+	case setup.Runner.AgentID <= 0 || setup.Runner.AgentName == "":
+		return setup, errors.New("the jitconfig's .runner file has no AgentId or AgentName")
+	case !strings.HasPrefix(setup.Runner.ServerURL, "http://") && !strings.HasPrefix(setup.Runner.ServerURL, "https://"):
+		return setup, errors.New("the jitconfig's .runner file has no http(s) ServerUrl")
+	case creds.Scheme != "ImpTestOneTimeSecret" || creds.Data["secret"] == "":
+		return setup, fmt.Errorf("the jitconfig's credential scheme %q is not supported", creds.Scheme)
+	case filepath.IsAbs(setup.Runner.WorkFolder) || strings.Contains(setup.Runner.WorkFolder, ".."):
+		return setup, errors.New("the jitconfig's WorkFolder must be relative, without ..")
+	}
+	setup.Secret = creds.Data["secret"]
+	if setup.Runner.WorkFolder == "" {
+		setup.Runner.WorkFolder = "_work"
+	}
+	return setup, nil
+}
+
+// Step is one shell step of a job.
+type Step struct {
+	Name string `json:"name"`
+	Run  string `json:"run"`
+}
+
+// StepResult is reported back to the server.
+type StepResult struct {
+	Name     string `json:"name"`
+	ExitCode int    `json:"exitCode"`
+}
+
+// runSteps runs steps in order with /bin/sh -e, output to out, and stops at the first failure (as
+// Actions does without continue-on-error).
+func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]StepResult, string) {
+	results := make([]StepResult, 0, len(steps))
+	for _, step := range steps {
+		fmt.Fprintf(out, "##[group]Run %s\n", step.Name)
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-e", "-c", step.Run)
+		cmd.Dir = dir
+		cmd.Stdout = out
+		cmd.Stderr = out
+		cmd.Env = append(os.Environ(), "CI=true", "GITHUB_ACTIONS=true", "RUNNER_TEMP="+dir)
+		// The setup must not reach the job through the environment.
+		cmd.Env = withoutJitConfig(cmd.Env)
+		code := 0
+		if err := cmd.Run(); err != nil {
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) && exitErr.ExitCode() >= 0 {
+				code = exitErr.ExitCode()
+			} else {
+				code = 127
+			}
+		}
+		fmt.Fprintf(out, "##[endgroup]\n")
+		results = append(results, StepResult{Name: step.Name, ExitCode: code})
+		if code != 0 {
+			fmt.Fprintf(out, "##[error]Process completed with exit code %d.\n", code)
+			return results, "failure"
+		}
+	}
+	return results, "success"
+}
+
+func withoutJitConfig(env []string) []string {
+	kept := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "ACTIONS_RUNNER_INPUT_JITCONFIG=") {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
+}
+
+// client speaks the test server's runner session API.
+type client struct {
+	base string
+	http *http.Client
+}
+
+type apiError struct {
+	Status int
+	Code   string `json:"error"`
+	Msg    string `json:"message"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("server answered %d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+func (c *client) do(ctx context.Context, method, path string, body any, into any) (int, error) {
+	var reader io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		reader = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("user-agent", version)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 400 {
+		apiErr := &apiError{Status: resp.StatusCode}
+		_ = json.Unmarshal(raw, apiErr)
+		return resp.StatusCode, apiErr
+	}
+	if into != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, into); err != nil {
+			return resp.StatusCode, fmt.Errorf("server answer is not JSON: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+type config struct {
+	idleTimeout time.Duration
+	pollSeconds int
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("imp-test-runner", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	jitconfig := flags.String("jitconfig", "", "the encoded one-time runner setup (or ACTIONS_RUNNER_INPUT_JITCONFIG)")
+	if err := flags.Parse(args); err != nil {
+		return exitTerminatedError
+	}
+	encoded := *jitconfig
+	if encoded == "" {
+		encoded = getenv("ACTIONS_RUNNER_INPUT_JITCONFIG")
+	}
+	if encoded == "" {
+		fmt.Fprintln(stderr, "Cannot start the runner: no --jitconfig and no ACTIONS_RUNNER_INPUT_JITCONFIG")
+		return exitTerminatedError
+	}
+	setup, err := decodeSetup(encoded)
+	if err != nil {
+		fmt.Fprintf(stderr, "Cannot start the runner: %v\n", err)
+		return exitTerminatedError
+	}
+	cfg := config{idleTimeout: 10 * time.Minute, pollSeconds: 10}
+	if v, err := strconv.Atoi(getenv("IMP_TEST_RUNNER_IDLE_SECONDS")); err == nil && v > 0 {
+		cfg.idleTimeout = time.Duration(v) * time.Second
+		cfg.pollSeconds = min(cfg.pollSeconds, v)
+	}
+	return listen(ctx, setup, cfg, stdout, stderr)
+}
+
+func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writer) int {
+	c := &client{base: strings.TrimRight(setup.Runner.ServerURL, "/"), http: &http.Client{Timeout: time.Duration(cfg.pollSeconds+30) * time.Second}}
+	name := setup.Runner.AgentName
+	var session struct {
+		SessionID string `json:"sessionId"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/sessions", map[string]any{"runnerId": setup.Runner.AgentID, "runnerName": name, "secret": setup.Secret, "version": version}, &session)
+	var apiErr *apiError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Code == "SessionConflict":
+		fmt.Fprintf(stderr, "Cannot start runner %s: another session holds it (%s)\n", name, apiErr.Msg)
+		return exitSessionConflict
+	case errors.As(err, &apiErr) && (apiErr.Code == "SetupAlreadyUsed" || apiErr.Status == http.StatusUnauthorized):
+		fmt.Fprintf(stderr, "Cannot start runner %s: the server refused its setup (%s)\n", name, apiErr.Code)
+		return exitTerminatedError
+	case err != nil:
+		fmt.Fprintf(stderr, "Cannot start runner %s: %v\n", name, err)
+		return exitRetryableError
+	}
+	fmt.Fprintf(stdout, "√ Connected to GitHub\n\nCurrent runner version: '%s'\nListening for Jobs\n", version)
+	// Whatever happens next, give the session back so the server sees the runner go offline.
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = c.do(closeCtx, http.MethodDelete, "/sessions/"+session.SessionID, nil, nil)
+	}()
+
+	var job struct {
+		Job *struct {
+			ID    int64  `json:"id"`
+			Name  string `json:"name"`
+			Steps []Step `json:"steps"`
+		} `json:"job"`
+	}
+	deadline := time.Now().Add(cfg.idleTimeout)
+	for job.Job == nil {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stderr, "Cannot run a job on runner %s: none arrived within %s\n", name, cfg.idleTimeout)
+			return exitRetryableError
+		}
+		if ctx.Err() != nil {
+			return exitTerminatedError
+		}
+		status, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/sessions/%s/acquire?waitSeconds=%d", session.SessionID, cfg.pollSeconds), nil, &job)
+		if err != nil {
+			fmt.Fprintf(stderr, "Cannot take a job on runner %s: %v\n", name, err)
+			return exitRetryableError
+		}
+		if status == http.StatusNoContent {
+			job.Job = nil
+		}
+	}
+
+	fmt.Fprintf(stdout, "%s: Running job: %s\n", time.Now().UTC().Format(time.DateTime), job.Job.Name)
+	workDir, err := filepath.Abs(setup.Runner.WorkFolder)
+	if err == nil {
+		err = os.MkdirAll(workDir, 0o755)
+	}
+	var results []StepResult
+	conclusion := "failure"
+	if err != nil {
+		fmt.Fprintf(stderr, "Cannot prepare the work folder: %v\n", err)
+	} else {
+		results, conclusion = runSteps(ctx, job.Job.Steps, workDir, stdout)
+	}
+	fmt.Fprintf(stdout, "%s: Job %s completed with result: %s\n", time.Now().UTC().Format(time.DateTime), job.Job.Name, cases(conclusion))
+	if _, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/sessions/%s/jobs/%d/result", session.SessionID, job.Job.ID), map[string]any{"conclusion": conclusion, "steps": results}, nil); err != nil {
+		fmt.Fprintf(stderr, "Cannot report the result of job %s: %v\n", job.Job.Name, err)
+		return exitRetryableError
+	}
+	return exitSuccess
+}
+
+func cases(conclusion string) string {
+	if conclusion == "success" {
+		return "Succeeded"
+	}
+	return "Failed"
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func b64(v any) string {
+	raw, _ := json.Marshal(v)
+	return base64.StdEncoding.EncodeToString(raw)
+}
+
+func encodeSetup(serverURL, secret string) string {
+	return b64(map[string]string{
+		".runner":      b64(map[string]any{"AgentId": 7, "AgentName": "imp-7", "PoolId": 1, "ServerUrl": serverURL, "WorkFolder": "_work", "Ephemeral": true}),
+		".credentials": b64(map[string]any{"Scheme": "ImpTestOneTimeSecret", "Data": map[string]string{"secret": secret}}),
+	})
+}
+
+func TestDecodeSetup(t *testing.T) {
+	setup, err := decodeSetup(encodeSetup("http://127.0.0.1:1/_imp-test/runner", "s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup.Runner.AgentID != 7 || setup.Runner.AgentName != "imp-7" || setup.Secret != "s3cret" || setup.Runner.WorkFolder != "_work" {
+		t.Fatalf("decoded %+v", setup.Runner)
+	}
+	bad := map[string]string{
+		"not base64":        "%%%",
+		"not json":          base64.StdEncoding.EncodeToString([]byte("nope")),
+		"no credentials":    b64(map[string]string{".runner": b64(map[string]any{"AgentId": 1, "AgentName": "a", "ServerUrl": "http://x"})}),
+		"absolute work dir": b64(map[string]string{".runner": b64(map[string]any{"AgentId": 1, "AgentName": "a", "ServerUrl": "http://x", "WorkFolder": "/etc"}), ".credentials": b64(map[string]any{"Scheme": "ImpTestOneTimeSecret", "Data": map[string]string{"secret": "SECRET-VALUE"}})}),
+		"other scheme":      b64(map[string]string{".runner": b64(map[string]any{"AgentId": 1, "AgentName": "a", "ServerUrl": "http://x"}), ".credentials": b64(map[string]any{"Scheme": "OAuth", "Data": map[string]string{"clientId": "SECRET-VALUE"}})}),
+		"file scheme":       b64(map[string]string{".runner": b64(map[string]any{"AgentId": 1, "AgentName": "a", "ServerUrl": "file:///x"}), ".credentials": b64(map[string]any{"Scheme": "ImpTestOneTimeSecret", "Data": map[string]string{"secret": "SECRET-VALUE"}})}),
+	}
+	for name, encoded := range bad {
+		_, err := decodeSetup(encoded)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if strings.Contains(err.Error(), "SECRET-VALUE") || strings.Contains(err.Error(), encoded) {
+			t.Errorf("%s: error leaks the setup: %v", name, err)
+		}
+	}
+}
+
+// fakeServer implements the session API with one job and one-time sessions.
+type fakeServer struct {
+	mu       sync.Mutex
+	used     bool
+	active   bool
+	result   map[string]any
+	jobTaken bool
+}
+
+func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	path := strings.TrimPrefix(r.URL.Path, "/_imp-test/runner")
+	switch {
+	case r.Method == http.MethodPost && path == "/sessions":
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if body["secret"] != "s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"InvalidSetup"}`))
+			return
+		}
+		if f.active {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"error":"SessionConflict","message":"busy"}`))
+			return
+		}
+		if f.used {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"error":"SetupAlreadyUsed","message":"used"}`))
+			return
+		}
+		f.used, f.active = true, true
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"sessionId":"s-1"}`))
+	case strings.HasSuffix(path, "/acquire"):
+		if f.jobTaken {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		f.jobTaken = true
+		_, _ = w.Write([]byte(`{"job":{"id":9,"name":"build","steps":[{"name":"hello","run":"echo hello-from-step; echo \"jit=${ACTIONS_RUNNER_INPUT_JITCONFIG:-unset}\""},{"name":"fail","run":"exit 3"},{"name":"never","run":"echo never-runs"}]}}`))
+	case strings.HasSuffix(path, "/jobs/9/result"):
+		_ = json.NewDecoder(r.Body).Decode(&f.result)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodDelete:
+		f.active = false
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func TestOneJobThenRefuseReuse(t *testing.T) {
+	fake := &fakeServer{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	setup := encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")
+	t.Chdir(t.TempDir())
+	var out, errOut bytes.Buffer
+	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": setup, "IMP_TEST_RUNNER_IDLE_SECONDS": "5"}
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errOut)
+	if code != exitSuccess {
+		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "hello-from-step") || !strings.Contains(out.String(), "jit=unset") || strings.Contains(out.String(), "never-runs") {
+		t.Fatalf("step output:\n%s", out.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), setup) || strings.Contains(out.String()+errOut.String(), "s3cret") {
+		t.Fatal("the setup was printed")
+	}
+	steps, _ := fake.result["steps"].([]any)
+	if fake.result["conclusion"] != "failure" || len(steps) != 2 {
+		t.Fatalf("result %v", fake.result)
+	}
+	// The same setup again: the server says it was used, the runner exits 1 like the real one.
+	errOut.Reset()
+	if code := run(context.Background(), []string{"--jitconfig", setup}, func(string) string { return "" }, &out, &errOut); code != exitTerminatedError {
+		t.Fatalf("reuse: exit %d, stderr %s", code, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "SetupAlreadyUsed") {
+		t.Fatalf("reuse: stderr %s", errOut.String())
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	none := func(string) string { return "" }
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), nil, none, &out, &errOut); code != exitTerminatedError {
+		t.Errorf("no setup: exit %d", code)
+	}
+	if code := run(context.Background(), []string{"--jitconfig", "%%%"}, none, &out, &errOut); code != exitTerminatedError {
+		t.Errorf("bad setup: exit %d", code)
+	}
+	// Nothing listens on port 1: retryable.
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup("http://127.0.0.1:1/x", "s3cret")}, none, &out, &errOut); code != exitRetryableError {
+		t.Errorf("unreachable: exit %d", code)
+	}
+	fake := &fakeServer{active: true}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")}, none, &out, &errOut); code != exitSessionConflict {
+		t.Errorf("conflict: exit %d", code)
+	}
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "wrong")}, none, &out, &errOut); code != exitTerminatedError {
+		t.Errorf("wrong secret: exit %d", code)
+	}
+}
