@@ -13,7 +13,7 @@ import { mkdtemp, rm, cp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GuestClient, QemuVm, readHostTscKhz, type LaunchRequest, type ProcessLauncher } from "../../src/agent/index.ts";
-import { guestNetworkConfig, NodeNetwork, type VmNetworkLease } from "../../src/agent/network/index.ts";
+import { NodeNetwork, type NodeNetworkLease } from "../../src/agent/network/index.ts";
 import { DirectLauncher } from "../../src/agent/vmm/direct-launcher.ts";
 import { ImpError } from "../../src/shared/index.ts";
 import { loadBootKit, makeScratchDisk, runExec, type BootKit } from "../harness/vm.ts";
@@ -43,13 +43,13 @@ function launcherIn(netns: string): ProcessLauncher {
 }
 
 interface Guest {
-  readonly lease: VmNetworkLease;
+  readonly lease: NodeNetworkLease;
   readonly vm: QemuVm;
   readonly client: GuestClient;
   readonly dir: string;
 }
 
-async function bootGuest(kit: BootKit, netns: string, name: string, lease: VmNetworkLease): Promise<Guest> {
+async function bootGuest(kit: BootKit, netns: string, name: string, lease: NodeNetworkLease): Promise<Guest> {
   const dir = await mkdtemp(join(tmpdir(), "imp-vmn-"));
   const rootfs = join(dir, "rootfs.ext4");
   const scratch = join(dir, "scratch.ext4");
@@ -88,7 +88,7 @@ async function bootGuest(kit: BootKit, netns: string, name: string, lease: VmNet
         if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "guest.timeout")) throw err;
       }
     }
-    await client.configure({ hostname: name, network: guestNetworkConfig(lease) });
+    await client.configure({ hostname: name, network: lease.guest });
     return { lease, vm, client, dir };
   } catch (err) {
     await vm.stop(2_000);

@@ -1,4 +1,4 @@
-import { terminalError, conflictError } from "../../shared/index.ts";
+import { retryableError, terminalError } from "../../shared/index.ts";
 import { cidrContains, cidrSize, formatIpv4, parseIpv4, type Ipv4Cidr } from "./ipv4.ts";
 
 /** What a guest needs to configure its interface (the guest protocol's `configure.network`) plus its MAC. */
@@ -51,7 +51,8 @@ export class AddressAllocator {
         return this.#describe(vmId, candidate);
       }
     }
-    throw conflictError("NetworkAddressesExhausted", `Cannot allocate an address for VM ${vmId}: all ${span} addresses of the VM subnet are in use`);
+    // Retryable: addresses come free as VMs end.
+    throw retryableError("NetworkAddressesExhausted", `Cannot allocate an address for VM ${vmId}: all ${span} addresses of the VM subnet are in use`);
   }
 
   /** Records an address found on the node (after an agent restart). Throws if it is taken or not a VM address. */

@@ -55,9 +55,9 @@ export function resolveNetworkConfig(partial: Partial<NodeNetworkConfig> & Pick<
   const invalid = (what: string): never => {
     throw terminalError("NetworkConfigInvalid", `Cannot use node network configuration: ${what}`);
   };
-  for (const [field, name] of [["bridge", config.bridge], ["uplink", config.uplink]] as const) {
-    if (!LINK_NAME.test(name)) invalid(`${field} ${JSON.stringify(name)} is not a link name (1-15 of A-Z a-z 0-9 _ . -)`);
-  }
+  if (!LINK_NAME.test(config.uplink)) invalid(`uplink ${JSON.stringify(config.uplink)} is not a link name (1-15 of A-Z a-z 0-9 _ . -)`);
+  // No dot in the bridge's name: it appears in sysctl keys, where a dot separates components.
+  if (!/^[A-Za-z0-9_-]{1,15}$/.test(config.bridge)) invalid(`bridge ${JSON.stringify(config.bridge)} is not a link name without dots (1-15 of A-Z a-z 0-9 _ -)`);
   if (!/^[a-z][a-z0-9-]{0,4}$/.test(config.tapPrefix)) invalid(`tapPrefix ${JSON.stringify(config.tapPrefix)} must be 1-5 of a-z 0-9 - starting with a letter`);
   if (config.bridge.startsWith(config.tapPrefix) || config.uplink.startsWith(config.tapPrefix)) invalid(`bridge and uplink must not start with tapPrefix ${config.tapPrefix}`);
   if (config.bridge === config.uplink) invalid("bridge and uplink are the same link");

@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { cidrContains, cidrsOverlap, formatIpv4, formatIpv4Cidr, parseIpv4Cidr, tryParseIpv4 } from "./ipv4.ts";
+import { cidrContains, cidrsOverlap, formatIpv4, formatIpv4Cidr, minimalCover, parseIpv4Cidr, parseIpv4CidrMasked, tryParseIpv4 } from "./ipv4.ts";
 
 describe("ipv4", () => {
   it("parses and formats dotted quads strictly", () => {
@@ -27,5 +27,12 @@ describe("ipv4", () => {
     assert.ok(cidrsOverlap(parseIpv4Cidr("10.96.0.0/12"), parseIpv4Cidr("10.0.0.0/8")));
     assert.ok(!cidrsOverlap(parseIpv4Cidr("10.96.0.0/12"), parseIpv4Cidr("10.112.0.0/12")));
     assert.ok(cidrContains(parseIpv4Cidr("0.0.0.0/0"), 0xffff_ffff));
+  });
+
+  it("masks host bits where asked (Kubernetes' isCIDR accepts them) and drops nested blocks", () => {
+    assert.equal(formatIpv4Cidr(parseIpv4CidrMasked("140.82.112.7/20")), "140.82.112.0/20");
+    assert.throws(() => parseIpv4CidrMasked("2001:db8::/32"), (err: unknown) => (err as { code?: string }).code === "NetworkConfigInvalid");
+    const cover = minimalCover(["10.1.0.0/16", "10.0.0.0/8", "192.0.2.0/24", "10.2.3.4/32", "192.0.2.0/24"].map(parseIpv4Cidr));
+    assert.deepEqual(cover.map(formatIpv4Cidr), ["10.0.0.0/8", "192.0.2.0/24"]);
   });
 });

@@ -63,3 +63,26 @@ export function cidrContains(cidr: Ipv4Cidr, ip: number): boolean {
 export function cidrsOverlap(a: Ipv4Cidr, b: Ipv4Cidr): boolean {
   return cidrContains(a, b.network) || cidrContains(b, a.network);
 }
+
+/** Parses `a.b.c.d/n` clearing host bits (as Kubernetes' `isCIDR` accepts `10.1.2.3/8`). */
+export function parseIpv4CidrMasked(text: string): Ipv4Cidr {
+  const [addr = "", prefixText = "32", ...rest] = text.split("/");
+  const ip = tryParseIpv4(addr);
+  if (ip === undefined || !/^(3[0-2]|[12]?[0-9])$/.test(prefixText) || rest.length > 0) {
+    throw terminalError("NetworkConfigInvalid", `Cannot use IPv4 block ${JSON.stringify(text)}: not a.b.c.d/n`);
+  }
+  const prefix = Number(prefixText);
+  return { network: (ip & maskOf(prefix)) >>> 0, prefix };
+}
+
+/** The blocks without those inside another (CIDR blocks nest or are disjoint), sorted: no overlaps left for nft. */
+export function minimalCover(blocks: readonly Ipv4Cidr[]): Ipv4Cidr[] {
+  const sorted = [...blocks].sort((a, b) => a.network - b.network || a.prefix - b.prefix);
+  const out: Ipv4Cidr[] = [];
+  for (const block of sorted) {
+    const last = out.at(-1);
+    if (last !== undefined && cidrContains(last, block.network)) continue;
+    out.push(block);
+  }
+  return out;
+}

@@ -15,7 +15,7 @@ export interface ObservedLink {
 export interface ObservedPort {
   readonly name: string;
   /** Parsed from the alias; undefined when the link carries none (a half-made or foreign port). */
-  readonly owner: { readonly ip: string; readonly vmId: string } | undefined;
+  readonly owner: ReturnType<typeof parseTapAlias>;
 }
 
 /** Parses `ip -j -d link show` output; entries that are not objects with a name are skipped. */

@@ -3,10 +3,10 @@ import { runSteps, silentLogger, terminalError, type Logger, type Step } from ".
 import { AddressAllocator, macFor, type GuestAddress } from "./allocator.ts";
 import { commandRunner, type NetCommandRunner } from "./commands.ts";
 import { gatewayAddress, resolveNetworkConfig, type NodeNetworkConfig, type ResolvedNetworkConfig } from "./config.ts";
-import { formatIpv4Cidr } from "./ipv4.ts";
+import { formatIpv4Cidr, minimalCover, parseIpv4CidrMasked } from "./ipv4.ts";
 import { parseLinks, planSweep, vmPorts, type ObservedLink } from "./links.ts";
 import { renderRuleset, renderTeardown } from "./ruleset.ts";
-import { assertVmId, tapAlias, tapNameFor } from "./tap-name.ts";
+import { assertVmId, tapAlias, tapNameFor, type EgressMode } from "./tap-name.ts";
 
 /**
  * What a VM's port is. `tap` is what a VMM opens (production, e2e). `veth` stands in for a VM in
@@ -27,17 +27,47 @@ export interface NodeNetworkOptions {
   readonly runner?: NetCommandRunner;
 }
 
-/** One VM's network: what the VMM needs (tap, MAC) and what the guest's `configure` needs. */
-export interface VmNetworkLease extends GuestAddress {
+/** What a VM may reach beyond the always-blocked ranges (the ImpVMTemplate's `network`). */
+export interface EgressPolicy {
+  readonly egress: EgressMode;
+  /** `restricted` only. IPv6 blocks have no effect: VMs get no IPv6 at all. Host bits are cleared. */
+  readonly allowedCIDRs: readonly string[];
+}
+
+export const INTERNET_EGRESS: EgressPolicy = { egress: "internet", allowedCIDRs: [] };
+
+/** The guest protocol's `configure.network` (docs/guest-protocol.md). */
+export interface GuestNetwork {
+  readonly interface: string;
+  readonly address: string;
+  readonly gateway: string;
+  readonly dns: readonly string[];
+}
+
+/** One VM's network: what the VMM needs (tap, MAC) and what the guest's `configure` needs (`guest`). */
+export interface NodeNetworkLease extends GuestAddress {
   readonly tap: string;
   readonly dns: readonly string[];
+  readonly egress: EgressMode;
+  /** The restricted VM's allowed IPv4 blocks, canonical and without overlaps; empty otherwise. */
+  readonly allowed: readonly string[];
+  readonly guest: GuestNetwork;
   /** veth ports only: the peer the caller moves into its guest namespace. */
   readonly peer?: string;
 }
 
-/** The guest protocol's `configure.network` for a lease. */
-export function guestNetworkConfig(lease: VmNetworkLease, iface = "eth0"): { interface: string; address: string; gateway: string; dns: string[] } {
-  return { interface: iface, address: lease.address, gateway: lease.gateway, dns: [...lease.dns] };
+/** The policy in the form the ruleset takes. Pure; throws NetworkEgressInvalid. */
+export function normalizeEgress(policy: EgressPolicy): { readonly egress: EgressMode; readonly allowed: readonly string[] } {
+  if (!["none", "internet", "restricted"].includes(policy.egress)) {
+    throw terminalError("NetworkEgressInvalid", `Cannot apply egress ${JSON.stringify(policy.egress)}: not none, internet or restricted`);
+  }
+  if (policy.egress !== "restricted") return { egress: policy.egress, allowed: [] };
+  try {
+    const v4 = policy.allowedCIDRs.filter((c) => !c.includes(":")).map(parseIpv4CidrMasked);
+    return { egress: "restricted", allowed: minimalCover(v4).map(formatIpv4Cidr) };
+  } catch (cause) {
+    throw terminalError("NetworkEgressInvalid", `Cannot apply restricted egress: ${(cause as Error).message}`, { cause });
+  }
 }
 
 /**
@@ -53,7 +83,7 @@ export class NodeNetwork {
   readonly #logger: Logger;
   readonly #portKind: PortKind;
   readonly #allocator: AddressAllocator;
-  readonly #leases = new Map<string, VmNetworkLease>();
+  readonly #leases = new Map<string, NodeNetworkLease>();
   #queue: Promise<unknown> = Promise.resolve();
 
   private constructor(resolved: ResolvedNetworkConfig, runner: NetCommandRunner, portKind: PortKind, logger: Logger) {
@@ -85,10 +115,14 @@ export class NodeNetwork {
     return network;
   }
 
-  /** The VM's network, created if missing. Repeating it returns the same lease. */
-  attach(vmId: string): Promise<VmNetworkLease> {
+  /**
+   * The VM's network, created if missing. Repeating it returns the same lease; with another policy,
+   * the same lease under the new policy (and a manager that adopted the port learns it this way).
+   */
+  attach(vmId: string, policy: EgressPolicy = INTERNET_EGRESS): Promise<NodeNetworkLease> {
     assertVmId(vmId);
-    return this.#serial(() => this.#attach(vmId));
+    const egress = normalizeEgress(policy);
+    return this.#serial(() => this.#attach(vmId, egress));
   }
 
   /** Removes the VM's port and rules and frees its address; other VMs are untouched. Idempotent. */
@@ -139,7 +173,7 @@ export class NodeNetwork {
     });
   }
 
-  leases(): VmNetworkLease[] {
+  leases(): NodeNetworkLease[] {
     return [...this.#leases.values()];
   }
 
@@ -170,7 +204,7 @@ export class NodeNetwork {
           // as taps come and go, and every guest's ARP entry for the gateway would go stale.
           await run(["ip", "link", "set", "dev", bridge, "address", macFor(this.resolved.gateway)]);
           // The node has no business on the VM side over IPv6; no link-local address there either.
-          await run(["sysctl", "-q", "-w", `net.ipv6.conf.${bridge}.disable_ipv6=1`]);
+          await this.#disableIpv6(bridge);
         },
       },
       { name: "gateway address", run: () => run(["ip", "address", "replace", gateway, "dev", bridge]).then(() => undefined) },
@@ -189,7 +223,8 @@ export class NodeNetwork {
             if (port.owner === undefined) continue;
             try {
               const address = this.#allocator.adopt(port.owner.vmId, port.owner.ip);
-              this.#leases.set(port.owner.vmId, this.#lease(address, port.name));
+              // A restricted VM's allowed blocks are not on the node: nothing is allowed until it is attached again.
+              this.#leases.set(port.owner.vmId, this.#lease(address, port.name, { egress: port.owner.egress, allowed: [] }));
             } catch (err) {
               this.#logger.warn({ port: port.name, error: String(err) }, "not adopting a VM port; the next sweep removes it");
               continue;
@@ -211,24 +246,32 @@ export class NodeNetwork {
     this.#logger.info({ bridge, gateway, subnet: formatIpv4Cidr(this.resolved.subnet), netns: this.#runner.netns, adopted: this.#leases.size }, "node network ready");
   }
 
-  async #attach(vmId: string): Promise<VmNetworkLease> {
+  async #attach(vmId: string, egress: ReturnType<typeof normalizeEgress>): Promise<NodeNetworkLease> {
     const tap = tapNameFor(this.config.tapPrefix, vmId);
     const known = this.#leases.get(vmId);
     const links = await this.#observe();
-    if (known !== undefined && links.some((l) => l.name === tap && l.master === this.config.bridge)) return known;
+    if (known !== undefined && links.some((l) => l.name === tap && l.master === this.config.bridge)) {
+      if (known.egress === egress.egress && known.allowed.join() === egress.allowed.join()) return known;
+      const updated = { ...known, ...egress };
+      await this.#runner.run(["ip", "link", "set", "dev", tap, "alias", tapAlias(updated.ip, updated.egress, vmId)]);
+      this.#leases.set(vmId, updated);
+      await this.#applyRuleset();
+      this.#logger.info({ vmId, tap, egress: updated.egress }, "vm egress changed");
+      return updated;
+    }
     for (const [other, lease] of this.#leases) {
       if (other !== vmId && lease.tap === tap) {
         throw terminalError("NetworkTapNameCollision", `Cannot attach VM ${vmId}: its port name ${tap} is VM ${other}'s`);
       }
     }
     const run = (argv: string[]): Promise<unknown> => this.#runner.run(argv);
-    const state: { lease?: VmNetworkLease } = {};
+    const state: { lease?: NodeNetworkLease } = {};
     const steps: Step<typeof state>[] = [
       {
         name: "address",
         run: (s, ctx) => {
           const held = this.#allocator.lookup(vmId) !== undefined;
-          s.lease = this.#lease(this.#allocator.allocate(vmId), tap);
+          s.lease = this.#lease(this.#allocator.allocate(vmId), tap, egress);
           if (!held) ctx.onCleanup("release address", () => { this.#allocator.release(vmId); });
         },
       },
@@ -243,8 +286,8 @@ export class NodeNetwork {
             await run(["ip", "link", "add", "name", tap, "type", "veth", "peer", "name", s.lease?.peer ?? ""]);
           }
           ctx.onCleanup("delete port", () => this.#deleteLink(tap));
-          await run(["ip", "link", "set", "dev", tap, "alias", tapAlias(s.lease?.ip ?? "", vmId)]);
-          await run(["sysctl", "-q", "-w", `net.ipv6.conf.${tap}.disable_ipv6=1`]);
+          await run(["ip", "link", "set", "dev", tap, "alias", tapAlias(s.lease?.ip ?? "", egress.egress, vmId)]);
+          await this.#disableIpv6(tap);
         },
       },
       {
@@ -274,10 +317,19 @@ export class NodeNetwork {
     return lease;
   }
 
-  #lease(address: GuestAddress, tap: string): VmNetworkLease {
+  #lease(address: GuestAddress, tap: string, egress: ReturnType<typeof normalizeEgress>): NodeNetworkLease {
     // Any first letter but the tap's keeps the peer outside the prefix the rules and the sweep match.
     const peer = this.#portKind === "veth" ? `${tap.startsWith("v") ? "w" : "v"}${tap.slice(1)}` : undefined;
-    return { ...address, tap, dns: this.config.dns, ...(peer === undefined ? {} : { peer }) };
+    const guest = { interface: "eth0", address: address.address, gateway: address.gateway, dns: this.config.dns };
+    return { ...address, tap, dns: this.config.dns, ...egress, guest, ...(peer === undefined ? {} : { peer }) };
+  }
+
+  /** The node takes no part in IPv6 on the VM side. A kernel without IPv6 has nothing to disable. */
+  async #disableIpv6(link: string): Promise<void> {
+    const result = await this.#runner.run(["sysctl", "-q", "-w", `net.ipv6.conf.${link}.disable_ipv6=1`], { allowFailure: true });
+    if (result.code !== 0 && !/cannot stat|No such file/.test(result.stderr)) {
+      await this.#runner.run(["sysctl", "-q", "-w", `net.ipv6.conf.${link}.disable_ipv6=1`]);
+    }
   }
 
   async #observe(): Promise<ObservedLink[]> {
@@ -301,7 +353,7 @@ export class NodeNetwork {
       subnet: formatIpv4Cidr(this.resolved.subnet),
       blockedV4: this.resolved.blockedV4,
       blockedV6: this.resolved.blockedV6,
-      ports: [...this.#leases.values()].map((l) => ({ tap: l.tap, mac: l.mac, ip: l.ip })),
+      ports: [...this.#leases.values()].map((l) => ({ tap: l.tap, mac: l.mac, ip: l.ip, egress: l.egress, allowed: l.allowed })),
     });
     await this.#runner.run(["nft", "-f", "-"], { input: text });
   }

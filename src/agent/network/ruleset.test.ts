@@ -15,12 +15,13 @@ function input(ports: RulesetInput["ports"]): RulesetInput {
 // The integration test (test/integration/network) applies these rulesets with the real nft and proves
 // them with real connections; this test pins their exact text so every change to them is reviewed.
 describe("renderRuleset", () => {
-  it("renders the node's rules and one anti-spoofing block per VM port (golden)", () => {
+  it("renders the node's rules, one anti-spoofing block per VM port and each VM's egress (golden)", () => {
     const text = renderRuleset(input([
-      { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3" },
-      { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2" },
+      { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3", egress: "restricted", allowed: ["140.82.112.0/20", "185.199.108.0/22"] },
+      { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2", egress: "internet", allowed: [] },
+      { tap: "imp-ccccccccccc", mac: "02:69:6d:e7:00:04", ip: "10.231.0.4", egress: "none", allowed: [] },
     ]));
-    assert.equal(text, golden("two-vms.nft"));
+    assert.equal(text, golden("three-vms.nft"));
   });
 
   it("renders a node without VMs: every port of the prefix is dropped", () => {
@@ -28,8 +29,8 @@ describe("renderRuleset", () => {
   });
 
   it("is independent of the order of the ports", () => {
-    const a = { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2" };
-    const b = { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3" };
+    const a = { tap: "imp-aaaaaaaaaaa", mac: "02:69:6d:e7:00:02", ip: "10.231.0.2", egress: "internet", allowed: [] } as const;
+    const b = { tap: "imp-bbbbbbbbbbb", mac: "02:69:6d:e7:00:03", ip: "10.231.0.3", egress: "none", allowed: [] } as const;
     assert.equal(renderRuleset(input([a, b])), renderRuleset(input([b, a])));
   });
 

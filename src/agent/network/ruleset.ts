@@ -9,6 +9,23 @@ export interface RulesetPort {
   readonly tap: string;
   readonly mac: string;
   readonly ip: string;
+  /** `internet`: anywhere not blocked; `restricted`: only `allowed` (still minus the blocked); `none`: nowhere. */
+  readonly egress: "none" | "internet" | "restricted";
+  /** Canonical IPv4 blocks without overlaps (restricted only). */
+  readonly allowed: readonly string[];
+}
+
+function egressRule(bridge: string, port: RulesetPort): string[] {
+  switch (port.egress) {
+    case "internet":
+      return [];
+    case "none":
+      return [`\t\tiifname ${bridge} ip saddr ${port.ip} drop`];
+    case "restricted":
+      return port.allowed.length === 0
+        ? [`\t\tiifname ${bridge} ip saddr ${port.ip} drop`]
+        : [`\t\tiifname ${bridge} ip saddr ${port.ip} ip daddr != { ${port.allowed.join(", ")} } drop`];
+  }
 }
 
 export interface RulesetInput {
@@ -76,6 +93,8 @@ export function renderRuleset(input: RulesetInput): string {
     `\t\tiifname ${br} ip daddr @blocked_v4 drop`,
     `\t\tiifname ${br} oifname != ${up} drop`,
     `\t\toifname ${br} ct state != { established, related } drop`,
+    // Per-VM egress by source address: the bridge table below guarantees a port sends only its own.
+    ...ports.flatMap((p) => egressRule(br, p)),
     "\t}",
     "",
     "\tchain postrouting {",

@@ -13,9 +13,11 @@ describe("tap names", () => {
     assert.equal(many.size, 2000);
   });
 
-  it("carry the VM's address and id in an alias that parses back", () => {
-    assert.deepEqual(parseTapAlias(tapAlias("10.231.0.2", "runner-7f3a")), { ip: "10.231.0.2", vmId: "runner-7f3a" });
-    for (const bad of [undefined, "", "imp-vm 10.231.0.2", "imp-vm x runner", "imp-vm 10.231.0.2 Runner_A", "something else"]) assert.equal(parseTapAlias(bad), undefined, String(bad));
+  it("carry the VM's address, egress mode and id in an alias that parses back", () => {
+    assert.deepEqual(parseTapAlias(tapAlias("10.231.0.2", "restricted", "runner-7f3a")), { ip: "10.231.0.2", egress: "restricted", vmId: "runner-7f3a" });
+    for (const bad of [undefined, "", "imp-vm 10.231.0.2 internet", "imp-vm x internet runner", "imp-vm 10.231.0.2 internet Runner_A", "imp-vm 10.231.0.2 all runner", "something else"]) {
+      assert.equal(parseTapAlias(bad), undefined, String(bad));
+    }
   });
 
   it("accept Kubernetes-style VM ids only", () => {

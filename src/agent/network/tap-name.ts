@@ -20,13 +20,19 @@ export function tapNameFor(prefix: string, vmId: string): string {
   return prefix + createHash("sha256").update(vmId).digest("hex").slice(0, 15 - prefix.length);
 }
 
-/** The alias the manager writes on a VM's tap: `imp-vm <ip> <vmId>`. */
-export function tapAlias(ip: string, vmId: string): string {
-  return `imp-vm ${ip} ${vmId}`;
+export type EgressMode = "none" | "internet" | "restricted";
+
+/**
+ * The alias the manager writes on a VM's port: `imp-vm <ip> <egress> <vmId>`. A restricted VM's
+ * allowed blocks do not fit in an alias; a manager that adopts the port knows only the mode and
+ * allows nothing until the VM is attached again with its policy.
+ */
+export function tapAlias(ip: string, egress: EgressMode, vmId: string): string {
+  return `imp-vm ${ip} ${egress} ${vmId}`;
 }
 
-export function parseTapAlias(alias: string | undefined): { readonly ip: string; readonly vmId: string } | undefined {
-  const match = /^imp-vm (\d{1,3}(?:\.\d{1,3}){3}) (\S+)$/.exec(alias ?? "");
-  if (match === null || !VM_ID.test(match[2] ?? "")) return undefined;
-  return { ip: match[1] ?? "", vmId: match[2] ?? "" };
+export function parseTapAlias(alias: string | undefined): { readonly ip: string; readonly egress: EgressMode; readonly vmId: string } | undefined {
+  const match = /^imp-vm (\d{1,3}(?:\.\d{1,3}){3}) (none|internet|restricted) (\S+)$/.exec(alias ?? "");
+  if (match === null || !VM_ID.test(match[3] ?? "")) return undefined;
+  return { ip: match[1] ?? "", egress: (match[2] ?? "none") as EgressMode, vmId: match[3] ?? "" };
 }

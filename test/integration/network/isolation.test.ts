@@ -9,7 +9,7 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { NodeNetwork, type VmNetworkLease } from "../../../src/agent/network/index.ts";
+import { NodeNetwork, type NodeNetworkLease } from "../../../src/agent/network/index.ts";
 import { networkTestsUnavailable, sh, TestNetwork, type ProbeResult } from "./netns.ts";
 import { buildTopology, forbiddenTargets, PLAN, type Topology } from "./topology.ts";
 
@@ -17,7 +17,7 @@ const unavailable = await networkTestsUnavailable();
 const config = { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], dns: [PLAN.dns] };
 
 /** Moves a veth lease's peer into `ns` and configures it as the guest agent's `configure` would. */
-async function plugGuest(net: TestNetwork, node: string, ns: string, lease: VmNetworkLease): Promise<void> {
+async function plugGuest(net: TestNetwork, node: string, ns: string, lease: NodeNetworkLease): Promise<void> {
   assert.ok(lease.peer !== undefined);
   await net.exec(node, ["ip", "link", "set", lease.peer, "netns", ns]);
   await net.exec(ns, ["ip", "link", "set", lease.peer, "name", "eth0"]);
@@ -35,8 +35,8 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
   const net = new TestNetwork();
   let topo: Topology;
   let network: NodeNetwork;
-  let vm1: VmNetworkLease;
-  let vm2: VmNetworkLease;
+  let vm1: NodeNetworkLease;
+  let vm2: NodeNetworkLease;
   let vm1ns: string;
   let vm2ns: string;
   let hostTablesBefore = "";
@@ -67,11 +67,13 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
     assert.equal(vm1.gateway, "10.231.0.1");
     assert.notEqual(vm1.mac, vm2.mac);
     assert.deepEqual(vm1.dns, [PLAN.dns]);
+    assert.deepEqual(vm1.guest, { interface: "eth0", address: "10.231.0.2/24", gateway: "10.231.0.1", dns: [PLAN.dns] });
+    assert.equal(vm1.egress, "internet");
     assert.match(vm1.tap, /^imp-[0-9a-f]{11}$/);
     const details = await net.exec(topo.node, ["ip", "-d", "link", "show", "dev", vm1.tap]);
     assert.match(details, /master imp0/);
     assert.match(details, /isolated on/);
-    assert.match(details, /alias imp-vm 10\.231\.0\.2 vm-1/);
+    assert.match(details, /alias imp-vm 10\.231\.0\.2 internet vm-1/);
     // A fixed bridge MAC: otherwise it follows the lowest port MAC and the guests' gateway ARP entries go stale.
     assert.match(await net.exec(topo.node, ["ip", "link", "show", "dev", "imp0"]), /link\/ether 02:69:6d:e7:00:01 /);
   });
@@ -139,6 +141,32 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
     }
     const again = await net.probe(vm1ns, [internet]);
     assert.equal(again.get(internet)?.ok, true, describeResults(again));
+  });
+
+  it("applies each VM's egress: restricted reaches only its allowed blocks (never a blocked one), none reaches nothing", async () => {
+    const vm3ns = await net.namespace("vm3");
+    const allowed = `${PLAN.internet}:${PLAN.port}`;
+    const other = `${PLAN.otherInternet}:${PLAN.port}`;
+    const cluster = `${PLAN.clusterService}:${PLAN.port}`;
+    const vm3 = await network.attach("vm-3", { egress: "restricted", allowedCIDRs: ["203.0.113.7/24", "10.96.0.0/12", "2001:db8::/32"] });
+    try {
+      assert.deepEqual(vm3.allowed, ["10.96.0.0/12", "203.0.113.0/24"]);
+      await plugGuest(net, topo.node, vm3ns, vm3);
+      const restricted = await net.probe(vm3ns, [allowed, other, cluster]);
+      assert.equal(restricted.get(allowed)?.ok, true, describeResults(restricted));
+      assert.equal(restricted.get(other)?.ok, false, describeResults(restricted));
+      assert.equal(restricted.get(cluster)?.ok, false, `an allowed block inside a blocked one stays blocked:\n${describeResults(restricted)}`);
+      const internet = await net.probe(vm1ns, [other]);
+      assert.equal(internet.get(other)?.ok, true, `control: an internet VM reaches it:\n${describeResults(internet)}`);
+      const none = await network.attach("vm-3", { egress: "none", allowedCIDRs: [] });
+      assert.equal(none.ip, vm3.ip);
+      assert.match(await net.exec(topo.node, ["ip", "-d", "link", "show", "dev", vm3.tap]), /alias imp-vm \S+ none vm-3/);
+      const nothing = await net.probe(vm3ns, [allowed, other]);
+      assert.equal(nothing.get(allowed)?.ok, false, describeResults(nothing));
+      assert.equal(nothing.get(other)?.ok, false, describeResults(nothing));
+    } finally {
+      await network.detach("vm-3");
+    }
   });
 
   it("is idempotent: attach again returns the same lease; a new manager adopts the ports with the same addresses", async () => {

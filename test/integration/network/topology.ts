@@ -16,6 +16,8 @@ export const PLAN = {
   outUplink: "198.51.100.2",
   nodeLan: "192.168.77.5",
   internet: "203.0.113.10",
+  /** A second internet host, outside a restricted VM's allowed block. */
+  otherInternet: "198.18.0.10",
   dns: "203.0.113.53",
   clusterService: "10.96.0.1",
   pod: "10.244.1.5",
@@ -48,7 +50,7 @@ export async function buildTopology(net: TestNetwork): Promise<Topology> {
   // A way back to the VM subnet, so that without the rules the VMs really would reach everything
   // here (the integration test's controls depend on it); with them, NAT makes it unused.
   await net.exec(out, ["ip", "route", "add", "10.231.0.0/24", "via", PLAN.nodeUplink]);
-  for (const ip of [PLAN.internet, PLAN.clusterService, PLAN.pod, PLAN.metadata]) await net.exec(out, ["ip", "address", "add", `${ip}/32`, "dev", "lo"]);
+  for (const ip of [PLAN.internet, PLAN.otherInternet, PLAN.clusterService, PLAN.pod, PLAN.metadata]) await net.exec(out, ["ip", "address", "add", `${ip}/32`, "dev", "lo"]);
   const dnat = [
     "table ip kubesim {",
     "\tchain prerouting {",
