@@ -7,10 +7,12 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
 import { configRequests, FirecrackerDriver, type FirecrackerVm } from "../../../src/agent/vmm/firecracker/index.ts";
-import type { DriverContext } from "../../../src/agent/vmm/types.ts";
+import type { DriverContext, ProcessLauncher, VmmProcess } from "../../../src/agent/vmm/types.ts";
 import {
   binariesOrSkip,
   createTap,
@@ -170,6 +172,57 @@ describe("Firecracker driver with the real binary", { timeout: 180_000 }, () => 
       assert.equal((await vm.api.describeInstance()).state, "Running", "the first VM is untouched");
     } finally {
       await vm?.stop(500);
+      await files.remove();
+    }
+  });
+});
+
+describe("Firecracker driver failures during boot", { timeout: 120_000 }, () => {
+  it("a VMM that dies before its API answers fails the start terminally with its last words, and nothing is left", async (t) => {
+    const bins = binariesOrSkip(t);
+    if (bins === undefined) return;
+    const files = await vmFiles();
+    try {
+      // The real binary, refusing its arguments: `--api-sock` pointing into a directory that does not exist.
+      const fake = join(files.dir, "firecracker");
+      await writeFile(fake, `#!/bin/sh\nexec ${bins.firecracker} --api-sock /nonexistent/dir/api.sock\n`, { mode: 0o755 });
+      const driver = new FirecrackerDriver({ firecrackerBinary: fake });
+      await assert.rejects(driver.start(files.spec, context), (err: unknown) => {
+        assert.ok(err instanceof ImpError, String(err));
+        assert.equal(err.code, "FirecrackerStartFailed");
+        assert.equal(err.errorClass, "terminal");
+        assert.match(err.message, /Firecracker exited before its API answered \(exit status \d+\); it said: .+/);
+        t.diagnostic(err.message);
+        return true;
+      });
+      assert.equal(isSocket(driver.layoutOf(files.spec).host.apiSocket), false);
+    } finally {
+      await files.remove();
+    }
+  });
+
+  it("an abort after the process started rolls everything back and rejects with the abort's reason", async (t) => {
+    const bins = binariesOrSkip(t);
+    if (bins === undefined) return;
+    const files = await vmFiles();
+    const controller = new AbortController();
+    const launched: VmmProcess[] = [];
+    const launcher: ProcessLauncher = {
+      launch: async (request) => {
+        const process = await context.launcher.launch(request);
+        launched.push(process);
+        controller.abort(new Error("node is draining"));
+        return process;
+      },
+    };
+    const driver = new FirecrackerDriver({ firecrackerBinary: bins.firecracker });
+    try {
+      await assert.rejects(driver.start(files.spec, { ...context, launcher }, controller.signal), /node is draining/);
+      assert.equal(launched.length, 1);
+      assert.equal(launched[0]?.running, false, "the process was stopped");
+      assert.equal(processAlive(launched[0]?.pid ?? 0), false);
+      assert.equal(isSocket(driver.layoutOf(files.spec).host.apiSocket), false);
+    } finally {
       await files.remove();
     }
   });
