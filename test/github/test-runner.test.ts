@@ -1,0 +1,129 @@
+import { test, before } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { GitHubScope } from "../../src/github/index.ts";
+import { startGitHub } from "./harness.ts";
+
+// guest/cmd/imp-test-runner on the host against the test server: a one-time setup runs one job,
+// and is refused when used again.
+
+const GUEST = resolve(import.meta.dirname, "../../guest");
+const ORG: GitHubScope = { kind: "org", org: "acme" };
+let binary: string | undefined;
+let skipReason: string | undefined;
+
+before(() => {
+  if (spawnSync("go", ["version"]).status !== 0) {
+    skipReason = "no Go toolchain on PATH to build guest/cmd/imp-test-runner";
+    return;
+  }
+  const dir = mkdtempSync(join(tmpdir(), "imp-test-runner-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  binary = join(dir, "imp-test-runner");
+  const build = spawnSync("nice", ["go", "build", "-trimpath", "-o", binary, "./cmd/imp-test-runner"], {
+    cwd: GUEST,
+    env: { ...process.env, CGO_ENABLED: "0" },
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  assert.equal(build.status, 0, `go build failed: ${build.stderr}`);
+});
+
+interface RunnerExit {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function startRunner(args: string[], env: Record<string, string>, cwd: string): { exited: Promise<RunnerExit> } {
+  const child = spawn(binary ?? "", args, { cwd, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", IMP_TEST_RUNNER_IDLE_SECONDS: "60", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  return {
+    exited: new Promise((resolve) =>
+      child.on("close", (code) => {
+        clearTimeout(timer);
+        resolve({ code, stdout, stderr });
+      }),
+    ),
+  };
+}
+
+async function until(what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test("a runner comes online with its one-time setup, runs exactly one job and cannot be started again", async (t) => {
+  if (skipReason !== undefined) return t.skip(skipReason);
+  const { server, client } = await startGitHub(t);
+  const work = mkdtempSync(join(tmpdir(), "imp-runner-work-"));
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const github = client();
+  const jit = await github.generateJitConfig(ORG, { name: "imp-vm-1", runnerGroupId: 1, labels: ["imp"] });
+  const setup = jit.encodedJitConfig.reveal();
+
+  const runner = startRunner([], { ACTIONS_RUNNER_INPUT_JITCONFIG: setup }, work);
+  await until("the runner is online", () => server.runners.get(jit.runnerId)?.status === "online");
+  assert.equal((await github.getRunner(ORG, jit.runnerId))?.status, "online");
+
+  // A second process with the same setup while the first holds the session: the real runner's 5.
+  const twin = await startRunner(["--jitconfig", setup], {}, work).exited;
+  assert.equal(twin.code, 5, twin.stderr);
+
+  const job = server.queueJob({
+    repo: { owner: "acme", repo: "web" },
+    labels: ["self-hosted", "imp"],
+    steps: [
+      { name: "greet", run: "echo \"hello from $(uname -s)\"" },
+      { name: "env", run: "echo \"jitconfig in job env: ${ACTIONS_RUNNER_INPUT_JITCONFIG:-none}\"" },
+    ],
+  });
+  const second = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [{ name: "x", run: "true" }] });
+  const exit = await runner.exited;
+  assert.equal(exit.code, 0, exit.stderr);
+  assert.match(exit.stdout, /hello from Linux/);
+  assert.match(exit.stdout, /jitconfig in job env: none/);
+  assert.match(exit.stdout, /completed with result: Succeeded/);
+  assert.ok(!exit.stdout.includes(setup) && !exit.stderr.includes(setup), "the setup is never printed");
+  assert.equal(job.status, "completed");
+  assert.equal(job.runnerName, "imp-vm-1");
+  assert.deepEqual(job.result, { conclusion: "success", steps: [{ name: "greet", exitCode: 0 }, { name: "env", exitCode: 0 }] });
+  assert.equal(second.status, "queued", "an ephemeral runner takes exactly one job");
+  // GitHub removes an ephemeral runner after its job; deleting it afterwards is already done.
+  assert.equal(await github.deleteRunner(ORG, jit.runnerId), "gone");
+
+  const reused = await startRunner(["--jitconfig", setup], {}, work).exited;
+  assert.equal(reused.code, 1, reused.stderr);
+  assert.match(reused.stderr, /refused its setup/);
+});
+
+test("a failing step fails the job; the runner still exits 0 like the real one", async (t) => {
+  if (skipReason !== undefined) return t.skip(skipReason);
+  const { server, client } = await startGitHub(t);
+  const work = mkdtempSync(join(tmpdir(), "imp-runner-work-"));
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const jit = await client().generateJitConfig(ORG, { name: "imp-vm-2", runnerGroupId: 1, labels: ["imp"] });
+  const job = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [{ name: "boom", run: "echo about to fail; exit 7" }, { name: "after", run: "echo must-not-run" }] });
+  const exit = await startRunner(["--jitconfig", jit.encodedJitConfig.reveal()], {}, work).exited;
+  assert.equal(exit.code, 0, exit.stderr);
+  assert.match(exit.stdout, /about to fail/);
+  assert.doesNotMatch(exit.stdout, /must-not-run/);
+  assert.deepEqual(job.result, { conclusion: "failure", steps: [{ name: "boom", exitCode: 7 }] });
+});
+
+test("a setup the runner cannot decode exits 1 without contacting anyone", async (t) => {
+  if (skipReason !== undefined) return t.skip(skipReason);
+  const exit = await startRunner(["--jitconfig", "not-a-setup"], {}, tmpdir()).exited;
+  assert.equal(exit.code, 1);
+  assert.match(exit.stderr, /Cannot start the runner: the jitconfig is not/);
+});
