@@ -4,7 +4,7 @@ import { DESCRIBE_INSTANCE, type FirecrackerRequest } from "./api-requests.ts";
 import { faultError, parseFaultMessage } from "./faults.ts";
 
 /** What `GET /` answers (InstanceInfo). */
-export interface InstanceInfo {
+export interface FirecrackerInstanceInfo {
   readonly id: string;
   readonly state: "Not started" | "Running" | "Paused";
   readonly vmm_version: string;
@@ -103,7 +103,7 @@ export class FirecrackerApi {
     if (answer.status !== 204) throw faultError(req, answer.status, parseFaultMessage(answer.body), this.#vm);
   }
 
-  async describeInstance(options: { readonly timeoutMs?: number; readonly signal?: AbortSignal } = {}): Promise<InstanceInfo> {
+  async describeInstance(options: { readonly timeoutMs?: number; readonly signal?: AbortSignal } = {}): Promise<FirecrackerInstanceInfo> {
     const answer = await this.send(DESCRIBE_INSTANCE, options);
     if (answer.status !== 200) throw faultError(DESCRIBE_INSTANCE, answer.status, parseFaultMessage(answer.body), this.#vm);
     const info = parseInstanceInfo(answer.body);
@@ -116,7 +116,7 @@ export class FirecrackerApi {
 
 const STATES: readonly string[] = ["Not started", "Running", "Paused"];
 
-export function parseInstanceInfo(body: string): InstanceInfo | undefined {
+export function parseInstanceInfo(body: string): FirecrackerInstanceInfo | undefined {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -126,5 +126,5 @@ export function parseInstanceInfo(body: string): InstanceInfo | undefined {
   if (typeof parsed !== "object" || parsed === null) return undefined;
   const o = parsed as Record<string, unknown>;
   if (typeof o.id !== "string" || typeof o.state !== "string" || !STATES.includes(o.state) || typeof o.vmm_version !== "string" || typeof o.app_name !== "string") return undefined;
-  return { id: o.id, state: o.state as InstanceInfo["state"], vmm_version: o.vmm_version, app_name: o.app_name };
+  return { id: o.id, state: o.state as FirecrackerInstanceInfo["state"], vmm_version: o.vmm_version, app_name: o.app_name };
 }
