@@ -12,7 +12,7 @@ export type {
   DeleteOptions,
 } from "./resource-client.ts";
 export { createResourceClient, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_FIELD_MANAGER, LIST_PAGE_SIZE, type KubeResourceClientOptions } from "./kube-resource-client.ts";
-export { FakeResourceClient } from "./fake-resource-client.ts";
+export { FakeResourceClient, type FakeResourceClientOptions, type FieldExtractor } from "./fake-resource-client.ts";
 export {
   classifyApiError,
   httpStatusOf,
