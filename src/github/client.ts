@@ -2,7 +2,7 @@ import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Lo
 import { GitHubErrorCode, classifyGitHubError, gitHubMessageOf, httpStatusOf, type GitHubCall } from "./errors.ts";
 import { RunnerJitConfig } from "./jit-config.ts";
 import { DEFAULT_TOKEN_REFRESH_MARGIN_MS } from "./installation-token-cache.ts";
-import { createOctokit, type AppCredentials, type ImpOctokitInstance } from "./octokit.ts";
+import { createOctokit, type GitHubCredentials, type ImpOctokitInstance } from "./octokit.ts";
 import { DEFAULT_RATE_LIMIT_POLICY, type RateLimitPolicy } from "./rate-limit-decision.ts";
 import { asObject, parsePage, parseRunner, parseRunnerGroup, type GitHubRunner, type GitHubRunnerGroup } from "./response-shapes.ts";
 import { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
@@ -13,7 +13,8 @@ import { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
  * except `generateJitConfig`, whose setup is wrapped in RunnerJitConfig.
  */
 export interface GitHubClientOptions {
-  readonly credentials: AppCredentials;
+  /** App credentials for repo and org scopes; a token for the enterprise scope (see docs/github.md). */
+  readonly credentials: GitHubCredentials;
   /** https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise Server. */
   readonly baseUrl?: string;
   readonly clock?: Clock;

@@ -11,7 +11,7 @@ export {
   type DeleteRunnerResult,
   type RunnerGroupScope,
 } from "./client.ts";
-export type { AppCredentials } from "./octokit.ts";
+export type { AppCredentials, TokenCredentials, GitHubCredentials } from "./octokit.ts";
 export type { GitHubRunner, GitHubRunnerGroup } from "./response-shapes.ts";
 export { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
 export { RunnerJitConfig } from "./jit-config.ts";

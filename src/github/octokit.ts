@@ -23,9 +23,20 @@ export interface AppCredentials {
   readonly privateKey: string;
 }
 
+/**
+ * A token instead of an App: GitHub's enterprise-level runner endpoints are not enabled for GitHub
+ * Apps (their OpenAPI operations say `enabledForGitHubApps: false`), so the enterprise scope needs
+ * a token with the `manage_runners:enterprise` scope. Held in memory only.
+ */
+export interface TokenCredentials {
+  readonly token: string;
+}
+
+export type GitHubCredentials = AppCredentials | TokenCredentials;
+
 export interface OctokitSettings {
   readonly baseUrl: string;
-  readonly credentials: AppCredentials;
+  readonly credentials: GitHubCredentials;
   readonly clock: Clock;
   readonly logger: Logger;
   readonly rateLimit: RateLimitPolicy;
@@ -72,16 +83,19 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
       return decision.retry;
     };
 
+  const credentials = settings.credentials;
+  const auth =
+    "token" in credentials
+      ? { auth: credentials.token }
+      : {
+          authStrategy: createAppAuth,
+          auth: { appId: credentials.appId, installationId: credentials.installationId, privateKey: credentials.privateKey, cache },
+        };
+  const limiterId = "token" in credentials ? "token" : `${String(credentials.appId)}|${String(credentials.installationId)}`;
   const octokit = new ImpOctokit({
     baseUrl: settings.baseUrl.replace(/\/+$/, ""),
     userAgent: "imp-operator",
-    authStrategy: createAppAuth,
-    auth: {
-      appId: settings.credentials.appId,
-      installationId: settings.credentials.installationId,
-      privateKey: settings.credentials.privateKey,
-      cache,
-    },
+    ...auth,
     // Only the message text goes to the log: octokit's extra arguments can hold request objects.
     log: {
       debug: (message: string) => logger.debug(message),
@@ -94,7 +108,7 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
     retry: { doNotRetry: DO_NOT_RETRY, retries: settings.serverErrorRetries, retryAfterBaseValue: settings.serverErrorBackoffMs },
     throttle: {
       // Limiters are shared per id: one installation on one GitHub shares its write pacing.
-      id: `${settings.baseUrl}|${String(settings.credentials.appId)}|${String(settings.credentials.installationId)}`,
+      id: `${settings.baseUrl}|${limiterId}`,
       onRateLimit: onLimit("primary"),
       onSecondaryRateLimit: onLimit("secondary"),
     },
@@ -107,7 +121,7 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
       return await request(options);
     } catch (err) {
       const failedUrl = (err as { request?: { url?: unknown } }).request?.url;
-      if (httpStatusOf(err) !== 401 || isAppAuthUrl(options.url) || isAppAuthUrl(failedUrl)) throw err;
+      if ("token" in credentials || httpStatusOf(err) !== 401 || isAppAuthUrl(options.url) || isAppAuthUrl(failedUrl)) throw err;
       logger.warn({ route: options.url }, "GitHub refused the cached installation token; minting a new one");
       cache.clear();
       return await request(options);

@@ -26,13 +26,17 @@ async function rejectsWith(promise: Promise<unknown>, code: string, errorClass: 
 test("jitconfig for repo, org and enterprise scopes; the runner is listed, read and its setup stays redacted", async (t) => {
   const { server, client } = await startGitHub(t);
   const github = client();
+  server.acceptPersonalToken("ghp_enterprise_admin");
+  const enterprise = client({ credentials: { token: "ghp_enterprise_admin" } });
   const orgGroup = server.addRunnerGroup({ kind: "org", org: "acme" }, "imp-runners");
   const entGroup = server.addRunnerGroup({ kind: "enterprise", enterprise: "acme-corp" }, "Imp Runners");
   assert.equal((await github.findRunnerGroup({ kind: "org", org: "acme" }, "imp-runners"))?.id, orgGroup);
-  assert.equal((await github.findRunnerGroup({ kind: "enterprise", enterprise: "acme-corp" }, "imp runners"))?.id, entGroup, "group names compare case-insensitively");
+  assert.equal((await enterprise.findRunnerGroup({ kind: "enterprise", enterprise: "acme-corp" }, "imp runners"))?.id, entGroup, "group names compare case-insensitively");
   assert.equal(await github.findRunnerGroup({ kind: "org", org: "acme" }, "missing"), undefined);
+  // GitHub does not let App installation tokens manage enterprise runners.
+  await rejectsWith(github.listRunners(ENTERPRISE), GitHubErrorCode.Forbidden, "terminal");
 
-  for (const [scope, group] of [[REPO, 1], [ORG, orgGroup], [ENTERPRISE, entGroup]] as const) {
+  for (const [scope, group, github] of [[REPO, 1, client()], [ORG, orgGroup, client()], [ENTERPRISE, entGroup, enterprise]] as const) {
     const jit = await github.generateJitConfig(scope, { name: `imp-${scope.kind}`, runnerGroupId: group, labels: ["imp", "kvm"], workFolder: "_work" });
     assert.equal(jit.runnerName, `imp-${scope.kind}`);
     assert.ok(!inspect(jit).includes(jit.encodedJitConfig.reveal()), "inspecting the result does not print the setup");

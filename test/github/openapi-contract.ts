@@ -49,6 +49,8 @@ export interface Operation {
   readonly method: string;
   readonly template: string;
   readonly operationId: string;
+  /** x-github.enabledForGitHubApps: whether an App installation token may call it at all. */
+  readonly enabledForGitHubApps: boolean;
   readonly regex: RegExp;
   readonly pathNames: readonly string[];
   readonly parameters: readonly Parameter[];
@@ -66,6 +68,7 @@ export interface Violation {
 
 interface RawOperation {
   operationId: string;
+  "x-github"?: { enabledForGitHubApps?: boolean };
   parameters?: Parameter[];
   requestBody?: { required?: boolean; content?: Record<string, { schema?: object }> };
   responses: Record<string, { content?: Record<string, { schema?: object }> }>;
@@ -118,6 +121,7 @@ export class OpenApiContract {
         method: method.toUpperCase(),
         template: path,
         operationId: raw.operationId,
+        enabledForGitHubApps: raw["x-github"]?.enabledForGitHubApps ?? false,
         regex: new RegExp(`^${path.replace(/\{[^}]+\}/g, "([^/]+)")}$`),
         pathNames,
         parameters: raw.parameters ?? [],

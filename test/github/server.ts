@@ -110,7 +110,7 @@ export class GitHubTestServer {
   readonly webhooks = new WebhookSender();
   readonly runners = new Map<number, TestRunner>();
   readonly jobs = new Map<number, TestJob>();
-  readonly tokens = new Map<string, { expiresAtMs: number }>();
+  readonly tokens = new Map<string, { expiresAtMs: number; kind: "installation" | "personal" }>();
   readonly #options: GitHubTestServerOptions;
   readonly #groups = new Map<string, Array<{ id: number; name: string; default: boolean }>>();
   #faults: Array<Fault & { remaining: number }> = [];
@@ -335,7 +335,7 @@ export class GitHubTestServer {
 
   #route(operation: Operation, params: Record<string, string>, query: URLSearchParams, body: unknown, authorization: string | undefined): Reply {
     if (operation.operationId === "apps/create-installation-access-token") return this.#accessToken(params, authorization);
-    const denied = this.#checkToken(authorization);
+    const denied = this.#checkToken(authorization, operation);
     if (denied !== undefined) return denied;
     const scopeKey = scopeKeyFromParams(params);
     const tail = operation.template.slice(operation.template.indexOf("/actions/"));
@@ -378,7 +378,7 @@ export class GitHubTestServer {
     if (Number(params["installation_id"]) !== this.#options.installationId) return notFound();
     const token = `ghs_${randomBytes(27).toString("base64url").slice(0, 36)}`;
     const expiresAtMs = Date.now() + (this.#options.tokenTtlSeconds ?? 3600) * 1000;
-    this.tokens.set(token, { expiresAtMs });
+    this.tokens.set(token, { expiresAtMs, kind: "installation" });
     return {
       status: 201,
       body: {
@@ -390,13 +390,22 @@ export class GitHubTestServer {
     };
   }
 
-  #checkToken(authorization: string | undefined): Reply | undefined {
+  #checkToken(authorization: string | undefined, operation: Operation): Reply | undefined {
     const token = /^(?:token|bearer) (.+)$/i.exec(authorization ?? "")?.[1];
     const record = token === undefined ? undefined : this.tokens.get(token);
     if (record === undefined || record.expiresAtMs <= Date.now()) {
       return { status: 401, body: { message: "Bad credentials", documentation_url: DOCS } };
     }
+    // As on GitHub: operations the description marks enabledForGitHubApps: false refuse App tokens.
+    if (record.kind === "installation" && !operation.enabledForGitHubApps) {
+      return { status: 403, body: { message: "Resource not accessible by integration", documentation_url: DOCS } };
+    }
     return undefined;
+  }
+
+  /** Accepts `token` as a personal access token (classic) with every scope, until the server stops. */
+  acceptPersonalToken(token: string): void {
+    this.tokens.set(token, { expiresAtMs: Number.POSITIVE_INFINITY, kind: "personal" });
   }
 
   #groupsOf(scopeKey: string): Array<{ id: number; name: string; default: boolean }> {
