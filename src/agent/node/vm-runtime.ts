@@ -375,9 +375,10 @@ export class VmRuntime {
               requestTimeoutMs: t.requestMs,
               logger: log,
               recordSent: async () => {
-                if (s.plan.runner) this.#progress(task, { setup: "sent" });
                 ctx.signal.throwIfAborted();
                 await o.recordSetupSent(task.latest, execId);
+                // Only after the API holds "Sent": the controller derives status from this record.
+                if (s.plan.runner) this.#progress(task, { setup: "sent" });
               },
               reconnect: async () => {
                 s.client?.close();
@@ -443,6 +444,9 @@ export class VmRuntime {
       outcome = await Promise.race([client.waitForExit(execId, { signal: task.abort.signal }), vmDown]);
     } catch (err) {
       if (task.stopRequest !== undefined) return stopped(task);
+      // A VMM that died closes the channel first; its exit follows within moments.
+      const vmmGone = await Promise.race([vm.exited().then(() => true), this.#o.clock.sleep(2_000).then(() => false)]);
+      if (vmmGone || vm.downSignal.aborted) return { succeeded: false, reason: VM_REASONS.VmmExited, message: describeError(vm.downSignal.reason ?? err) };
       log.warn({ error: describeError(err) }, "lost the guest channel while the workload ran");
       // The exit may still be known to the guest: ask once over a fresh channel.
       try {
