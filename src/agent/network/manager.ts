@@ -27,6 +27,14 @@ export interface NodeNetworkOptions {
   readonly runner?: NetCommandRunner;
 }
 
+export interface AttachOptions {
+  /**
+   * Who may open the tap besides root: a VMM running unprivileged (Firecracker under its jailer)
+   * can open a persistent tap only if it owns it. Taps only; applies when the tap is created.
+   */
+  readonly tapOwner?: { readonly uid: number; readonly gid: number };
+}
+
 /** What a VM may reach beyond the always-blocked ranges (the ImpVMTemplate's `network`). */
 export interface EgressPolicy {
   readonly egress: EgressMode;
@@ -119,10 +127,14 @@ export class NodeNetwork {
    * The VM's network, created if missing. Repeating it returns the same lease; with another policy,
    * the same lease under the new policy (and a manager that adopted the port learns it this way).
    */
-  attach(vmId: string, policy: EgressPolicy = INTERNET_EGRESS): Promise<NodeNetworkLease> {
+  async attach(vmId: string, policy: EgressPolicy = INTERNET_EGRESS, options: AttachOptions = {}): Promise<NodeNetworkLease> {
     assertVmId(vmId);
     const egress = normalizeEgress(policy);
-    return this.#serial(() => this.#attach(vmId, egress));
+    const owner = options.tapOwner;
+    if (owner !== undefined && ![owner.uid, owner.gid].every((id) => Number.isInteger(id) && id >= 0 && id < 2 ** 32 - 1)) {
+      throw terminalError("NetworkTapOwnerInvalid", `Cannot attach VM ${vmId}: tap owner ${owner.uid}:${owner.gid} is not a uid:gid pair`);
+    }
+    return this.#serial(() => this.#attach(vmId, egress, owner));
   }
 
   /** Removes the VM's port and rules and frees its address; other VMs are untouched. Idempotent. */
@@ -150,7 +162,8 @@ export class NodeNetwork {
           this.#allocator.release(port.owner.vmId);
         }
       }
-      for (const [vmId] of this.#leases) {
+      // Addresses of VMs that are not live go too, with or without a port (an attach that failed half-way).
+      for (const { vmId } of this.#allocator.inUse()) {
         if (!liveSet.has(vmId)) {
           this.#leases.delete(vmId);
           this.#allocator.release(vmId);
@@ -246,7 +259,7 @@ export class NodeNetwork {
     this.#logger.info({ bridge, gateway, subnet: formatIpv4Cidr(this.resolved.subnet), netns: this.#runner.netns, adopted: this.#leases.size }, "node network ready");
   }
 
-  async #attach(vmId: string, egress: ReturnType<typeof normalizeEgress>): Promise<NodeNetworkLease> {
+  async #attach(vmId: string, egress: ReturnType<typeof normalizeEgress>, owner: AttachOptions["tapOwner"]): Promise<NodeNetworkLease> {
     const tap = tapNameFor(this.config.tapPrefix, vmId);
     const known = this.#leases.get(vmId);
     const links = await this.#observe();
@@ -281,7 +294,7 @@ export class NodeNetwork {
           // A leftover of an interrupted attach has no trustworthy state: start it over.
           if (links.some((l) => l.name === tap)) await this.#deleteLink(tap);
           if (this.#portKind === "tap") {
-            await run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"]);
+            await run(["ip", "tuntap", "add", "dev", tap, "mode", "tap", ...(owner === undefined ? [] : ["user", String(owner.uid), "group", String(owner.gid)])]);
           } else {
             await run(["ip", "link", "add", "name", tap, "type", "veth", "peer", "name", s.lease?.peer ?? ""]);
           }
@@ -295,9 +308,11 @@ export class NodeNetwork {
         name: "ruleset",
         run: async (s, ctx) => {
           if (s.lease !== undefined) this.#leases.set(vmId, s.lease);
-          ctx.onCleanup("forget lease", () => { this.#leases.delete(vmId); });
+          ctx.onCleanup("ruleset without the port", async () => {
+            this.#leases.delete(vmId);
+            await this.#applyRuleset();
+          });
           await this.#applyRuleset();
-          ctx.onCleanup("ruleset without the port", () => this.#applyRuleset());
         },
       },
       {

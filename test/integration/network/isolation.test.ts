@@ -9,7 +9,8 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { NodeNetwork, type NodeNetworkLease } from "../../../src/agent/network/index.ts";
+import { commandRunner, NodeNetwork, tapNameFor, type NetCommandRunner, type NodeNetworkLease } from "../../../src/agent/network/index.ts";
+import { retryableError } from "../../../src/shared/index.ts";
 import { networkTestsUnavailable, sh, TestNetwork, type ProbeResult } from "./netns.ts";
 import { buildTopology, forbiddenTargets, PLAN, type Topology } from "./topology.ts";
 
@@ -206,5 +207,61 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
     const tables = await net.exec(topo.node, ["nft", "list", "tables"]);
     assert.doesNotMatch(tables, /\bimp\b/);
     assert.match(tables, /table ip kubesim/, "the teardown removed only its own tables");
+  });
+});
+
+describe("node network taps (network namespace)", { skip: unavailable, timeout: 60_000 }, () => {
+  const net = new TestNetwork();
+  after(async () => {
+    await net.dispose();
+    assert.deepEqual(await net.leftovers(), []);
+  });
+
+  it("creates persistent taps, owned by the VMM's uid:gid when asked, on the bridge and isolated", async () => {
+    const node = await net.namespace("tapnode");
+    await net.exec(node, ["ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    const network = await NodeNetwork.open({ netns: node, config: { uplink: "up0" } });
+    const plain = await network.attach("vm-plain");
+    const owned = await network.attach("vm-owned", undefined, { tapOwner: { uid: 4242, gid: 4343 } });
+    const plainInfo = await net.exec(node, ["ip", "-d", "link", "show", "dev", plain.tap]);
+    const ownedInfo = await net.exec(node, ["ip", "-d", "link", "show", "dev", owned.tap]);
+    assert.match(plainInfo, /tun type tap .*persist on/);
+    assert.doesNotMatch(plainInfo, / user /);
+    assert.match(ownedInfo, /tun type tap .*user 4242 group 4343/);
+    for (const info of [plainInfo, ownedInfo]) {
+      assert.match(info, /master imp0/);
+      assert.match(info, /isolated on/);
+    }
+    await assert.rejects(network.attach("vm-bad", undefined, { tapOwner: { uid: -1, gid: 0 } }), (err: unknown) => (err as { code?: string }).code === "NetworkTapOwnerInvalid");
+    await network.teardown();
+    assert.deepEqual((JSON.parse(await net.exec(node, ["ip", "-j", "link", "show"])) as { ifname: string }[]).map((l) => l.ifname).sort(), ["lo", "up0", "up1"]);
+  });
+
+  it("rolls a failed attach back: no port, no rule and no address of it remain, other VMs untouched", async () => {
+    const node = await net.namespace("failnode");
+    await net.exec(node, ["ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
+    const real = commandRunner({ netns: node, timeoutMs: 10_000 });
+    let failIsolation = false;
+    const runner: NetCommandRunner = {
+      netns: node,
+      run: async (argv, options) => {
+        if (failIsolation && argv[0] === "bridge") throw retryableError("NetworkCommandFailed", "Cannot run bridge: injected failure");
+        return real.run(argv, options);
+      },
+    };
+    const network = await NodeNetwork.open({ runner, config: { uplink: "up0" } });
+    const kept = await network.attach("vm-kept");
+    const rulesBefore = await net.exec(node, ["nft", "list", "ruleset"]);
+    failIsolation = true;
+    await assert.rejects(network.attach("vm-failed"), (err: unknown) => (err as { code?: string }).code === "NetworkCommandFailed");
+    failIsolation = false;
+    const links = await net.exec(node, ["ip", "-o", "link", "show"]);
+    assert.ok(!links.includes(tapNameFor("imp-", "vm-failed")), links);
+    assert.ok(links.includes(kept.tap), links);
+    assert.equal(await net.exec(node, ["nft", "list", "ruleset"]), rulesBefore);
+    assert.deepEqual(network.leases().map((l) => l.vmId), ["vm-kept"]);
+    // Had the failed attach kept its address (.3), attaching the same VM again would get it back.
+    assert.equal((await network.attach("vm-failed")).ip, "10.231.0.4", "the failed attach's address was released");
+    await network.teardown();
   });
 });

@@ -96,7 +96,7 @@ export class TestNetwork {
   }
 
   /** Tries every target concurrently from `ns`; a target is `host:port` or `host:port@localAddress`. */
-  async probe(ns: string, targets: readonly string[], timeoutMs = 2_500): Promise<Map<string, ProbeResult>> {
+  async probe(ns: string, targets: readonly string[], timeoutMs = 4_000): Promise<Map<string, ProbeResult>> {
     const out = await this.exec(ns, [process.execPath, join(here, "probe.fixture.ts"), String(timeoutMs), ...targets], timeoutMs + 20_000);
     const results = out.trim().split("\n").map((line) => JSON.parse(line) as ProbeResult);
     return new Map(results.map((r) => [r.target, r]));
