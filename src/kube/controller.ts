@@ -62,10 +62,11 @@ export const DEFAULT_WORKERS = 2;
 /** Reconcilers never sleep (they requeue), so a minute means one is stuck on something. */
 export const DEFAULT_RECONCILE_TIMEOUT_MS = 60_000;
 /**
- * Below the leader election's renew deadline minus its retry period (6 − 1.8 s with the defaults),
- * so a leader that lost its lease has stopped its controllers before anyone may take over.
+ * A leader that cannot renew stops its controllers 2.2 s before anyone may take over (with
+ * `DEFAULT_LEADER_ELECTION`), and that stop must be over by then: a reconcile gets at most this
+ * long to notice its aborted signal, 7.8 + 2 = 9.8 s < 10 s.
  */
-export const DEFAULT_STOP_TIMEOUT_MS = 4_000;
+export const DEFAULT_STOP_TIMEOUT_MS = 2_000;
 
 type Outcome = ReconcileAttempt & { readonly finished: boolean };
 

@@ -4,6 +4,8 @@ import { FakeClock, ImpError } from "../shared/index.ts";
 import { FakeResourceClient } from "./fake-resource-client.ts";
 import { LEASE_RESOURCE, type Lease } from "./lease-decision.ts";
 import { Manager, type SyncedRunnable } from "./manager.ts";
+import { Registry } from "prom-client";
+import { Controller, DEFAULT_STOP_TIMEOUT_MS } from "./controller.ts";
 
 async function until(check: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 5_000;
@@ -119,5 +121,50 @@ describe("Manager", () => {
     await until(() => result !== undefined, "the manager stops");
     assert.ok(result instanceof ImpError && result.code === "LeadershipLost", `got ${String(result)}`);
     assert.ok(log.indexOf("stopped controller") < log.indexOf("stopped cache"));
+  });
+
+  it("a reconcile that never returns does not hold up stepping down when the lease cannot be renewed", async () => {
+    const clock = new FakeClock();
+    const leases = new FakeResourceClient<Lease>(LEASE_RESOURCE);
+    let cut = false;
+    const client = {
+      get: (ref: { namespace?: string | undefined; name: string }, signal?: AbortSignal) => (cut ? Promise.reject(new Error("partitioned")) : leases.get(ref, signal)),
+      create: (obj: Lease, signal?: AbortSignal) => leases.create(obj, signal),
+      patch: (ref: { namespace?: string | undefined; name: string }, p: Record<string, unknown>, signal?: AbortSignal) =>
+        cut ? Promise.reject(new Error("partitioned")) : leases.patch(ref, p, signal),
+    };
+    let stuck: AbortSignal | undefined;
+    const controller = new Controller({
+      name: "stuck",
+      registry: new Registry(),
+      clock,
+      reconcile: (ctx) => {
+        stuck = ctx.signal;
+        return new Promise(() => undefined); // ignores its signal forever
+      },
+    });
+    const cache = part("cache", []);
+    cache.sync();
+    const timings = { leaseDurationMs: 10_000, renewDeadlineMs: 6_000, retryPeriodMs: 1_500 };
+    const manager = new Manager({ leaderElection: { client, clock, namespace: "imp-system", name: "op", identity: "me", ...timings, random: () => 0 } })
+      .addCache(cache)
+      .addController(controller);
+    const running = manager.start(new AbortController().signal);
+    await until(() => manager.isLeader(), "leading");
+    controller.enqueue("k");
+    await until(() => stuck !== undefined, "the reconcile is stuck");
+    const lastRenewal = clock.now();
+    cut = true;
+    let result: unknown;
+    void running.then(() => (result = "resolved"), (err: unknown) => (result = err));
+    while (result === undefined && clock.now() - lastRenewal < 60_000) await clock.advance(100);
+    assert.ok(result instanceof ImpError && result.code === "LeadershipLost", `got ${String(result)}`);
+    assert.equal(stuck?.aborted, true);
+    const steppedDownAfter = clock.now() - lastRenewal;
+    assert.ok(
+      steppedDownAfter <= timings.renewDeadlineMs + timings.retryPeriodMs + DEFAULT_STOP_TIMEOUT_MS + 100 && steppedDownAfter < timings.leaseDurationMs,
+      `stepped down ${steppedDownAfter} ms after the last renewal, before anyone may take over at ${timings.leaseDurationMs} ms`,
+    );
+    assert.equal(controller.abandonedReconciles, 1);
   });
 });
