@@ -9,6 +9,7 @@ import {
   Controller,
   EVENT_RESOURCE,
   EventRecorder,
+  HealthServer,
   Informer,
   Manager,
   createResourceClient,
@@ -276,9 +277,10 @@ describe("kube runtime against a real API server", () => {
   describe("Controller under a Manager", () => {
     it("reconciles every object of a watched kind through the informer and work queue", async () => {
       const informer = new Informer<ConfigMap>({ client: configMaps, namespace: "controller" });
+      const registry = new Registry();
       const controller = new Controller({
         name: "stamp",
-        registry: new Registry(),
+        registry,
         reconcile: async (ctx) => {
           const { namespace, name } = parseKey(ctx.key);
           if (informer.get(ctx.key) === undefined) return done; // deleted: nothing to converge
@@ -296,6 +298,8 @@ describe("kube runtime against a real API server", () => {
       });
       controller.watch(informer);
       const manager = new Manager().addCache(informer).addController(controller);
+      const health = new HealthServer({ registry, caches: { configMaps: informer }, isLeader: () => manager.isLeader(), port: 0 });
+      manager.addHealthServer(health);
       const stop = new AbortController();
       const running = manager.start(stop.signal);
       for (let i = 0; i < 5; i++) await configMaps.create({ metadata: { name: `cm-${i}`, namespace: "controller" } });
@@ -304,8 +308,16 @@ describe("kube runtime against a real API server", () => {
         () => (informer.list().length === 5 && informer.list().every((o) => o.data?.["stamped"] === "yes") ? true : undefined),
         { timeoutMs: 60_000, intervalMs: 100 },
       );
+      const url = await health.listening();
+      const ready = await fetch(`${url}/readyz`);
+      assert.equal(ready.status, 200);
+      assert.deepEqual(await ready.json(), { ready: true, leader: true, caches: { configMaps: true } });
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      const successes = Number(/^imp_controller_reconcile_total\{controller="stamp",result="success"\} (\d+)$/m.exec(metrics)?.[1]);
+      assert.ok(successes >= 5, `at least one successful reconcile per ConfigMap in /metrics, got ${successes}`);
       stop.abort();
       await running;
+      await assert.rejects(fetch(`${url}/healthz`), "the health server stops with the manager");
     });
   });
 
