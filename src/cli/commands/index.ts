@@ -1,10 +1,12 @@
 import type { Command } from "commander";
+import { registerAgent } from "./agent.ts";
 import { registerCrds } from "./crds.ts";
 import { registerDev } from "./dev.ts";
 import { registerImage } from "./image.ts";
 
 /** Adds every command group to the program. One line per group; groups live in sibling files. */
 export function registerCommands(program: Command): void {
+  registerAgent(program);
   registerCrds(program);
   registerDev(program);
   registerImage(program);

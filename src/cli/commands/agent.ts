@@ -1,0 +1,29 @@
+import { KubeConfig } from "@kubernetes/client-node";
+import type { Command } from "commander";
+import { createNodeAgent, loadAgentConfig } from "../../agent/index.ts";
+import { createLogger } from "../../shared/index.ts";
+
+/** `imp agent`: the node agent (one per node, usually a DaemonSet). Runs until SIGTERM/SIGINT. */
+export function registerAgent(program: Command): void {
+  program
+    .command("agent")
+    .description("run the node agent: boots the ImpVMs bound to this node (NODE_NAME) and reports the node")
+    .requiredOption("--config <file>", "agent config (YAML, see docs/agent.md)")
+    .option("--kubeconfig <file>", "kubeconfig; default: in-cluster, then $KUBECONFIG")
+    .option("--log-level <level>", "debug | info | warn | error", "info")
+    .action(async (opts: { config: string; kubeconfig?: string; logLevel: string }) => {
+      const logger = createLogger({ level: opts.logLevel, name: "imp-agent" });
+      const kubeConfig = new KubeConfig();
+      if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
+      else kubeConfig.loadFromDefault();
+      const config = await loadAgentConfig(opts.config);
+      const agent = await createNodeAgent({ config, kubeConfig, logger });
+      const stop = new AbortController();
+      // VMs keep running: a restarted agent re-adopts them.
+      const onSignal = (): void => stop.abort(new Error("signal"));
+      process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
+      logger.info({ node: config.nodeName }, "agent starting");
+      await agent.start(stop.signal);
+      logger.info("agent stopped");
+    });
+}
