@@ -80,3 +80,13 @@ test("what the adapter sends passes the contract, including its errors' bodies",
   assert.equal(await github.getRunner(ORG, 12345), undefined);
   assert.ok(server.requests.length >= 4);
 });
+
+test("webhook payloads are held to the documented workflow_job shape", async (t) => {
+  const { server } = await startGitHub(t);
+  const job = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [] });
+  assert.equal(job.status, "queued");
+  assert.deepEqual(server.violations, [], "the server's own queued payload is valid");
+  const problems = server.contract.checkWebhook("queued", { action: "queued", workflow_job: { id: "1" }, sender: {} });
+  assert.ok(problems.length === 1 && /must have required property 'repository'/.test(problems[0] ?? ""), problems.join("\n"));
+  assert.match(server.contract.checkWebhook("completed", { action: "queued" }).join(), /must be equal to one of the allowed values|required property/);
+});

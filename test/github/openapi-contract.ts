@@ -59,7 +59,7 @@ export interface Operation {
 }
 
 export interface Violation {
-  readonly direction: "request" | "response";
+  readonly direction: "request" | "response" | "webhook";
   readonly method: string;
   readonly path: string;
   readonly operationId: string | undefined;
@@ -83,13 +83,32 @@ function describeErrors(errors: readonly ErrorObject[] | null | undefined): stri
   return (errors ?? []).slice(0, 5).map((e) => `${e.instancePath || "(root)"} ${e.message ?? "invalid"}${e.params && Object.keys(e.params).length > 0 ? ` ${JSON.stringify(e.params)}` : ""}`).join("; ");
 }
 
+/** The workflow_job webhook actions the test server sends, by their x-webhooks key. */
+export const WEBHOOK_ACTIONS = { queued: "workflow-job-queued", in_progress: "workflow-job-in-progress", completed: "workflow-job-completed" } as const;
+export type WebhookAction = keyof typeof WEBHOOK_ACTIONS;
+
+export interface WebhookSchema {
+  readonly schema: object;
+  readonly validate: ValidateFunction;
+}
+
 export class OpenApiContract {
   readonly operations: readonly Operation[];
+  /** The documented payload of each workflow_job action (x-webhooks in the description). */
+  readonly webhooks: ReadonlyMap<WebhookAction, WebhookSchema>;
   readonly #basicError: ValidateFunction;
 
-  private constructor(operations: Operation[], basicError: ValidateFunction) {
+  private constructor(operations: Operation[], basicError: ValidateFunction, webhooks: Map<WebhookAction, WebhookSchema>) {
     this.operations = operations;
     this.#basicError = basicError;
+    this.webhooks = webhooks;
+  }
+
+  /** Problems with a webhook payload the test server is about to send. */
+  checkWebhook(action: WebhookAction, payload: unknown): string[] {
+    const hook = this.webhooks.get(action);
+    if (hook === undefined) return [`no documented payload for workflow_job ${action}`];
+    return hook.validate(payload) ? [] : [`workflow_job ${action} payload: ${describeErrors(hook.validate.errors)}`];
   }
 
   static #loaded: OpenApiContract | undefined;
@@ -130,7 +149,14 @@ export class OpenApiContract {
       };
     });
     if (basicErrorSchema === undefined) throw new Error("no Basic Error schema found in the described operations");
-    OpenApiContract.#loaded = new OpenApiContract(operations, ajv.compile(basicErrorSchema));
+    const webhooks = new Map<WebhookAction, WebhookSchema>();
+    const hooks = (description("api.github.com") as { "x-webhooks"?: Record<string, { post?: RawOperation }> })["x-webhooks"] ?? {};
+    for (const [action, key] of Object.entries(WEBHOOK_ACTIONS) as Array<[WebhookAction, string]>) {
+      const schema = hooks[key]?.post?.requestBody?.content?.["application/json"]?.schema;
+      if (schema === undefined) throw new Error(`x-webhooks ${key} is not in the api.github.com OpenAPI description`);
+      webhooks.set(action, { schema, validate: ajv.compile(schema) });
+    }
+    OpenApiContract.#loaded = new OpenApiContract(operations, ajv.compile(basicErrorSchema), webhooks);
     return OpenApiContract.#loaded;
   }
 

@@ -5,6 +5,7 @@ import type { GitHubScope } from "../../src/github/index.ts";
 import { checkAppJwt } from "./app-jwt.ts";
 import { encodeJitSetup } from "./jit-setup-format.ts";
 import { OpenApiContract, type Operation, type Violation } from "./openapi-contract.ts";
+import { sampleFromSchema } from "./schema-sample.ts";
 import { WebhookSender } from "./webhook-sender.ts";
 
 /**
@@ -590,14 +591,27 @@ export class GitHubTestServer {
   }
 
   #jobWebhook(job: TestJob, action: "queued" | "in_progress" | "completed"): void {
-    const now = new Date().toISOString();
-    this.webhooks.deliver("workflow_job", {
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
+    const documented = this.contract.webhooks.get(action)?.schema as { properties: Record<string, object> } | undefined;
+    // The parts Imp does not read come from the documented schema, so the payload has GitHub's shape.
+    const sample = (key: string, path: string): Record<string, unknown> => sampleFromSchema(documented?.properties[key] ?? {}, path) as Record<string, unknown>;
+    const repository = sample("repository", "repository");
+    const owner = { ...(repository["owner"] as Record<string, unknown>), login: job.repo.owner, type: "Organization" };
+    const payload = {
       action,
       workflow_job: {
         id: job.id,
         run_id: job.runId,
+        run_url: `${this.#url}/repos/${job.repo.owner}/${job.repo.repo}/actions/runs/${job.runId}`,
         run_attempt: 1,
+        node_id: `WJ_${job.id}`,
+        head_sha: "0".repeat(40),
+        url: `${this.#url}/repos/${job.repo.owner}/${job.repo.repo}/actions/jobs/${job.id}`,
+        html_url: `https://github.invalid/${job.repo.owner}/${job.repo.repo}/actions/runs/${job.runId}/job/${job.id}`,
+        check_run_url: `${this.#url}/repos/${job.repo.owner}/${job.repo.repo}/check-runs/${job.id}`,
         name: job.name,
+        workflow_name: "CI",
+        head_branch: "main",
         labels: job.labels,
         status: action,
         conclusion: action === "completed" ? (job.conclusion ?? null) : null,
@@ -605,17 +619,27 @@ export class GitHubTestServer {
         runner_name: action === "queued" ? null : (job.runnerName ?? null),
         runner_group_id: action === "queued" ? null : 1,
         runner_group_name: action === "queued" ? null : "Default",
+        created_at: now,
         started_at: now,
         completed_at: action === "completed" ? now : null,
-        created_at: now,
-        head_sha: "0".repeat(40),
-        steps: [],
+        steps: (job.result?.steps ?? []).map((step, i) => ({
+          name: step.name,
+          number: i + 1,
+          status: "completed",
+          conclusion: step.exitCode === 0 ? "success" : "failure",
+          started_at: now,
+          completed_at: now,
+        })),
       },
-      repository: { id: 1, name: job.repo.repo, full_name: `${job.repo.owner}/${job.repo.repo}`, owner: { login: job.repo.owner } },
-      organization: { login: job.repo.owner },
-      installation: { id: this.#options.installationId },
-      sender: { login: "octocat" },
-    });
+      repository: { ...repository, id: 1, name: job.repo.repo, full_name: `${job.repo.owner}/${job.repo.repo}`, owner },
+      organization: { ...sample("organization", "organization"), login: job.repo.owner },
+      installation: { ...sample("installation", "installation"), id: this.#options.installationId },
+      sender: { ...sample("sender", "sender"), login: "octocat" },
+    };
+    for (const problem of this.contract.checkWebhook(action, payload)) {
+      this.#violation({ direction: "webhook", method: "POST", path: "(webhook)", operationId: `workflow_job.${action}`, problem });
+    }
+    this.webhooks.deliver("workflow_job", payload);
   }
 }
 
