@@ -180,7 +180,7 @@ export class NodeNetwork {
       for (const port of vmPorts(await this.#observe(), this.config.tapPrefix)) await this.#deleteLink(port.name);
       await this.#deleteLink(this.config.bridge);
       await this.#runner.run(["nft", "-f", "-"], { input: renderTeardown(this.config.table) });
-      for (const vmId of this.#leases.keys()) this.#allocator.release(vmId);
+      for (const { vmId } of this.#allocator.inUse()) this.#allocator.release(vmId);
       this.#leases.clear();
       this.#logger.info({ bridge: this.config.bridge }, "node network torn down");
     });
