@@ -207,13 +207,19 @@ describe("Informer indexes", () => {
     metadata: { name, namespace: "ci", labels: { "imp.dev/pool": pool } },
     ...(node === undefined ? {} : { status: { nodeName: node } }),
   });
+  /** Creates, then sets status through its subresource (a create drops status, as on the API server). */
+  async function createVm(client: FakeResourceClient<VM>, name: string, node: string | undefined, pool: string): Promise<void> {
+    const created = vm(name, node, pool);
+    await client.create(created);
+    if (created.status !== undefined) await client.patchStatus({ namespace: "ci", name }, { status: created.status });
+  }
   const names = (objs: readonly { readonly metadata?: { readonly name?: string } }[]): string[] => objs.map((o) => o.metadata?.name ?? "");
 
   it("finds VMs by status.nodeName and by the pool label, and follows updates and deletes", async () => {
     const client = new FakeResourceClient<VM>(vms);
-    await client.create(vm("a", "node-a", "small"));
-    await client.create(vm("b", "node-b", "small"));
-    await client.create(vm("c", undefined, "large"));
+    await createVm(client, "a", "node-a", "small");
+    await createVm(client, "b", "node-b", "small");
+    await createVm(client, "c", undefined, "large");
     const informer = new Informer<VM>({ client, clock: new FakeClock(), backoff: policy });
     informer.addIndex("byNode", (o) => [o.status?.nodeName]);
     const stop = new AbortController();
@@ -242,7 +248,7 @@ describe("Informer indexes", () => {
 
   it("hands out frozen objects: the cache cannot be edited in place, a structuredClone can", async () => {
     const client = new FakeResourceClient<VM>(vms);
-    await client.create(vm("a", "node-a", "small"));
+    await createVm(client, "a", "node-a", "small");
     const informer = new Informer<VM>({ client, clock: new FakeClock(), backoff: policy });
     const handed: unknown[] = [];
     informer.addEventHandler({ onAdd: (o) => handed.push(o) });
