@@ -21,4 +21,5 @@ export { DEFAULT_TOKEN_REFRESH_MARGIN_MS, tokenNeedsRefresh } from "./installati
 export { DEFAULT_MAX_WEBHOOK_BYTES, verifyWebhookSignature, type SignatureVerdict } from "./webhook-signature.ts";
 export { parseWorkflowJobWebhook, WORKFLOW_JOB_ACTIONS, type WorkflowJobEvent, type WorkflowJobAction, type WebhookParseResult } from "./workflow-job-event.ts";
 export { acceptWebhook, type WebhookDelivery, type WebhookOptions, type WebhookVerdict } from "./webhook.ts";
+export { readWebhookBody, type BodyRead } from "./webhook-body.ts";
 export { DeliveryDeduplicator, type DeliveryDeduplicatorOptions } from "./delivery-deduplicator.ts";

@@ -2,7 +2,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { acceptWebhook, DeliveryDeduplicator, type WebhookVerdict } from "../../src/github/index.ts";
+import { acceptWebhook, DeliveryDeduplicator, readWebhookBody, type WebhookVerdict } from "../../src/github/index.ts";
 import { systemClock } from "../../src/shared/index.ts";
 import { startGitHub } from "./harness.ts";
 
@@ -11,15 +11,18 @@ async function receiver(t: TestContext, secrets: string[], maxBodyBytes = 1024 *
   const verdicts: Array<WebhookVerdict & { duplicate: boolean }> = [];
   const dedup = new DeliveryDeduplicator(systemClock);
   const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      void acceptWebhook({ headers: req.headers, body: Buffer.concat(chunks) }, { secrets, maxBodyBytes }).then((verdict) => {
-        const duplicate = verdict.kind === "accepted" && !dedup.firstDelivery(verdict.event.deliveryId);
-        verdicts.push({ ...verdict, duplicate });
-        res.writeHead(verdict.kind === "accepted" ? 202 : verdict.authentic ? 422 : 401).end();
-      });
-    });
+    void (async () => {
+      const read = await readWebhookBody(req, req.headers["content-length"], maxBodyBytes);
+      if (!read.ok) {
+        verdicts.push({ kind: "rejected", reason: read.reason, authentic: false, duplicate: false });
+        res.writeHead(413, { connection: "close" }).end();
+        return;
+      }
+      const verdict = await acceptWebhook({ headers: req.headers, body: read.body }, { secrets, maxBodyBytes });
+      const duplicate = verdict.kind === "accepted" && !dedup.firstDelivery(verdict.event.deliveryId);
+      verdicts.push({ ...verdict, duplicate });
+      res.writeHead(verdict.kind === "accepted" ? 202 : verdict.authentic ? 422 : 401).end();
+    })();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   t.after(() => new Promise<void>((r) => server.close(() => r())));
@@ -73,7 +76,7 @@ test("duplicated deliveries are detected by delivery id; dropped ones never arri
   assert.ok(!received.includes(dropped[0]?.deliveryId ?? ""), "the dropped delivery never arrived");
 });
 
-test("an oversize delivery is rejected by size before its signature is checked", async (t) => {
+test("an oversize delivery is refused by size before its signature is checked", async (t) => {
   const { server } = await startGitHub(t);
   const hook = await receiver(t, ["s"], 200);
   server.webhooks.target = { url: hook.url, secret: "s" };
@@ -81,4 +84,5 @@ test("an oversize delivery is rejected by size before its signature is checked",
   await server.webhooks.settled();
   assert.equal(hook.verdicts.length, 1);
   assert.match(hook.verdicts[0]?.kind === "rejected" ? hook.verdicts[0].reason : "", /exceeds the limit of 200/);
+  assert.deepEqual(server.webhooks.sent.map((s) => s.status), [413]);
 });
