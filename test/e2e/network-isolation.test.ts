@@ -176,6 +176,18 @@ describe("VM network isolation with real QEMU guests", { skip: unavailable, time
     await b.client.signal("server-b", "SIGKILL");
   });
 
+  it("refuses them by the manager's ruleset: without it the guest reaches metadata, cluster and gateway; open() restores it", async () => {
+    const [a] = guests;
+    assert.ok(a !== undefined);
+    const targets = [`${PLAN.metadata}:${PLAN.port}`, `${PLAN.clusterService}:${PLAN.port}`, `${a.lease.gateway}:${PLAN.port}`];
+    await net.exec(topo.node, ["nft", "delete", "table", "inet", "imp"]);
+    const open = await probeFromGuest(a, "control-open", targets);
+    for (const target of targets) assert.match(open.get(target) ?? "", /^ok /, `control ${target}: ${JSON.stringify([...open])}`);
+    network = await NodeNetwork.open({ netns: topo.node, config: { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], dns: [PLAN.dns] } });
+    const closed = await probeFromGuest(a, "control-closed", targets);
+    for (const target of targets) assert.equal(closed.get(target), "fail", `${target} after open(): ${JSON.stringify([...closed])}`);
+  });
+
   it("detaching one VM's network leaves the other guest online", async () => {
     const [a, b] = guests;
     assert.ok(a !== undefined && b !== undefined);
