@@ -81,7 +81,9 @@ const never = new Promise<never>(() => undefined);
  * A reconcile that ignores its signal must not wedge a key or the shutdown: each one runs against a
  * deadline; at the deadline its signal aborts, the attempt counts as a retryable error (backoff)
  * and the key is released at once, whether or not the reconcile's promise ever settles. Its late
- * writes, if any, carry the resourceVersion it read and are refused as conflicts. The same happens
+ * writes are harmless as far as the API allows: every call given `ctx.signal` now fails at once,
+ * and a write carrying the resourceVersion it read is refused as a conflict once the next
+ * reconcile has written. (Only a process exit stops code that ignores both.) The same happens
  * to every in-flight reconcile `stopTimeoutMs` after stop, so `start(signal)` resolves within that
  * bound after `signal` aborts.
  */
