@@ -1,3 +1,4 @@
+import { createPrivateKey, type KeyObject } from "node:crypto";
 import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Logger } from "../shared/index.ts";
 import { GitHubErrorCode, classifyGitHubError, gitHubMessageOf, httpStatusOf, type GitHubCall } from "./errors.ts";
 import { RunnerJitConfig } from "./jit-config.ts";
@@ -57,11 +58,31 @@ export type RunnerGroupScope = Extract<GitHubScope, { kind: "org" | "enterprise"
 /** GitHub's id of the default runner group, which is also the only group repository runners have. */
 export const DEFAULT_RUNNER_GROUP_ID = 1;
 
+// A key that cannot be parsed would otherwise surface on the first call as a non-HTTP error, which
+// looks like a network failure (retryable); it is a configuration error, so say so up front.
+function checkCredentials(credentials: GitHubCredentials): void {
+  if ("token" in credentials) {
+    if (credentials.token.length === 0) throw terminalError(GitHubErrorCode.Unauthorized, "Cannot use the GitHub token: it is empty");
+    return;
+  }
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(credentials.privateKey);
+  } catch {
+    throw terminalError(GitHubErrorCode.Unauthorized, `Cannot use the private key of GitHub App ${String(credentials.appId)}: it is not a PEM private key`, { context: { appId: String(credentials.appId) } });
+  }
+  if (key.asymmetricKeyType !== "rsa") {
+    throw terminalError(GitHubErrorCode.Unauthorized, `Cannot use the private key of GitHub App ${String(credentials.appId)}: it is ${key.asymmetricKeyType ?? "not"} an RSA key, GitHub App JWTs are RS256`, { context: { appId: String(credentials.appId) } });
+  }
+}
+
 export class GitHubClient {
   readonly #octokit: ImpOctokitInstance;
   readonly #maxPages: number;
 
+  /** Throws GitHubUnauthorized (terminal) at once for a private key that is not an RSA PEM key. */
   constructor(options: GitHubClientOptions) {
+    checkCredentials(options.credentials);
     this.#maxPages = options.maxPages ?? DEFAULT_MAX_PAGES;
     this.#octokit = createOctokit({
       baseUrl: options.baseUrl ?? DEFAULT_GITHUB_BASE_URL,

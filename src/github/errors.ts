@@ -133,7 +133,7 @@ export function classifyGitHubError(err: unknown, call: GitHubCall): ImpError {
     case 401:
       return terminalError(
         GitHubErrorCode.Unauthorized,
-        `${what}: GitHub refused the App's credentials (check the App id, installation id and private key)`,
+        `${what}: GitHub refused the credentials (check the App id, installation id and private key, or the token for enterprise scopes)`,
         options,
       );
     case 403:

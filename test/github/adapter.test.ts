@@ -115,12 +115,16 @@ test("a wrong private key is GitHubUnauthorized, terminal, after a bounded numbe
   const { server, client } = await startGitHub(t);
   const github = client({ credentials: { appId: 4242, installationId: 777, privateKey: appKeyPair().privateKey } });
   const err = await rejectsWith(github.listRunners(ORG), GitHubErrorCode.Unauthorized, "terminal");
-  assert.match(err.message, /^Cannot list runners of org acme: GitHub refused the App's credentials/);
+  assert.match(err.message, /^Cannot list runners of org acme: GitHub refused the credentials \(check the App id/);
   assert.equal(err.context["status"], 401);
   assert.ok(server.requestsTo(/access_tokens$/).length <= 2);
   assert.equal(server.requestsTo(/\/actions\//).length, 0, "no API call without a token");
-  const wrongApp = client({ credentials: { appId: 1, installationId: 777, privateKey: "not a key" } });
-  await assert.rejects(wrongApp.listRunners(ORG));
+  assert.throws(
+    () => client({ credentials: { appId: 1, installationId: 777, privateKey: "not a key" } }),
+    (e: unknown) => e instanceof ImpError && e.code === GitHubErrorCode.Unauthorized && e.errorClass === "terminal" && !e.message.includes("not a key"),
+  );
+  const otherApp = client({ credentials: { appId: 1, installationId: 777, privateKey: appKeyPair().privateKey } });
+  await rejectsWith(otherApp.listRunners(ORG), GitHubErrorCode.Unauthorized, "terminal");
 });
 
 test("5xx answers are retried; when they persist the error is GitHubUnavailable, retryable", async (t) => {
