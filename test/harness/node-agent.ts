@@ -94,13 +94,18 @@ export async function startTestAgent(options: TestAgentOptions): Promise<TestAge
   };
 }
 
-/** Pids of processes whose command line mentions `needle` (e.g. a VM's uid in its directory path). */
-export async function processesMentioning(needle: string): Promise<number[]> {
+/** Pids of live processes whose command line mentions `needle` (e.g. a VM's uid), optionally only those whose name starts with `comm`. */
+export async function processesMentioning(needle: string, comm?: string): Promise<number[]> {
   const pids: number[] = [];
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    if (cmdline.includes(needle)) pids.push(Number(entry));
+    if (!cmdline.includes(needle)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
+    // Zombies (state Z) are gone for every purpose but the parent's wait.
+    if (/\) Z /.test(stat)) continue;
+    if (comm !== undefined && !(await readFile(`/proc/${entry}/comm`, "utf8").catch(() => "")).startsWith(comm)) continue;
+    pids.push(Number(entry));
   }
   return pids;
 }

@@ -34,9 +34,13 @@ export interface AgentConfig {
   /** Run VMMs under the per-VM supervisor (they outlive an agent restart). Default true. */
   readonly supervised: boolean;
   readonly supervisorBinary?: string;
+  /** cgroup path (below each controller's mount) that holds the VMs' cgroups; outside the agent's own. Default "imp". */
+  readonly cgroupParent: string;
+  /** Seconds between sweeps of leftovers (processes, cgroups, dirs, taps of VMs no longer bound here). */
+  readonly sweepIntervalSeconds: number;
 }
 
-const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "supervised", "supervisorBinary"]);
+const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds"]);
 
 export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentConfig> {
   let raw: unknown;
@@ -99,5 +103,7 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     healthPort: int(o["healthPort"] ?? 8081, "healthPort"),
     supervised: o["supervised"] !== false,
     ...(typeof o["supervisorBinary"] === "string" ? { supervisorBinary: o["supervisorBinary"] } : {}),
+    cgroupParent: str("cgroupParent", "imp"),
+    sweepIntervalSeconds: int(o["sweepIntervalSeconds"] ?? 60, "sweepIntervalSeconds"),
   };
 }

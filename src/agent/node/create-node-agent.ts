@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import { describeError, terminalError, type Logger } from "../../shared/index.ts";
 import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
 import { fileDigestOf } from "../image/cache/index.ts";
-import { SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
+import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
 import { DirectLauncher } from "../vmm/direct-launcher.ts";
 import { firecrackerCmdline, FirecrackerDriver } from "../vmm/firecracker/index.ts";
 import { probeKvm } from "../vmm/kvm-probe.ts";
@@ -96,6 +96,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       });
       return { images: entries.length, usedBytes: entries.reduce((n, e) => n + e.sizeBytes, 0), limitBytes: config.imageCacheMaxBytes };
     },
+    sweep: { intervalMs: config.sweepIntervalSeconds * 1000, ...(config.supervised ? { cgroup: { parent: config.cgroupParent } } : {}) },
     runtime: {
       stateDir: config.stateDir,
       images,
@@ -105,9 +106,10 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       serialChannel: (vmm) => vmm === "qemu" && qemu.channel === "serial",
       launcherFor: (plan, vmDir) =>
         config.supervised && config.supervisorBinary !== undefined
-          ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
+          ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
           : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false }),
       ...(network === undefined ? {} : { network }),
+      adoptOrphans: async (vmDir) => (await adoptAllSupervised(vmDir)).adopted,
       allocateCid: (uid) => {
         const existing = cids.get(uid);
         if (existing !== undefined) return existing;

@@ -4,6 +4,7 @@
  * API writes). Owns the node's ImpNode status and liveness Lease, its finalizer on every VM it
  * touches, and the VM phases from Preparing to terminal.
  */
+import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
 import {
@@ -49,9 +50,11 @@ import {
 } from "../../kube/index.ts";
 import { describeError, ImpError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
+import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import type { LocalVm } from "./local-vm.ts";
 import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
+import { NodeSweeper } from "./node-sweeper.ts";
 import { decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
 import { planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
 import { VmRuntime, type VmRuntimeOptions } from "./vm-runtime.ts";
@@ -85,6 +88,7 @@ export interface NodeAgentOptions {
   /** Health and metrics server port; 0 = any free port, undefined = none. */
   readonly healthPort?: number;
   readonly renewIntervalMs?: number;
+  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: ReadonlySet<string>) => Promise<readonly string[]> };
 }
 
 export class NodeAgent {
@@ -94,6 +98,7 @@ export class NodeAgent {
   readonly vms: ResourceClient<ImpVM>;
   readonly reporter: NodeReporter;
   readonly health: HealthServer | undefined;
+  readonly sweeper: NodeSweeper;
   readonly #o: NodeAgentOptions;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -146,15 +151,40 @@ export class NodeAgent {
       logger: this.#log,
       ...(options.renewIntervalMs === undefined ? {} : { renewIntervalMs: options.renewIntervalMs }),
     });
+    this.sweeper = new NodeSweeper({
+      vmsDir: join(options.runtime.stateDir, "vms"),
+      liveUids: () => this.#liveUids(),
+      clock: this.#clock,
+      logger: this.#log,
+      ...(options.sweep?.intervalMs === undefined ? {} : { intervalMs: options.sweep.intervalMs }),
+      ...(options.sweep?.cgroup === undefined ? {} : { cgroup: options.sweep.cgroup }),
+      ...(options.sweep?.sweepNetwork === undefined ? {} : { sweepNetwork: options.sweep.sweepNetwork }),
+      onSwept: (r) => {
+        for (const [kind, n] of [["process", r.processes], ["supervisor", r.supervisors], ["cgroup", r.cgroups], ["dir", r.dirs], ["tap", r.taps]] as const) if (n > 0) this.metrics.sweepRemoved.inc({ kind }, n);
+      },
+    });
     this.health = options.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.#cache }, port: options.healthPort, logger: this.#log });
   }
 
   /** Runs until `signal` aborts. VMs keep running when the agent stops (they are re-adopted on start). */
   async start(signal: AbortSignal): Promise<void> {
     await this.reporter.reportOnce(signal);
-    const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) });
+    const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) }).addServer(this.sweeper);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);
+  }
+
+  /** VMs whose node resources must stay: bound here and not released, or held by the runtime. */
+  #liveUids(): Set<string> {
+    const live = new Set<string>();
+    for (const vm of this.#cache.list()) {
+      const uid = vm.metadata.uid;
+      if (uid === undefined || vm.status?.nodeName !== this.#o.nodeName) continue;
+      const released = (vm.status.phase === "Succeeded" || vm.status.phase === "Failed") && !(vm.metadata.finalizers ?? []).includes(FINALIZERS.vmTeardown);
+      if (!released) live.add(uid);
+    }
+    for (const uid of this.runtime.liveUids()) if (this.runtime.local(uid)?.stage !== "released") live.add(uid);
+    return live;
   }
 
   #allocated(): { vcpu: number; memoryMiB: number; vmSlots: number } {

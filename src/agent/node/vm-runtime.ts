@@ -14,7 +14,7 @@ import type { ExecOutcome, GuestClient, NetworkConfig } from "../guest/index.ts"
 import type { CachedImage } from "../image/cache/index.ts";
 import type { CredentialLookup } from "../image/pull/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
-import type { ProcessLauncher, RunningVm, VmmDriver, VmmKind, VmSpec } from "../vmm/types.ts";
+import type { ProcessLauncher, RunningVm, VmmDriver, VmmKind, VmmProcess, VmSpec } from "../vmm/types.ts";
 import { connectGuest } from "./guest-connection.ts";
 import { handOffExec, workloadExecId } from "./exec-handoff.ts";
 import { newLocalVm, type LocalVm, type VmOutcome } from "./local-vm.ts";
@@ -74,6 +74,8 @@ export interface VmRuntimeOptions {
   readonly deleteSetupSecret: (vm: Readonly<ImpVM>) => Promise<void>;
   /** Pokes the controller to look at this VM again. */
   readonly notify: (vm: Readonly<ImpVM>) => void;
+  /** Supervised processes left in a VM directory by an earlier agent run (to stop them on release). */
+  readonly adoptOrphans?: (vmDir: string) => Promise<readonly VmmProcess[]>;
   /** Allocates a guest CID unique on this node. */
   readonly allocateCid: (uid: string) => number;
   readonly releaseCid: (uid: string) => void;
@@ -195,10 +197,17 @@ export class VmRuntime {
     await task.done;
     await task.run?.rollback();
     await task.state?.vm?.stop(this.#t.stopGraceMs);
+    // Processes of an earlier agent run that nobody re-adopted: stopped here, never left running.
+    const orphans = task.state === undefined ? await this.#o.adoptOrphans?.(this.vmDir(uid)) : undefined;
+    let orphansGone = true;
+    for (const p of orphans ?? []) {
+      await p.stop(this.#t.stopGraceMs);
+      orphansGone &&= !p.running;
+    }
     await this.#o.network?.detach(uid);
     await rm(this.vmDir(uid), { recursive: true, force: true });
     this.#o.releaseCid(uid);
-    const processGone = task.pid === undefined || isProcessGone(task.pid);
+    const processGone = orphansGone && (task.pid === undefined || isProcessGone(task.pid));
     await this.#o.deleteSetupSecret(vm);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
     this.#o.notify(task.latest);

@@ -12,19 +12,22 @@ import { startControlPlane, type ControlPlane } from "../../../src/devcluster/in
 import { createResourceClient, isNotFound, LEASE_RESOURCE, resourceDescriptor, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
-import { bootKitPresent, processesMentioning, startTestAgent, type TestAgent } from "../../harness/node-agent.ts";
+import { bootKitPresent, processesMentioning, startTestAgent, supervisorPath, type TestAgent } from "../../harness/node-agent.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
 const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
 const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
 const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
-const NODE = "node-a";
 const NS = "default";
 const SENTINEL = "jit-SENTINEL-7d41c09e";
 /** Under TCG on a loaded 2-core machine a boot takes 5–30 s; everything else is quick. */
 const VM_DONE_MS = 240_000;
 
-describe("node agent: ImpVMs bound to the node, through to the end", { timeout: 1_200_000, skip: bootKitPresent() ? false : "the boot kit or guest agent is missing (run scripts/setup.sh)" }, () => {
+for (const supervised of [false, true]) {
+const NODE = supervised ? "node-s" : "node-d";
+const mode = supervised ? "VMMs under the per-VM supervisor" : "VMMs as direct children";
+const skip = !bootKitPresent() ? "the boot kit or guest agent is missing (run scripts/setup.sh)" : supervised && !existsSync(supervisorPath) ? "imp-supervisor is missing (run scripts/setup.d/35-supervisor.sh)" : false;
+describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, { timeout: 1_200_000, skip }, () => {
   let plane: ControlPlane;
   let registry: RunningRegistry;
   let agent: TestAgent;
@@ -41,7 +44,7 @@ describe("node agent: ImpVMs bound to the node, through to the end", { timeout: 
     vms = createResourceClient<ImpVM>(plane.kubeConfig, VMS);
     secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRET_RESOURCE);
     await createResourceClient<ImpVMClass>(plane.kubeConfig, CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "256Mi", arch: "amd64" } });
-    agent = await startTestAgent({ kubeConfig: plane.kubeConfig, nodeName: NODE });
+    agent = await startTestAgent({ kubeConfig: plane.kubeConfig, nodeName: NODE, supervised });
   });
 
   after(async () => {
@@ -163,15 +166,20 @@ describe("node agent: ImpVMs bound to the node, through to the end", { timeout: 
     const vm = await boundVm("del-1", ["/bin/sh", "-c", "sleep 600"]);
     await waitForPhase("del-1", ["Running"]);
     assert.ok((await processesMentioning(vm.metadata.uid ?? "")).length > 0, "the VMM runs");
+    if (supervised) {
+      const cgroup = `/sys/fs/cgroup/memory/imp/${vm.metadata.uid ?? ""}`;
+      assert.ok(existsSync(cgroup), `the VM's memory cgroup ${cgroup} exists while it runs`);
+    }
     await vms.delete({ namespace: NS, name: "del-1" });
     await waitFor("ImpVM del-1 gone", async () => ((await get("del-1")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     await assertNothingLeft(vm);
+    if (supervised) assert.equal(existsSync(`/sys/fs/cgroup/memory/imp/${vm.metadata.uid ?? ""}`), false, "its cgroup is removed");
   });
 
   it("SIGKILL of the VMM ends the VM Failed with VmmExited", async () => {
     const vm = await boundVm("kill-1", ["/bin/sh", "-c", "sleep 600"]);
     await waitForPhase("kill-1", ["Running"]);
-    const pids = await processesMentioning(`${vm.metadata.uid ?? ""}/vmm`);
+    const pids = await processesMentioning(`${vm.metadata.uid ?? ""}/vmm`, "qemu");
     assert.ok(pids.length > 0);
     const killedAt = Date.now();
     for (const pid of pids) process.kill(pid, "SIGKILL");
@@ -183,3 +191,4 @@ describe("node agent: ImpVMs bound to the node, through to the end", { timeout: 
     await assertNothingLeft(await waitForReleased("kill-1"));
   });
 });
+}
