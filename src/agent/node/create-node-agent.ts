@@ -9,6 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import { describeError, terminalError, type Logger } from "../../shared/index.ts";
 import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
 import { fileDigestOf } from "../image/cache/index.ts";
+import { NodeNetwork } from "../network/index.ts";
 import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
 import { DirectLauncher } from "../vmm/direct-launcher.ts";
 import { firecrackerCmdline, FirecrackerDriver } from "../vmm/firecracker/index.ts";
@@ -65,7 +66,24 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     if (wanted === "firecracker" && (!kvm.kvm || !drivers.has("firecracker"))) return "qemu";
     return wanted;
   };
-  const network: VmNetworkProvider | undefined = undefined;
+  let network: VmNetworkProvider | undefined;
+  let nodeNetwork: NodeNetwork | undefined;
+  if (config.network !== undefined) {
+    const n = config.network;
+    nodeNetwork = await NodeNetwork.open({
+      config: { uplink: n.uplink, ...(n.bridge === undefined ? {} : { bridge: n.bridge }), ...(n.subnet === undefined ? {} : { subnet: n.subnet }), ...(n.blockedCIDRs === undefined ? {} : { blockedCidrs: [...n.blockedCIDRs] }), ...(n.dns === undefined ? {} : { dns: [...n.dns] }) },
+      ...(options.netns === undefined ? {} : { netns: options.netns }),
+      logger,
+    });
+    const nn = nodeNetwork;
+    network = {
+      attach: async (vmId, policy) => {
+        const lease = await nn.attach(vmId, { egress: policy.egress, allowedCIDRs: [...policy.allowedCIDRs] });
+        return { tap: lease.tap, mac: lease.mac, guest: { ...lease.guest, dns: [...lease.guest.dns] } };
+      },
+      detach: (vmId) => nn.detach(vmId),
+    };
+  }
   if (config.supervised && config.supervisorBinary === undefined) {
     throw terminalError("AgentConfigInvalid", "Cannot start the agent: supervised is on but supervisorBinary is not set");
   }
@@ -96,7 +114,11 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       });
       return { images: entries.length, usedBytes: entries.reduce((n, e) => n + e.sizeBytes, 0), limitBytes: config.imageCacheMaxBytes };
     },
-    sweep: { intervalMs: config.sweepIntervalSeconds * 1000, ...(config.supervised ? { cgroup: { parent: config.cgroupParent } } : {}) },
+    sweep: {
+      intervalMs: config.sweepIntervalSeconds * 1000,
+      ...(config.supervised ? { cgroup: { parent: config.cgroupParent } } : {}),
+      ...(nodeNetwork === undefined ? {} : { sweepNetwork: (live: ReadonlySet<string>) => (nodeNetwork as NodeNetwork).sweep(live) }),
+    },
     runtime: {
       stateDir: config.stateDir,
       images,
