@@ -1,0 +1,358 @@
+/**
+ * The runner pool controller (one key per ImpVMRunnerPool): observe (the pool, its VMs from the
+ * cache, create/delete expectations, GitHub's runner list every `runnerListIntervalMs`, queued
+ * jobs and busy runners from webhooks) → `decidePool` (pure) → act (create VMs, deregister and
+ * delete idle ones, delete terminal ones, one status write, Events).
+ *
+ * A pool carries the runner-registration finalizer: on deletion it deletes its VMs itself and
+ * lets go only when they are all gone, so every VM can still read the pool's GitHub settings when
+ * its own registration finalizer removes the runner.
+ */
+import type { Registry } from "prom-client";
+import {
+  API_VERSION,
+  CONDITION_TYPES,
+  FINALIZERS,
+  IMP_VM_RUNNER_POOL,
+  LABELS,
+  type ImpVM,
+  type ImpVMRunnerPool,
+  type ImpVMRunnerPoolStatus,
+} from "../../api/index.ts";
+import type { WorkflowJobEvent } from "../../github/index.ts";
+import {
+  Controller,
+  done,
+  isNotFound,
+  jsonEqual,
+  keyOf,
+  mutateWithRetry,
+  requeueAfter,
+  type EventRecorder,
+  type Informer,
+  type ReconcileContext,
+  type ReconcileResult,
+  type ResourceClient,
+} from "../../kube/index.ts";
+import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import type { GitHubClients } from "../setup/github-clients.ts";
+import { setCondition } from "./conditions.ts";
+import { PoolExpectations } from "./expectations.ts";
+import { decidePool, DEFAULT_FAILURE_BUDGET, NO_FAILURES, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
+import { poolTakesJob } from "./pool-scope.ts";
+import { RunnerActivity } from "./runner-activity.ts";
+
+export const DEFAULT_RUNNER_LIST_INTERVAL_MS = 30_000;
+const POOL_VM_INDEX = "imp-operator/vm-by-pool";
+/** `generateName: <pool>-` gives exactly five of these characters. */
+const vmNamePattern = (pool: string): RegExp => new RegExp(`^${pool.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-[a-z0-9]{5}$`);
+
+export interface PoolControllerOptions {
+  readonly pools: ResourceClient<ImpVMRunnerPool>;
+  readonly vms: ResourceClient<ImpVM>;
+  readonly poolCache: Informer<ImpVMRunnerPool>;
+  /** Must carry the index "imp-operator/vm-by-pool" (the imp.dev/pool label); `addOperatorIndexes` adds it. */
+  readonly vmCache: Informer<ImpVM>;
+  readonly github: GitHubClients;
+  readonly recorder: EventRecorder;
+  readonly registry: Registry;
+  readonly logger: Logger;
+  readonly clock?: Clock;
+  readonly failureBudget?: FailureBudgetPolicy;
+  readonly runnerListIntervalMs?: number;
+  readonly workers?: number;
+}
+
+interface GitHubView {
+  readonly at: number;
+  readonly ok: boolean;
+  readonly message: string;
+}
+
+const ms = (ts: string | undefined): number | undefined => (ts === undefined ? undefined : Date.parse(ts));
+
+export class PoolController {
+  readonly controller: Controller;
+  readonly activity: RunnerActivity;
+  readonly expectations: PoolExpectations;
+  readonly #o: PoolControllerOptions;
+  readonly #clock: Clock;
+  readonly #policy: FailureBudgetPolicy;
+  readonly #listIntervalMs: number;
+  readonly #failures = new Map<string, FailureState>();
+  readonly #github = new Map<string, GitHubView>();
+
+  constructor(options: PoolControllerOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#policy = options.failureBudget ?? DEFAULT_FAILURE_BUDGET;
+    this.#listIntervalMs = options.runnerListIntervalMs ?? DEFAULT_RUNNER_LIST_INTERVAL_MS;
+    this.activity = new RunnerActivity(this.#clock);
+    this.expectations = new PoolExpectations(this.#clock);
+    this.controller = new Controller({ name: "imp-runner-pool", registry: options.registry, workers: options.workers ?? 2, logger: options.logger, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx) });
+    this.controller.watch(options.poolCache);
+    this.controller.watch(options.vmCache, {
+      toKeys: (vm) => {
+        const pool = vm.metadata?.labels?.[LABELS.pool];
+        return pool === undefined ? [] : [`${vm.metadata?.namespace ?? ""}/${pool}`];
+      },
+    });
+  }
+
+  /** A verified workflow_job webhook: queued jobs burst matching pools, in_progress marks a runner busy. */
+  onWorkflowJob(event: WorkflowJobEvent): void {
+    if (event.action === "queued") {
+      // One pool per job, the first by name: counting a job in several pools would over-create.
+      const pool = this.#o.poolCache
+        .list()
+        .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event))
+        .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
+      if (pool !== undefined) {
+        this.activity.jobQueued(keyOf(pool), event.jobId);
+        this.controller.enqueue(keyOf(pool));
+      }
+      return;
+    }
+    this.activity.jobTaken(event.jobId);
+    if (event.runnerName !== null) this.activity.runnerBusy(event.runnerName, event.action === "in_progress");
+    for (const pool of this.#o.poolCache.list()) {
+      if (event.runnerName !== null && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
+    }
+  }
+
+  async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const pool = this.#o.poolCache.get(ctx.key) as Readonly<ImpVMRunnerPool> | undefined;
+    if (pool === undefined) {
+      this.expectations.forget(ctx.key);
+      this.activity.forgetPool(ctx.key);
+      this.#failures.delete(ctx.key);
+      this.#github.delete(ctx.key);
+      return done;
+    }
+    const vms = this.#vmsOf(pool);
+    if (pool.metadata.deletionTimestamp !== undefined) return this.#finalizePool(ctx, pool, vms);
+    if (!(pool.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration)) {
+      await mutateWithRetry(this.#o.pools, {
+        ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
+        signal: ctx.signal,
+        mutate: (d) => {
+          if ((d.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration)) return false;
+          d.metadata.finalizers = [...(d.metadata.finalizers ?? []), FINALIZERS.runnerRegistration];
+        },
+      });
+    }
+
+    const now = this.#clock.now();
+    const inCache = new Map(vms.map((vm) => [vm.metadata.name ?? "", { deleting: vm.metadata.deletionTimestamp !== undefined }]));
+    const pending = this.expectations.settle(ctx.key, inCache);
+    await this.#refreshRunners(ctx, pool, vms, pending.creating);
+    const decision = decidePool({
+      minIdle: pool.spec.minIdle,
+      maxConcurrent: pool.spec.maxConcurrent,
+      scaleUpStep: pool.spec.scaleUpStep,
+      generation: pool.metadata.generation,
+      vms: vms.map((vm) => this.#view(vm)),
+      creating: pending.creating,
+      deletingExpected: pending.deleting,
+      queuedJobs: this.activity.queuedJobs(ctx.key),
+      failures: this.#failures.get(ctx.key) ?? NO_FAILURES,
+      policy: this.#policy,
+      now,
+    });
+    const before = this.#failures.get(ctx.key)?.consecutive ?? 0;
+    this.#failures.set(ctx.key, decision.failures);
+    await this.#act(ctx, pool, vms, decision, before);
+    await this.#writeStatus(ctx, pool, decision);
+
+    const github = this.#github.get(ctx.key);
+    const untilList = github === undefined ? 0 : Math.max(1_000, github.at + this.#listIntervalMs - now);
+    const untilHold = decision.holdUntil === undefined ? Infinity : Math.max(100, decision.holdUntil - now);
+    return requeueAfter(Math.min(untilList, untilHold));
+  }
+
+  #vmsOf(pool: Readonly<ImpVMRunnerPool>): Readonly<ImpVM>[] {
+    return this.#o.vmCache
+      .byIndex(POOL_VM_INDEX, pool.metadata.name ?? "")
+      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && (vm.metadata.ownerReferences ?? []).some((o) => o.uid === pool.metadata.uid)) as Readonly<ImpVM>[];
+  }
+
+  #view(vm: Readonly<ImpVM>): PoolVmView {
+    const name = vm.metadata.name ?? "";
+    return {
+      name,
+      uid: vm.metadata.uid ?? "",
+      phase: vm.status?.phase,
+      deleting: vm.metadata.deletionTimestamp !== undefined,
+      busy: this.activity.isBusy(name),
+      createdAt: ms(vm.metadata.creationTimestamp) ?? 0,
+      runningAt: ms(vm.status?.phaseTimestamps?.running),
+      failedAt: ms(vm.status?.phaseTimestamps?.failed),
+    };
+  }
+
+  /** GitHub's runner list, at most once per interval: confirms busy flags and finds orphaned registrations. */
+  async #refreshRunners(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[], creating: readonly string[]): Promise<void> {
+    const last = this.#github.get(ctx.key);
+    const startedAt = this.#clock.now();
+    if (last !== undefined && startedAt - last.at < this.#listIntervalMs) return;
+    const ours = vmNamePattern(pool.metadata.name ?? "");
+    try {
+      const gh = await this.#o.github.forPool(pool, ctx.signal);
+      const runners = (await gh.client.listRunners(gh.scope)).filter((r) => ours.test(r.name));
+      this.activity.runnersListed(runners, startedAt);
+      const known = new Set([...vms.map((vm) => vm.metadata.name ?? ""), ...creating]);
+      this.activity.forgetRunnersExcept(known, `${pool.metadata.name ?? ""}-`);
+      // A registration named like our VMs with no VM: left by a crash before its VM was recorded,
+      // or by a VM deleted behind our back. It can take no job of ours; remove it.
+      for (const orphan of runners.filter((r) => !known.has(r.name) && !r.busy)) {
+        const result = await gh.client.deleteRunner(gh.scope, orphan.id);
+        ctx.logger.info({ runner: orphan.name, id: orphan.id, result }, "removed a runner registration without a VM");
+      }
+      this.#github.set(ctx.key, { at: startedAt, ok: true, message: `Listed ${runners.length} runners of this pool on GitHub` });
+    } catch (err) {
+      this.#github.set(ctx.key, { at: startedAt, ok: false, message: describeError(err).slice(0, 1000) });
+      ctx.logger.warn({ err: describeError(err) }, "cannot list the pool's runners on GitHub");
+    }
+  }
+
+  async #act(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[], d: PoolDecision, failuresBefore: number): Promise<void> {
+    const byName = new Map(vms.map((vm) => [vm.metadata.name ?? "", vm]));
+    for (const name of d.removeTerminal) {
+      const vm = byName.get(name);
+      if (vm !== undefined) await this.#deleteVm(ctx, vm);
+    }
+    let scaledDown = 0;
+    for (const name of d.scaleDown) {
+      const vm = byName.get(name);
+      const runnerId = vm?.status?.runner?.id;
+      if (vm === undefined || runnerId === undefined) continue;
+      // Deregister first: a runner that is gone from GitHub can no longer be handed a job while its VM stops.
+      const gh = await this.#o.github.forPool(pool, ctx.signal);
+      const result = await gh.client.deleteRunner(gh.scope, runnerId);
+      if (result === "busy") {
+        this.activity.runnerBusy(name, true);
+        continue;
+      }
+      await this.#deleteVm(ctx, vm);
+      scaledDown++;
+    }
+    if (scaledDown > 0) await this.#event(ctx, pool, "Normal", "ScaledDown", `Deleted ${scaledDown} idle runner VM(s); desired ${d.counts.desired}`);
+    let created = 0;
+    for (let i = 0; i < d.create; i++) {
+      const vm = await this.#o.vms.create(this.#newVm(pool), ctx.signal);
+      this.expectations.expectCreated(ctx.key, vm.metadata.name ?? "");
+      created++;
+    }
+    if (created > 0) await this.#event(ctx, pool, "Normal", "ScaledUp", `Created ${created} runner VM(s); desired ${d.counts.desired}, idle ${d.counts.idle}, busy ${d.counts.busy}, starting ${d.counts.starting}`);
+    if (d.failures.consecutive > failuresBefore) {
+      const wait = d.holdUntil === undefined ? 0 : Math.round((d.holdUntil - this.#clock.now()) / 1000);
+      await this.#event(ctx, pool, "Warning", d.budgetExhausted ? "FailureBudgetExhausted" : "StartFailureBackoff", `${d.failures.consecutive} VM(s) in a row failed before their runner started; next VM in ${wait} s`);
+    }
+  }
+
+  #newVm(pool: Readonly<ImpVMRunnerPool>): ImpVM {
+    const name = pool.metadata.name ?? "";
+    return {
+      apiVersion: API_VERSION,
+      kind: "ImpVM",
+      metadata: {
+        generateName: `${name}-`,
+        namespace: pool.metadata.namespace ?? "",
+        labels: { [LABELS.pool]: name, [LABELS.managedBy]: "imp-operator" },
+        ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM_RUNNER_POOL.kind, name, uid: pool.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
+        // Set at creation, so no registration can ever exist for a VM without it.
+        finalizers: [FINALIZERS.runnerRegistration],
+      },
+      spec: {
+        templateRef: { name: pool.spec.templateName },
+        workload: { command: [...pool.spec.runnerCommand], ...(pool.spec.runnerEnv === undefined ? {} : { env: pool.spec.runnerEnv.map((e) => ({ ...e })) }) },
+        lifecycle: "ephemeral",
+      },
+    } as ImpVM;
+  }
+
+  async #deleteVm(ctx: ReconcileContext, vm: Readonly<ImpVM>): Promise<void> {
+    const pool = vm.metadata.labels?.[LABELS.pool] ?? "";
+    try {
+      await this.#o.vms.delete({ namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" }, { uid: vm.metadata.uid ?? "", propagationPolicy: "Background", signal: ctx.signal });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    this.expectations.expectDeleted(`${vm.metadata.namespace ?? ""}/${pool}`, vm.metadata.name ?? "");
+  }
+
+  async #finalizePool(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[]): Promise<ReconcileResult> {
+    for (const vm of vms) if (vm.metadata.deletionTimestamp === undefined) await this.#deleteVm(ctx, vm);
+    if (vms.length > 0) return requeueAfter(5_000);
+    await mutateWithRetry(this.#o.pools, {
+      ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
+      signal: ctx.signal,
+      mutate: (d) => {
+        const list = d.metadata.finalizers ?? [];
+        if (!list.includes(FINALIZERS.runnerRegistration)) return false;
+        d.metadata.finalizers = list.filter((f) => f !== FINALIZERS.runnerRegistration);
+      },
+    }).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
+    return done;
+  }
+
+  async #writeStatus(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, d: PoolDecision): Promise<void> {
+    const now = this.#clock.now();
+    const github = this.#github.get(ctx.key);
+    const scaled = d.create > 0 || d.scaleDown.length > 0;
+    await mutateWithRetry(this.#o.pools, {
+      ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
+      subresource: "status",
+      signal: ctx.signal,
+      mutate: (draft) => {
+        const old = draft.status ?? {};
+        const generation = draft.metadata.generation;
+        let conditions = old.conditions;
+        if (github !== undefined) {
+          conditions = setCondition(conditions, { type: CONDITION_TYPES.pool.CredentialsValid, status: github.ok ? "True" : "False", reason: github.ok ? "RunnersListed" : "GitHubError", message: github.message }, now, generation);
+        }
+        const ready = github?.ok !== false && !d.budgetExhausted;
+        conditions = setCondition(
+          conditions,
+          {
+            type: CONDITION_TYPES.pool.Ready,
+            status: ready ? "True" : "False",
+            reason: d.budgetExhausted ? "FailureBudgetExhausted" : github?.ok === false ? "GitHubError" : "Reconciled",
+            message: d.budgetExhausted
+              ? `${d.failures.consecutive} VMs in a row failed before their runner started; creating one VM every ${Math.round(this.#policy.capMs / 1000)} s until one starts`
+              : github?.ok === false
+                ? github.message
+                : "Pool reconciled",
+          },
+          now,
+          generation,
+        );
+        const limited = d.cappedByMaxConcurrent || d.holdUntil !== undefined;
+        conditions = setCondition(
+          conditions,
+          {
+            type: CONDITION_TYPES.pool.ScalingLimited,
+            status: limited ? "True" : "False",
+            reason: d.holdUntil !== undefined ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : "WithinLimits",
+            message: d.holdUntil !== undefined ? `Creation held back after ${d.failures.consecutive} start failure(s)` : d.cappedByMaxConcurrent ? `Demand is above maxConcurrent ${pool.spec.maxConcurrent}` : "Demand is within maxConcurrent",
+          },
+          now,
+          generation,
+        );
+        const next: ImpVMRunnerPoolStatus = {
+          ...old,
+          ...(generation === undefined ? {} : { observedGeneration: generation }),
+          ...d.counts,
+          conditions,
+          ...(scaled ? { lastScaleTime: new Date(now).toISOString().replace(/\.\d{3}Z$/, "Z") } : {}),
+        };
+        if (jsonEqual(next, old)) return false;
+        draft.status = next;
+      },
+    });
+  }
+
+  async #event(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+    await this.#o.recorder.record(pool, { type, reason, message, signal: ctx.signal });
+  }
+}

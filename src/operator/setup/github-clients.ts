@@ -1,0 +1,105 @@
+/**
+ * One GitHub client per pool credentials Secret, kept while the Secret is unchanged: the client
+ * holds the installation token cache (src/github refreshes the token before it expires), so
+ * reconciles do not mint a token each. The App's private key is read from the Secret into the
+ * client's memory only; it never leaves the operator.
+ */
+import { DEFAULT_RUNNER_GROUP_ID, GitHubClient, type GitHubClientOptions, type GitHubScope } from "../../github/index.ts";
+import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
+import { isNotFound, type ResourceClient } from "../../kube/index.ts";
+import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { scopeOfPool } from "../pools/pool-scope.ts";
+import type { SecretObject } from "../pools/resources.ts";
+
+export interface GitHubClientsOptions {
+  readonly secrets: Pick<ResourceClient<SecretObject>, "get">;
+  /** Replaces every pool's spec.github.apiURL (a GitHub Enterprise Server, or a test server). */
+  readonly baseUrlOverride?: string;
+  /** Re-read a credentials Secret at most this often. */
+  readonly secretTtlMs?: number;
+  readonly clientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
+  readonly clock?: Clock;
+  readonly logger: Logger;
+}
+
+/** What a pool's controllers use to talk to GitHub. */
+export interface PoolGitHub {
+  readonly client: GitHubClient;
+  readonly scope: GitHubScope;
+  /** The id of the pool's runner group (looked up once per client and group name). */
+  runnerGroupId(signal?: AbortSignal): Promise<number>;
+}
+
+interface Entry {
+  readonly resourceVersion: string;
+  readonly baseUrl: string;
+  readonly client: GitHubClient;
+  readonly groups: Map<string, number>;
+  readAt: number;
+}
+
+export class GitHubClients {
+  readonly #o: GitHubClientsOptions;
+  readonly #clock: Clock;
+  readonly #entries = new Map<string, Entry>();
+
+  constructor(options: GitHubClientsOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  async forPool(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolGitHub> {
+    const scope = scopeOfPool(pool);
+    const entry = await this.#entry(pool, signal);
+    const groupName = pool.spec.github.runnerGroup;
+    return {
+      client: entry.client,
+      scope,
+      runnerGroupId: async () => {
+        if (scope.kind === "repo") return DEFAULT_RUNNER_GROUP_ID;
+        const known = entry.groups.get(groupName);
+        if (known !== undefined) return known;
+        const group = await entry.client.findRunnerGroup(scope, groupName);
+        if (group === undefined) throw terminalError("RunnerGroupNotFound", `Cannot register runners of pool ${pool.metadata.name}: GitHub has no runner group ${groupName}`);
+        entry.groups.set(groupName, group.id);
+        return group.id;
+      },
+    };
+  }
+
+  async #entry(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<Entry> {
+    const namespace = pool.metadata.namespace ?? "";
+    const name = pool.spec.github.credentialsSecretRef.name;
+    const key = `${namespace}/${name}`;
+    const baseUrl = this.#o.baseUrlOverride ?? pool.spec.github.apiURL;
+    const now = this.#clock.now();
+    const cached = this.#entries.get(key);
+    if (cached !== undefined && cached.baseUrl === baseUrl && now - cached.readAt < (this.#o.secretTtlMs ?? 30_000)) return cached;
+    let secret: SecretObject;
+    try {
+      secret = await this.#o.secrets.get({ namespace, name }, signal);
+    } catch (err) {
+      if (isNotFound(err)) throw terminalError("CredentialsSecretMissing", `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} does not exist`);
+      throw err;
+    }
+    if (cached !== undefined && cached.baseUrl === baseUrl && cached.resourceVersion === secret.metadata?.resourceVersion) {
+      cached.readAt = now;
+      return cached;
+    }
+    const field = (k: string): string => {
+      const raw = secret.data?.[k];
+      if (raw === undefined || raw === "") throw terminalError("CredentialsSecretInvalid", `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} has no key ${k}`);
+      return Buffer.from(raw, "base64").toString("utf8").trim();
+    };
+    const client = new GitHubClient({
+      baseUrl,
+      credentials: { appId: field(GITHUB_APP_SECRET_KEYS.appId), installationId: field(GITHUB_APP_SECRET_KEYS.installationId), privateKey: field(GITHUB_APP_SECRET_KEYS.privateKey) },
+      clock: this.#clock,
+      logger: this.#o.logger,
+      ...this.#o.clientOptions,
+    });
+    const entry: Entry = { resourceVersion: secret.metadata?.resourceVersion ?? "", baseUrl, client, groups: new Map(), readAt: now };
+    this.#entries.set(key, entry);
+    return entry;
+  }
+}

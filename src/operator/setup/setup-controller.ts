@@ -1,0 +1,244 @@
+/**
+ * Runner setup and registration removal for the ImpVMs of pools (one key per VM):
+ *
+ *  - a VM bound to a node (status.nodeName, phase Scheduled/Preparing/Booting) without a setup gets
+ *    one: register the runner on GitHub (name = VM name), seal the encoded jitconfig to the bound
+ *    node's published key with the VM uid as associated data, store the envelope in the Secret
+ *    `<vm>-setup` owned by the VM, then record status.runner and status.setup (Minted);
+ *  - a VM that is terminal or being deleted has its GitHub registration removed (404 counts as
+ *    done, 422 busy means wait) before the registration finalizer comes off.
+ *
+ * Idempotency: the Secret is the record that a VM is registered; it is created right after the
+ * mint, and a reconcile that finds it never mints again. If the operator dies between mint and
+ * Secret, the next reconcile finds no Secret, GitHub refuses the name (409), the stale runner of
+ * that name is deleted and the mint repeated once: one registered runner per VM name, always.
+ * The plaintext exists only in memory between the GitHub response and the seal.
+ */
+import type { Registry } from "prom-client";
+import {
+  API_VERSION,
+  CONDITION_TYPES,
+  FINALIZERS,
+  IMP_VM,
+  LABELS,
+  SETUP_SECRET,
+  sealSetup,
+  setupSecretName,
+  type ImpNode,
+  type ImpVM,
+  type ImpVMRunnerPool,
+} from "../../api/index.ts";
+import {
+  Controller,
+  done,
+  isAlreadyExists,
+  isNotFound,
+  keyOf,
+  mutateWithRetry,
+  requeueAfter,
+  type EventRecorder,
+  type Informer,
+  type ReconcileContext,
+  type ReconcileResult,
+  type ResourceClient,
+} from "../../kube/index.ts";
+import { describeError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { setCondition } from "../pools/conditions.ts";
+import type { SecretObject } from "../pools/resources.ts";
+import type { GitHubClients } from "./github-clients.ts";
+import { mintRunner, removeRegistrations, runnerIdsNamed } from "./runner-registration.ts";
+
+/** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
+export const VM_NODE_INDEX = "imp-operator/setup-vm-by-node";
+/** Index of the VM cache by the imp.dev/pool label. */
+export const VM_POOL_INDEX = "imp-operator/vm-by-pool";
+
+const SETUP_PHASES = new Set(["Scheduled", "Preparing", "Booting"]);
+const NODE_KEY_WAIT_MS = 2_000;
+const BUSY_RECHECK_MS = 10_000;
+
+export interface SetupFaults {
+  /** Tests: runs after GitHub minted a setup and before it is stored; a throw stands in for a crash there. */
+  readonly afterMint?: (vm: Readonly<ImpVM>) => Promise<void> | void;
+}
+
+export interface SetupControllerOptions {
+  readonly vms: ResourceClient<ImpVM>;
+  readonly secrets: Pick<ResourceClient<SecretObject>, "get" | "create">;
+  readonly vmCache: Informer<ImpVM>;
+  readonly poolCache: Informer<ImpVMRunnerPool>;
+  readonly nodeCache: Informer<ImpNode>;
+  readonly github: GitHubClients;
+  readonly recorder: EventRecorder;
+  readonly registry: Registry;
+  readonly logger: Logger;
+  readonly clock?: Clock;
+  readonly workers?: number;
+  readonly faults?: SetupFaults;
+}
+
+const isTerminal = (vm: Readonly<ImpVM>): boolean => vm.status?.phase === "Succeeded" || vm.status?.phase === "Failed";
+
+export class SetupController {
+  readonly controller: Controller;
+  readonly #o: SetupControllerOptions;
+  readonly #clock: Clock;
+  /** Pools seen deleted, so VMs that outlive their pool can still be deregistered. */
+  readonly #gonePools = new Map<string, Readonly<ImpVMRunnerPool>>();
+
+  constructor(options: SetupControllerOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.controller = new Controller({
+      name: "imp-runner-setup",
+      registry: options.registry,
+      workers: options.workers ?? 4,
+      logger: options.logger,
+      clock: this.#clock,
+      reconcile: (ctx) => this.#reconcile(ctx),
+    });
+    this.controller.watch(options.vmCache);
+    this.controller.watch(options.nodeCache, {
+      toKeys: (node) => options.vmCache.byIndex(VM_NODE_INDEX, node.metadata?.name ?? "").filter((vm) => vm.status?.setup === undefined).map((vm) => keyOf(vm)),
+      updateMatters: (old, obj) => old.status?.setupKey?.keyId !== obj.status?.setupKey?.keyId,
+    });
+    options.poolCache.addEventHandler({
+      onAdd: (pool) => this.#gonePools.delete(keyOf(pool)),
+      onDelete: (pool) => {
+        this.#gonePools.set(keyOf(pool), pool as Readonly<ImpVMRunnerPool>);
+        if (this.#gonePools.size > 1000) this.#gonePools.delete(this.#gonePools.keys().next().value ?? "");
+      },
+    });
+  }
+
+  async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const vm = this.#o.vmCache.get(ctx.key) as Readonly<ImpVM> | undefined;
+    if (vm === undefined) return done;
+    const poolName = vm.metadata.labels?.[LABELS.pool];
+    if (poolName === undefined) return done;
+    const poolKey = `${vm.metadata.namespace ?? ""}/${poolName}`;
+    const pool = (this.#o.poolCache.get(poolKey) as Readonly<ImpVMRunnerPool> | undefined) ?? this.#gonePools.get(poolKey);
+    const hasFinalizer = (vm.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration);
+
+    if (vm.metadata.deletionTimestamp !== undefined || isTerminal(vm)) {
+      return hasFinalizer ? this.#deregister(ctx, vm, pool) : done;
+    }
+    if (!hasFinalizer) {
+      await this.#patchFinalizers(ctx, vm, (list) => (list.includes(FINALIZERS.runnerRegistration) ? undefined : [...list, FINALIZERS.runnerRegistration]));
+      return done; // the update event brings the VM back with the finalizer
+    }
+    if (vm.status?.setup !== undefined) return done;
+    if (vm.status?.nodeName === undefined || !SETUP_PHASES.has(vm.status.phase ?? "")) return done;
+    if (pool === undefined) return requeueAfter(5_000);
+    return this.#setUp(ctx, vm, pool);
+  }
+
+  async #setUp(ctx: ReconcileContext, vm: Readonly<ImpVM>, pool: Readonly<ImpVMRunnerPool>): Promise<ReconcileResult> {
+    const namespace = vm.metadata.namespace ?? "";
+    const name = vm.metadata.name ?? "";
+    const uid = vm.metadata.uid ?? "";
+    const secretName = setupSecretName(name);
+    const existing = await this.#o.secrets.get({ namespace, name: secretName }, ctx.signal).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
+    if (existing !== undefined) {
+      // The Secret is the record of a registration: never mint twice. Only the status is missing.
+      if (!(existing.metadata?.ownerReferences ?? []).some((o) => o.uid === uid)) {
+        throw terminalError("SetupSecretNotOwned", `Cannot set up runner ${name}: Secret ${namespace}/${secretName} exists and is not owned by this ImpVM`);
+      }
+      const gh = await this.#o.github.forPool(pool, ctx.signal);
+      const ids = vm.status?.runner === undefined ? await runnerIdsNamed(gh, name) : [vm.status.runner.id];
+      await this.#recordMinted(ctx, vm, secretName, ids[0]);
+      return done;
+    }
+    const nodeName = vm.status?.nodeName ?? "";
+    const key = (this.#o.nodeCache.get(nodeName) as Readonly<ImpNode> | undefined)?.status?.setupKey;
+    if (key === undefined) {
+      ctx.logger.debug({ node: nodeName }, "waiting for the node to publish its setup key");
+      return requeueAfter(NODE_KEY_WAIT_MS);
+    }
+    const gh = await this.#o.github.forPool(pool, ctx.signal);
+    const runner = await mintRunner(gh, { name, labels: pool.spec.github.labels });
+    // A throw from the fault hook stands in for a crash right here: nothing cleans up after it.
+    await this.#o.faults?.afterMint?.(vm);
+    try {
+      const sealed = await sealSetup(new TextEncoder().encode(runner.encodedJitConfig.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
+      await this.#o.secrets.create(
+        {
+          apiVersion: "v1",
+          kind: "Secret",
+          metadata: {
+            name: secretName,
+            namespace,
+            labels: { [LABELS.vm]: name, [LABELS.pool]: pool.metadata.name ?? "", [LABELS.node]: nodeName, [LABELS.managedBy]: "imp-operator" },
+            ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM.kind, name, uid, controller: true, blockOwnerDeletion: true }],
+          },
+          type: SETUP_SECRET.type,
+          immutable: true,
+          data: { [SETUP_SECRET.sealedKey]: Buffer.from(JSON.stringify(sealed)).toString("base64") },
+        },
+        ctx.signal,
+      );
+    } catch (err) {
+      // The runner is registered but nothing records it: take it back now if we can. If this fails
+      // too, the next attempt finds the name taken and removes it then.
+      if (!isAlreadyExists(err)) await gh.client.deleteRunner(gh.scope, runner.runnerId).catch(() => undefined);
+      throw err;
+    }
+    await this.#recordMinted(ctx, vm, secretName, runner.runnerId);
+    await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered GitHub runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
+    return done;
+  }
+
+  async #recordMinted(ctx: ReconcileContext, vm: Readonly<ImpVM>, secretName: string, runnerId: number | undefined): Promise<void> {
+    const now = this.#clock.now();
+    await mutateWithRetry(this.#o.vms, {
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      subresource: "status",
+      signal: ctx.signal,
+      mutate: (draft) => {
+        const status = draft.status ?? {};
+        if (status.setup !== undefined) return false;
+        draft.status = {
+          ...status,
+          ...(status.runner === undefined && runnerId !== undefined ? { runner: { id: runnerId, name: draft.metadata.name ?? "" } } : {}),
+          setup: { state: "Minted", secretName },
+          conditions: setCondition(status.conditions, { type: CONDITION_TYPES.vm.SetupReady, status: "True", reason: "Minted", message: `Setup Secret ${secretName} holds the sealed one-time runner setup` }, now),
+        };
+      },
+    });
+  }
+
+  async #deregister(ctx: ReconcileContext, vm: Readonly<ImpVM>, pool: Readonly<ImpVMRunnerPool> | undefined): Promise<ReconcileResult> {
+    const name = vm.metadata.name ?? "";
+    if (pool === undefined) {
+      await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its GitHub registration (if any) cannot be looked up and is left to GitHub's cleanup of offline runners`, signal: ctx.signal });
+    } else {
+      const gh = await this.#o.github.forPool(pool, ctx.signal);
+      const result = await removeRegistrations(gh, name, vm.status?.runner?.id);
+      if (result === "busy") {
+        ctx.logger.info({ runner: name }, "runner still busy on GitHub; waiting before removing its registration");
+        return requeueAfter(BUSY_RECHECK_MS);
+      }
+    }
+    await this.#patchFinalizers(ctx, vm, (list) => (list.includes(FINALIZERS.runnerRegistration) ? list.filter((f) => f !== FINALIZERS.runnerRegistration) : undefined));
+    ctx.logger.info({ runner: name }, "runner registration removed");
+    return done;
+  }
+
+  async #patchFinalizers(ctx: ReconcileContext, vm: Readonly<ImpVM>, change: (list: readonly string[]) => string[] | undefined): Promise<void> {
+    try {
+      await mutateWithRetry(this.#o.vms, {
+        ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+        signal: ctx.signal,
+        mutate: (draft) => {
+          const next = change(draft.metadata.finalizers ?? []);
+          if (next === undefined) return false;
+          draft.metadata.finalizers = next;
+        },
+      });
+    } catch (err) {
+      if (isNotFound(err)) return;
+      ctx.logger.warn({ err: describeError(err) }, "finalizer update failed");
+      throw err;
+    }
+  }
+}

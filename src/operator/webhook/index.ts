@@ -1,0 +1,1 @@
+export { WebhookServer, WEBHOOK_PATH, DEFAULT_WEBHOOK_PORT, WEBHOOK_RESULTS, type WebhookServerOptions } from "./webhook-server.ts";
