@@ -4,6 +4,7 @@ import { FakeClock } from "../shared/index.ts";
 import { decideRateLimitRetry } from "./rate-limit-decision.ts";
 import { InstallationTokenCache, tokenNeedsRefresh } from "./installation-token-cache.ts";
 import { classifyGitHubError, GitHubErrorCode } from "./errors.ts";
+import { isAppAuthUrl } from "./octokit.ts";
 
 test("rate limits are retried up to the cap and only for waits we can afford", () => {
   const policy = { maxRetries: 2, maxWaitSeconds: 60 };
@@ -67,4 +68,13 @@ test("GitHub statuses map to classified errors with actionable context and no to
   assert.equal(limited.context["retryAfterSeconds"], 3);
   assert.equal(limited.context["githubRequestId"], "ABCD:1");
   assert.equal(limited.context["path"], "/orgs/acme/actions/runners/generate-jitconfig");
+});
+
+test("App-JWT routes are told apart from API routes, also below a GitHub Enterprise Server prefix", () => {
+  assert.equal(isAppAuthUrl("https://api.github.com/app/installations/1/access_tokens", "https://api.github.com"), true);
+  assert.equal(isAppAuthUrl("/app/installations/1/access_tokens", "https://api.github.com"), true);
+  assert.equal(isAppAuthUrl("https://ghe.example/api/v3/app/installations/1/access_tokens", "https://ghe.example/api/v3"), true);
+  assert.equal(isAppAuthUrl("https://api.github.com/repos/acme/app/actions/runners", "https://api.github.com"), false);
+  assert.equal(isAppAuthUrl("https://ghe.example/api/v3/repos/app/app/actions/runners", "https://ghe.example/api/v3"), false);
+  assert.equal(isAppAuthUrl(undefined, "https://api.github.com"), false);
 });

@@ -63,10 +63,17 @@ function timedFetch(timeoutMs: number): Fetch {
   };
 }
 
-function isAppAuthUrl(url: unknown): boolean {
+/**
+ * Whether a request URL is one of the App-JWT routes (/app, /app/…), below the base URL's own path
+ * (GitHub Enterprise Server serves the API under /api/v3). A repository named "app" is not one.
+ */
+export function isAppAuthUrl(url: unknown, baseUrl: string): boolean {
   if (typeof url !== "string") return false;
   try {
-    return /\/app(\/|$)/.test(new URL(url, "http://github.invalid").pathname);
+    const basePath = new URL(baseUrl).pathname.replace(/\/+$/, "");
+    let path = new URL(url, baseUrl).pathname;
+    if (basePath !== "" && path.startsWith(basePath)) path = path.slice(basePath.length);
+    return path === "/app" || path.startsWith("/app/");
   } catch {
     return false;
   }
@@ -92,8 +99,9 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
           auth: { appId: credentials.appId, installationId: credentials.installationId, privateKey: credentials.privateKey, cache },
         };
   const limiterId = "token" in credentials ? "token" : `${String(credentials.appId)}|${String(credentials.installationId)}`;
+  const baseUrl = settings.baseUrl.replace(/\/+$/, "");
   const octokit = new ImpOctokit({
-    baseUrl: settings.baseUrl.replace(/\/+$/, ""),
+    baseUrl,
     userAgent: "imp-operator",
     ...auth,
     // Only the message text goes to the log: octokit's extra arguments can hold request objects.
@@ -121,7 +129,7 @@ export function createOctokit(settings: OctokitSettings): ImpOctokitInstance {
       return await request(options);
     } catch (err) {
       const failedUrl = (err as { request?: { url?: unknown } }).request?.url;
-      if ("token" in credentials || httpStatusOf(err) !== 401 || isAppAuthUrl(options.url) || isAppAuthUrl(failedUrl)) throw err;
+      if ("token" in credentials || httpStatusOf(err) !== 401 || isAppAuthUrl(options.url, baseUrl) || isAppAuthUrl(failedUrl, baseUrl)) throw err;
       logger.warn({ route: options.url }, "GitHub refused the cached installation token; minting a new one");
       cache.clear();
       return await request(options);

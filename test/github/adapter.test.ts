@@ -188,3 +188,15 @@ test("a primary rate limit waits for x-ratelimit-reset; one beyond the wait budg
   await rejectsWith(github.listRunners(ORG), GitHubErrorCode.RateLimited, "retryable");
   assert.equal(server.requestsTo(/\/actions\/runners$/).filter((r) => r.faulted).length, 1 + 1 + 4, "secondary limits: one attempt and three retries");
 });
+
+test("GitHub Enterprise Server: the API below /api/v3, token refresh included (even for a repository named app)", async (t) => {
+  const { server, client } = await startGitHub(t, { apiPrefix: "/api/v3" });
+  const github = client();
+  const scope: GitHubScope = { kind: "repo", owner: "acme", repo: "app" };
+  const jit = await github.generateJitConfig(scope, { name: "imp-ghes", runnerGroupId: 1, labels: ["imp"] });
+  assert.equal(decodeJitSetup(jit.encodedJitConfig.reveal()).runner.AgentName, "imp-ghes");
+  server.expireTokens();
+  await new Promise((r) => setTimeout(r, 5_100)); // past auth-app's own 5 s retry window
+  assert.deepEqual((await github.listRunners(scope)).map((r) => r.name), ["imp-ghes"]);
+  assert.equal(server.requestsTo(/access_tokens$/).length, 2, "the refused token was replaced");
+});

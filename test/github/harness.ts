@@ -25,13 +25,14 @@ export interface GitHubFixture {
 }
 
 /** Starts a test server for one test; stops it afterwards and fails the test on any OpenAPI violation. */
-export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean } = {}): Promise<GitHubFixture> {
+export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean; apiPrefix?: string } = {}): Promise<GitHubFixture> {
   const keys = appKeyPair();
   const server = await new GitHubTestServer({
     appId: APP_ID,
     installationId: INSTALLATION_ID,
     appPublicKey: keys.publicKey,
     ...(options.tokenTtlSeconds === undefined ? {} : { tokenTtlSeconds: options.tokenTtlSeconds }),
+    ...(options.apiPrefix === undefined ? {} : { apiPrefix: options.apiPrefix }),
   }).start();
   t.after(async () => {
     await server.stop();
@@ -42,7 +43,7 @@ export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: n
     privateKey: keys.privateKey,
     client: (overrides = {}) =>
       new GitHubClient({
-        baseUrl: server.url,
+        baseUrl: `${server.url}${options.apiPrefix ?? ""}`,
         credentials: { appId: APP_ID, installationId: INSTALLATION_ID, privateKey: keys.privateKey },
         serverErrorBackoffMs: 50,
         ...overrides,

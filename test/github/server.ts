@@ -26,6 +26,8 @@ export interface GitHubTestServerOptions {
   readonly appPublicKey: KeyObject | string;
   /** Life of installation tokens; GitHub's is 3600. Tests set a few seconds to force refreshes. */
   tokenTtlSeconds?: number;
+  /** Serve the API below this path, as GitHub Enterprise Server does under /api/v3. */
+  readonly apiPrefix?: string;
 }
 
 export type Fault = { readonly count: number; readonly path?: RegExp; readonly method?: string } & (
@@ -226,6 +228,11 @@ export class GitHubTestServer {
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://127.0.0.1");
+    const prefix = this.#options.apiPrefix ?? "";
+    if (prefix !== "" && !url.pathname.startsWith("/_imp-test/")) {
+      if (!url.pathname.startsWith(`${prefix}/`)) return send(res, { status: 404, body: { message: "Not Found", documentation_url: DOCS } });
+      url.pathname = url.pathname.slice(prefix.length);
+    }
     const method = (req.method ?? "GET").toUpperCase();
     const at = Date.now();
     const raw = await readBody(req);
