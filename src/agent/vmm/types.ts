@@ -112,4 +112,10 @@ export interface VmmDriver {
   readonly kind: VmmKind;
   /** Starts the VM. Rejects with a classified error, leaving nothing running and nothing it created. */
   start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<RunningVm>;
+  /**
+   * Takes over a VM this driver started before the agent restarted, from its processes as a
+   * supervising launcher re-adopted them and the spec it was started with. Rejects with a terminal
+   * error when a process it needs is gone (the VM has then exited), stopping what was left.
+   */
+  adopt?(spec: VmSpec, processes: readonly VmmProcess[], context: DriverContext): Promise<RunningVm>;
 }

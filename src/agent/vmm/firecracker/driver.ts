@@ -12,12 +12,13 @@ import {
   type Step,
 } from "../../../shared/index.ts";
 import type { DriverContext, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
-import { FirecrackerApi } from "./api-client.ts";
+import { FirecrackerApi, type FirecrackerInstanceInfo } from "./api-client.ts";
 import { actionRequest, assertFirecrackerSpec, configRequests } from "./api-requests.ts";
 import { fileTail } from "./file-tail.ts";
 import { firecrackerArgv, jailerArgv, jailExists, prepareJail, removeJail, type JailerOptions } from "./jailer.ts";
 import { jailedLayout, unjailedLayout, type FirecrackerLayout } from "./layout.ts";
 import { FirecrackerVm } from "./vm.ts";
+import { removeVmRecord, writeVmRecord } from "../qemu/vm-record.ts";
 
 export interface FirecrackerDriverOptions {
   readonly firecrackerBinary: string;
@@ -88,6 +89,65 @@ export class FirecrackerDriver implements VmmDriver {
     return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: this.#options.killGraceMs });
   }
 
+  /**
+   * Takes over a VM this driver started before the agent restarted, from its still-running
+   * Firecracker process (`adoptAllSupervised(spec.dir)`) and the spec of its record (`readVmRecord`).
+   * Firecracker's API must answer on its socket with the instance Running. Rejects with a terminal
+   * `VmAdoptFailed` otherwise, after stopping what was left and removing its sockets (and jail).
+   */
+  async adopt(spec: VmSpec, processes: readonly VmmProcess[], context: DriverContext): Promise<FirecrackerVm> {
+    let layout: FirecrackerLayout;
+    try {
+      assertFirecrackerSpec(spec);
+      layout = this.layoutOf(spec);
+    } catch (err) {
+      throw terminalError("VmSpecInvalid", `Cannot adopt VM ${spec.name} under Firecracker: ${(err as Error).message}`, { cause: err, context: { vm: spec.name } });
+    }
+    const o = this.#options;
+    const api = new FirecrackerApi(layout.host.apiSocket, { vm: spec.name, timeoutMs: o.requestTimeoutMs });
+    const state: BootState = { spec, layout, context, api };
+    const refuse = (why: string, cause?: unknown): never => {
+      throw terminalError("VmAdoptFailed", `Cannot adopt VM ${spec.name} under Firecracker: ${why}`, { cause, context: { vm: spec.name, dir: spec.dir } });
+    };
+    const run = await runSteps<BootState>([
+      {
+        name: "claim-process",
+        run: async (s, c) => {
+          // The boot's cleanups, in the boot's order, registered before any check: a refused adoption leaves nothing.
+          c.onCleanup("remove sockets", () => removeSockets(s.layout));
+          c.onCleanup("remove vm record", () => removeVmRecord(s.spec.dir));
+          const jail = s.layout.jail;
+          if (jail !== undefined) c.onCleanup("remove jail", () => removeJail(jail));
+          const process = processes.find((p) => p.name === "firecracker");
+          if (process === undefined) return refuse(`its firecracker process is not among the adopted ones (${processes.map((p) => p.name).join(", ") || "none"})`);
+          c.onCleanup("stop firecracker", async () => {
+            await process.stop(o.killGraceMs);
+          });
+          if (!process.running) return refuse(`its firecracker process has exited (${describeExit(await process.exited())})`);
+          s.process = process;
+        },
+      },
+      {
+        name: "check-api",
+        run: async (s, c) => {
+          let info: FirecrackerInstanceInfo;
+          try {
+            info = await s.api.describeInstance({ signal: c.signal });
+          } catch (err) {
+            return refuse(`its API on ${s.layout.host.apiSocket} does not answer (${(err as Error).message})`, err);
+          }
+          if (info.state !== "Running") return refuse(`Firecracker reports state ${JSON.stringify(info.state)}, not Running`);
+        },
+      },
+    ], state, {
+      logger: context.logger,
+      onFailure: (step, err) => context.logger.warn({ vm: spec.name, step, errorClass: classOf(err), error: (err as Error).message }, "firecracker adoption failed"),
+    });
+    const process = mustHave(state.process);
+    context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined }, "firecracker adopted");
+    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: o.killGraceMs });
+  }
+
   #steps(): Step<BootState>[] {
     const o = this.#options;
     return [
@@ -111,6 +171,9 @@ export class FirecrackerDriver implements VmmDriver {
           // Firecracker opens its log and metrics files without creating them.
           await touch(s.layout.host.logFile);
           await touch(s.layout.host.metricsFile);
+          // What a restarted agent needs to adopt this VM; gone with the VM.
+          c.onCleanup("remove vm record", () => removeVmRecord(s.spec.dir));
+          await writeVmRecord(s.spec.dir, { driver: "firecracker", channel: "vsock", spec: s.spec });
         },
       },
       {

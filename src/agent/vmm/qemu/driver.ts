@@ -1,8 +1,8 @@
 import { terminalError } from "../../../shared/index.ts";
 import type { Accel } from "../kvm-probe.ts";
-import type { DriverContext, VmDrive, VmmDriver, VmSpec } from "../types.ts";
+import type { DriverContext, VmDrive, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import type { QemuDrive } from "./argv.ts";
-import { QemuVm, type QemuChannelKind } from "./vm.ts";
+import { QemuVm, type QemuChannelKind, type QemuVmOptions } from "./vm.ts";
 
 export interface QemuDriverOptions {
   readonly qemuBinary?: string;
@@ -35,9 +35,23 @@ export class QemuDriver implements VmmDriver {
   }
 
   async start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<QemuVm> {
+    return QemuVm.start({ ...this.#vmOptions(spec, context), ...(signal === undefined ? {} : { signal }) });
+  }
+
+  /**
+   * Takes over a VM this driver started before the agent restarted, from its still-running processes
+   * (`adoptAllSupervised(spec.dir)`). The spec comes from the VM's record (`readVmRecord`); this
+   * driver must be configured as it was at start (same guest channel). Rejects with a terminal
+   * `VmAdoptFailed` when QEMU or its vsock backend is gone, after stopping what was left.
+   */
+  async adopt(spec: VmSpec, processes: readonly VmmProcess[], context: DriverContext): Promise<QemuVm> {
+    return QemuVm.adopt({ ...this.#vmOptions(spec, context), processes });
+  }
+
+  #vmOptions(spec: VmSpec, context: DriverContext): QemuVmOptions {
     const o = this.#options;
     const accel = o.accel ?? "tcg";
-    return QemuVm.start({
+    return {
       dir: spec.dir,
       channel: this.channel,
       spec,
@@ -56,12 +70,11 @@ export class QemuDriver implements VmmDriver {
         ...(accel === "tcg" && o.tscKhz !== undefined ? { tscKhz: o.tscKhz } : {}),
         ...(spec.network === undefined ? {} : { tap: { tap: spec.network.tap, mac: spec.network.mac } }),
       },
-      ...(signal === undefined ? {} : { signal }),
       ...(o.qemuBinary === undefined ? {} : { qemuBinary: o.qemuBinary }),
       ...(o.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: o.vhostDeviceVsock }),
       ...(o.serialPortName === undefined ? {} : { serialPortName: o.serialPortName }),
       ...(o.backendReadyTimeoutMs === undefined ? {} : { backendReadyTimeoutMs: o.backendReadyTimeoutMs }),
-    });
+    };
   }
 }
 

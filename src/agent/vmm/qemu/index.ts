@@ -13,3 +13,4 @@ export {
   type QemuExit,
   type QemuVmOptions,
 } from "./vm.ts";
+export { readVmRecord, VM_RECORD_FILE, vmRecordPath, writeVmRecord, type VmRecord } from "./vm-record.ts";

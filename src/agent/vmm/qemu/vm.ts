@@ -21,6 +21,7 @@ import type { ConnectGuestOptions, ProcessLauncher, RunningVm, VmExit, VmSpec, V
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
 import { assertExecutable, describeExit } from "./child.ts";
 import { SerialLog } from "./serial-log.ts";
+import { removeVmRecord, writeVmRecord } from "./vm-record.ts";
 
 /** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
 export const DEFAULT_GUEST_VSOCK_PORT = 10700;
@@ -95,6 +96,7 @@ type BootConfig = ReturnType<typeof defaultQemuVmConfig> & QemuVmOptions;
 /** What the boot steps acquire, in order. */
 interface Boot {
   readonly cfg: BootConfig;
+  readonly spec: VmSpec;
   readonly dir: QemuVmDir;
   readonly launcher: ProcessLauncher;
   readonly down: AbortController;
@@ -102,7 +104,31 @@ interface Boot {
   argv?: string[];
   qemu?: VmmProcess;
   serial?: SerialLog;
+  /** Set when adopting: the processes an earlier agent run started. */
+  readonly adopting?: readonly VmmProcess[];
 }
+
+function guestChannelOf(cfg: BootConfig, dir: QemuVmDir): { channel?: QemuGuestChannel } {
+  if (cfg.channel === "vsock") return { channel: { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() } };
+  if (cfg.channel === "serial") return { channel: { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName } };
+  return {};
+}
+
+const FOLLOW_CONSOLE: Step<Boot> = {
+  name: "follow console",
+  run: (boot, step) => {
+    const { dir, down } = boot;
+    const serial = new SerialLog(dir.serialLog(), {
+      onFatal: (line) => {
+        if (!down.signal.aborted) {
+          down.abort(terminalError("GuestBootFailed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
+        }
+      },
+    }).start();
+    boot.serial = serial;
+    step.onCleanup("close console", () => serial.close());
+  },
+};
 
 const BOOT_STEPS: readonly Step<Boot>[] = [
   {
@@ -118,13 +144,17 @@ const BOOT_STEPS: readonly Step<Boot>[] = [
   },
   {
     name: "prepare directory",
-    run: async ({ dir }, step) => {
+    run: async ({ cfg, spec, dir }, step) => {
       await mkdir(dir.root, { recursive: true });
       // Stale sockets of an earlier boot would make the backend's bind fail or a dial reach nothing.
       await removeSockets(dir);
       step.onCleanup("remove sockets", () => removeSockets(dir));
       // The console follower reads from the start: this boot's console only.
       await writeFile(dir.serialLog(), "");
+      // What a restarted agent needs to adopt this VM; gone with the VM (a stale one would mislead).
+      if (cfg.channel === "none") return;
+      step.onCleanup("remove vm record", () => removeVmRecord(dir.root));
+      await writeVmRecord(dir.root, { driver: "qemu", channel: cfg.channel, spec });
     },
   },
   {
@@ -150,31 +180,56 @@ const BOOT_STEPS: readonly Step<Boot>[] = [
     name: "start qemu",
     run: async (boot, step) => {
       const { cfg, dir } = boot;
-      let channel: QemuGuestChannel | undefined;
-      if (cfg.channel === "vsock") channel = { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() };
-      else if (cfg.channel === "serial") channel = { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName };
-      const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...(channel === undefined ? {} : { channel }) });
+      const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
       boot.argv = argv;
       const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog() });
       boot.qemu = qemu;
       step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
     },
   },
+  FOLLOW_CONSOLE,
+];
+
+/**
+ * Adoption of a VM another agent run started: the same resources as a boot, taken over instead of
+ * created, with the same cleanups registered in the same order (so stop and rollback behave alike).
+ * A failed adoption stops what is left of the VM: without its backend or channel nobody can reach it.
+ */
+const ADOPT_STEPS: readonly Step<Boot>[] = [
   {
-    name: "follow console",
-    run: (boot, step) => {
-      const { dir, down } = boot;
-      const serial = new SerialLog(dir.serialLog(), {
-        onFatal: (line) => {
-          if (!down.signal.aborted) {
-            down.abort(terminalError("GuestBootFailed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
-          }
-        },
-      }).start();
-      boot.serial = serial;
-      step.onCleanup("close console", () => serial.close());
+    name: "claim processes",
+    run: async (boot, step) => {
+      const { cfg, dir } = boot;
+      const processes = boot.adopting ?? [];
+      const qemu = processes.find((p) => p.name === "qemu");
+      const backend = cfg.channel === "vsock" ? processes.find((p) => p.name === "vhost-device-vsock") : undefined;
+      // Registered in boot order before any check, so a refused adoption leaves nothing running.
+      step.onCleanup("remove vm record", () => removeVmRecord(dir.root));
+      step.onCleanup("remove sockets", () => removeSockets(dir));
+      if (backend !== undefined) step.onCleanup("stop vsock backend", async () => { await backend.stop(1_000); });
+      if (qemu !== undefined) step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
+      const needed = [{ name: "qemu", p: qemu }, ...(cfg.channel === "vsock" ? [{ name: "vhost-device-vsock", p: backend }] : [])];
+      for (const { name, p } of needed) {
+        if (p === undefined) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its ${name} process is not among the adopted ones (${processes.map((x) => x.name).join(", ") || "none"})`);
+        if (!p.running) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its ${name} process has exited (${describeExit(await p.exited())})`);
+      }
+      if (qemu === undefined) return; // checked above
+      boot.qemu = qemu;
+      if (backend !== undefined) boot.backend = backend;
+      boot.argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
     },
   },
+  {
+    name: "check channel",
+    run: async ({ cfg, dir }) => {
+      const socket = cfg.channel === "vsock" ? dir.vsockUds() : cfg.channel === "serial" ? dir.agentSocket() : undefined;
+      if (socket === undefined) return;
+      if ((await stat(socket).catch(() => undefined))?.isSocket() !== true) {
+        throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its guest channel socket ${socket} is missing`);
+      }
+    },
+  },
+  FOLLOW_CONSOLE,
 ];
 
 /**
@@ -226,13 +281,14 @@ export class QemuVm implements RunningVm {
   /** Starts the VM. Rejects with a classified error, leaving nothing running and no socket behind. */
   static async start(options: QemuVmOptions): Promise<QemuVm> {
     const cfg: BootConfig = { ...defaultQemuVmConfig(), ...stripUndefined(options) } as BootConfig;
+    const spec = options.spec ?? specOf(options, cfg.guestCid);
     const boot: Boot = {
       cfg,
+      spec,
       dir: new QemuVmDir(options.dir),
       launcher: options.launcher ?? new DirectLauncher({ dieWithParent: cfg.dieWithParent }),
       down: new AbortController(),
     };
-    const spec = options.spec ?? specOf(options, cfg.guestCid);
     const run = await runSteps(BOOT_STEPS, boot, {
       logger: cfg.logger,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
@@ -240,6 +296,36 @@ export class QemuVm implements RunningVm {
     });
     const vm = new QemuVm(spec, boot as Required<Boot>, run);
     cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel, steps: run.timings }, "qemu started");
+    return vm;
+  }
+
+  /**
+   * Takes over a VM an earlier agent run started (with a supervising launcher), from its processes
+   * (`adoptAllSupervised`) and the options it was started with (`readVmRecord`): QEMU and, over
+   * vsock, its backend must still run and the channel's socket must exist. The console is followed
+   * again from the start of this boot's log. Rejects with a terminal `VmAdoptFailed` otherwise,
+   * after stopping whatever of the VM was left.
+   */
+  static async adopt(options: QemuVmOptions & { readonly processes: readonly VmmProcess[] }): Promise<QemuVm> {
+    const { processes, ...rest } = options;
+    const cfg: BootConfig = { ...defaultQemuVmConfig(), ...stripUndefined(rest) } as BootConfig;
+    const spec = options.spec ?? specOf(options, cfg.guestCid);
+    const boot: Boot = {
+      cfg,
+      spec,
+      dir: new QemuVmDir(options.dir),
+      // Adoption starts nothing; the launcher is never used.
+      launcher: { launch: () => Promise.reject(terminalError("VmAdoptFailed", "Cannot launch while adopting a VM")) },
+      down: new AbortController(),
+      adopting: processes,
+    };
+    const run = await runSteps(ADOPT_STEPS, boot, {
+      logger: cfg.logger,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      onFailure: (step, err) => cfg.logger.warn({ vm: spec.name, step, error: describeError(err) }, "qemu adoption failed"),
+    });
+    const vm = new QemuVm(spec, boot as Required<Boot>, run);
+    cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel }, "qemu adopted");
     return vm;
   }
 
