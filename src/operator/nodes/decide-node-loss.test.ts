@@ -1,0 +1,44 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { microTime } from "../../kube/index.ts";
+import { FakeClock } from "../../shared/index.ts";
+import { decideNodeLoss, type NodeLossInput } from "./decide-node-loss.ts";
+
+const clock = new FakeClock();
+const renewedAt = clock.now();
+const base: NodeLossInput = {
+  nodeName: "n1",
+  lease: { spec: { holderIdentity: "n1", leaseDurationSeconds: 40, renewTime: microTime(renewedAt) } },
+  leaseMissingSinceMs: undefined,
+  kubeNode: "unwatched",
+  nowMs: renewedAt,
+  lostAfterMs: 40_000,
+};
+
+describe("decideNodeLoss", () => {
+  it("a renewed Lease keeps the node until lostAfterMs past renewTime, and says when to look again", async () => {
+    assert.deepEqual(decideNodeLoss(base), { lost: false, recheckInMs: 40_000 });
+    await clock.advance(39_999);
+    assert.deepEqual(decideNodeLoss({ ...base, nowMs: clock.now() }), { lost: false, recheckInMs: 1 });
+    await clock.advance(1);
+    const d = decideNodeLoss({ ...base, nowMs: clock.now() });
+    assert.equal(d.lost, true);
+    assert.match(d.lost ? d.message : "", /^Node n1: its agent Lease was last renewed 40 s ago \(limit 40 s\)$/);
+  });
+
+  it("a missing Lease is lost only after lostAfterMs of being missing as observed", () => {
+    const now = clock.now();
+    assert.deepEqual(decideNodeLoss({ ...base, lease: undefined, leaseMissingSinceMs: now, nowMs: now + 10_000 }), { lost: false, recheckInMs: 30_000 });
+    assert.equal(decideNodeLoss({ ...base, lease: undefined, leaseMissingSinceMs: now, nowMs: now + 40_000 }).lost, true);
+  });
+
+  it("a deleted Node is lost at once; a Node never seen or not watched says nothing", () => {
+    assert.deepEqual(decideNodeLoss({ ...base, kubeNode: "deleted" }), { lost: true, message: "Node n1 was deleted" });
+    assert.equal(decideNodeLoss({ ...base, kubeNode: "never" }).lost, false);
+    assert.equal(decideNodeLoss({ ...base, kubeNode: "present" }).lost, false);
+  });
+
+  it("a Lease without renewTime is lost", () => {
+    assert.equal(decideNodeLoss({ ...base, lease: { spec: { holderIdentity: "n1" } } }).lost, true);
+  });
+});

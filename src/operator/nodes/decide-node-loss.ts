@@ -1,0 +1,45 @@
+/**
+ * Whether a node is lost, a pure function of its agent Lease, its core/v1 Node (when watched) and
+ * the clock. Lost = the Lease's last renewal is more than `lostAfterMs` old on the operator's clock,
+ * or the Lease has been missing that long as this process observed it, or a Node object that existed
+ * was deleted. A lost node's non-terminal VMs are marked Failed/NodeLost; being terminal, they are
+ * never scheduled again.
+ */
+import type { DeepReadonly, Lease } from "../../kube/index.ts";
+import { renewTimeMs } from "../scheduler/agent-lease.ts";
+
+export const DEFAULT_NODE_LOST_AFTER_MS = 40_000;
+
+/** What is known of the node's core/v1 Node: `unwatched` when Node watching is off (dev clusters have no Nodes). */
+export type KubeNodeState = "present" | "deleted" | "never" | "unwatched";
+
+export interface NodeLossInput {
+  readonly nodeName: string;
+  readonly lease: DeepReadonly<Lease> | undefined;
+  /** When this process first saw the Lease missing (its clock); undefined while it exists. */
+  readonly leaseMissingSinceMs: number | undefined;
+  readonly kubeNode: KubeNodeState;
+  readonly nowMs: number;
+  readonly lostAfterMs: number;
+}
+
+export type NodeLossDecision =
+  | { readonly lost: false; /** Look again after this long: when the node would be lost without news. */ readonly recheckInMs: number }
+  | { readonly lost: true; readonly message: string };
+
+export function decideNodeLoss(input: NodeLossInput): NodeLossDecision {
+  const { nodeName, nowMs, lostAfterMs } = input;
+  if (input.kubeNode === "deleted") return { lost: true, message: `Node ${nodeName} was deleted` };
+  if (input.lease === undefined) {
+    const since = input.leaseMissingSinceMs ?? nowMs;
+    const lostAt = since + lostAfterMs;
+    return nowMs >= lostAt
+      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s` }
+      : { lost: false, recheckInMs: lostAt - nowMs };
+  }
+  const renewed = renewTimeMs(input.lease);
+  if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime` };
+  const lostAt = renewed + lostAfterMs;
+  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)` };
+  return { lost: false, recheckInMs: lostAt - nowMs };
+}

@@ -1,0 +1,146 @@
+/**
+ * Marks the VMs of lost nodes Failed/NodeLost (decide-node-loss.ts decides). Keyed by node name;
+ * any node that has bound VMs, an ImpNode or an agent Lease is looked at. Before failing anything it
+ * reads the Lease from the API itself, so a cache that stopped hearing renewals (a broken watch)
+ * cannot make a live node look lost. Registration removal and Secret deletion for those VMs are the
+ * pool controller's (it reacts to terminal VMs).
+ */
+import type { Registry } from "prom-client";
+import { VM_REASONS, type ImpNode, type ImpVM } from "../../api/index.ts";
+import {
+  Controller,
+  done,
+  isNotFound,
+  mutateWithRetry,
+  requeueAfter,
+  type DeepReadonly,
+  type EventRecorder,
+  type Informer,
+  type KubeObject,
+  type Lease,
+  type ReconcileContext,
+  type ReconcileResult,
+  type ResourceClient,
+} from "../../kube/index.ts";
+import { silentLogger, systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
+import { involvedOf } from "../scheduler/scheduler-controller.ts";
+import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
+import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, type KubeNodeState } from "./decide-node-loss.ts";
+
+export interface NodeLossControllerOptions {
+  readonly vms: ResourceClient<ImpVM>;
+  readonly leases: Pick<ResourceClient<Lease>, "get">;
+  readonly vmInformer: Informer<ImpVM>;
+  readonly nodeInformer: Informer<ImpNode>;
+  readonly leaseInformer: Informer<Lease>;
+  readonly leaseNamespace: string;
+  /** core/v1 Nodes. Omit where the cluster has none for Imp's nodes (the dev cluster): deletion is then never a signal. */
+  readonly kubeNodeInformer?: Informer<KubeObject>;
+  /** A Lease older than this past its renewTime means the node is lost (default 40 s). */
+  readonly lostAfterMs?: number;
+  readonly registry: Registry;
+  readonly recorder?: EventRecorder;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+  /** Default "node-loss". */
+  readonly name?: string;
+}
+
+export class NodeLossController {
+  readonly #o: NodeLossControllerOptions;
+  readonly #clock: Clock;
+  readonly #controller: Controller;
+  readonly #lostAfterMs: number;
+  readonly #leaseMissingSince = new Map<string, number>();
+  /** Nodes whose core/v1 Node this process has seen; only their deletion counts. */
+  readonly #kubeNodesSeen = new Set<string>();
+
+  constructor(options: NodeLossControllerOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#lostAfterMs = options.lostAfterMs ?? DEFAULT_NODE_LOST_AFTER_MS;
+    const logger = (options.logger ?? silentLogger).child({ part: "node-loss" });
+    addVmIndexes(options.vmInformer);
+    this.#controller = new Controller({ name: options.name ?? "node-loss", registry: options.registry, clock: this.#clock, logger, workers: 1, reconcile: (ctx) => this.#reconcile(ctx) });
+    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || isTerminalVM(vm) ? [] : [vm.status.nodeName]) });
+    this.#controller.watch(options.nodeInformer);
+    this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
+    options.kubeNodeInformer?.addEventHandler({
+      onAdd: (n) => this.#kubeNodesSeen.add(n.metadata?.name ?? ""),
+      onUpdate: (_old, n) => this.#kubeNodesSeen.add(n.metadata?.name ?? ""),
+      onDelete: (n) => this.#controller.enqueue(n.metadata?.name ?? ""),
+    });
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    await this.#controller.start(signal);
+  }
+
+  #kubeNodeState(nodeName: string): KubeNodeState {
+    const informer = this.#o.kubeNodeInformer;
+    if (informer === undefined) return "unwatched";
+    if (informer.get(nodeName) !== undefined) return "present";
+    return this.#kubeNodesSeen.has(nodeName) ? "deleted" : "never";
+  }
+
+  #decide(nodeName: string, lease: DeepReadonly<Lease> | undefined): ReturnType<typeof decideNodeLoss> {
+    const now = this.#clock.now();
+    if (lease === undefined) {
+      if (!this.#leaseMissingSince.has(nodeName)) this.#leaseMissingSince.set(nodeName, now);
+    } else this.#leaseMissingSince.delete(nodeName);
+    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodeState(nodeName), nowMs: now, lostAfterMs: this.#lostAfterMs });
+  }
+
+  async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const nodeName = ctx.key;
+    const victims = (): DeepReadonly<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName).filter((vm) => !isTerminalVM(vm));
+    if (victims().length === 0) {
+      this.#leaseMissingSince.delete(nodeName);
+      return done;
+    }
+    const leaseRef = { namespace: this.#o.leaseNamespace, name: agentLeaseName(nodeName) };
+    const cached = this.#decide(nodeName, this.#o.leaseInformer.get(`${leaseRef.namespace}/${leaseRef.name}`));
+    if (!cached.lost) return requeueAfter(cached.recheckInMs + 1);
+    // Confirm against the API before failing VMs: the cache may simply have stopped hearing renewals.
+    let live: Lease | undefined;
+    try {
+      live = await this.#o.leases.get(leaseRef, ctx.signal);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    const decision = this.#decide(nodeName, live);
+    if (!decision.lost) return requeueAfter(decision.recheckInMs + 1);
+    for (const vm of victims()) await this.#failVm(ctx, vm, decision.message);
+    return done;
+  }
+
+  async #failVm(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<void> {
+    const now = new Date(this.#clock.now()).toISOString();
+    let failed = false;
+    try {
+      await mutateWithRetry(this.#o.vms, {
+        ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name ?? "" },
+        subresource: "status",
+        signal: ctx.signal,
+        mutate: (draft) => {
+          if (draft.metadata.uid !== vm.metadata.uid || isTerminalVM(draft) || draft.status?.nodeName !== vm.status?.nodeName) return false;
+          draft.status = {
+            ...draft.status,
+            phase: "Failed",
+            reason: VM_REASONS.NodeLost,
+            message,
+            phaseTimestamps: { ...draft.status?.phaseTimestamps, failed: now },
+          };
+          failed = true;
+        },
+      });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    if (!failed) return;
+    ctx.logger.warn({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost: VM marked Failed");
+    await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: VM_REASONS.NodeLost, message, signal: ctx.signal });
+  }
+}
+

@@ -1,0 +1,37 @@
+/**
+ * The node agent's liveness Lease as the operator reads it. The agent renews a
+ * coordination.k8s.io Lease named `imp-agent-<node>` (holderIdentity = node name) every few seconds;
+ * the operator judges it on its own clock. The name must match the agent's `leaseNameOf`
+ * (src/agent/node/node-reporter.ts): the operator may not import the agent, so the prefix is
+ * repeated here.
+ */
+import type { DeepReadonly, Lease } from "../../kube/index.ts";
+
+export const AGENT_LEASE_PREFIX = "imp-agent-";
+
+export const agentLeaseName = (nodeName: string): string => `${AGENT_LEASE_PREFIX}${nodeName}`;
+
+/** The node a Lease speaks for, or undefined when it is not an agent Lease (e.g. the operator's own). */
+export function nodeOfLease(lease: DeepReadonly<Lease>): string | undefined {
+  const name = lease.metadata?.name ?? "";
+  return name.startsWith(AGENT_LEASE_PREFIX) && name.length > AGENT_LEASE_PREFIX.length ? name.slice(AGENT_LEASE_PREFIX.length) : undefined;
+}
+
+/** The agent's last renewal in epoch ms, or undefined when the Lease has none (or an unreadable one). */
+export function renewTimeMs(lease: DeepReadonly<Lease> | undefined): number | undefined {
+  const text = lease?.spec?.renewTime ?? lease?.spec?.acquireTime;
+  if (text === undefined) return undefined;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
+/**
+ * Fresh = renewed and its own leaseDurationSeconds has not passed on `nowMs`. A Lease without a
+ * duration gets none: it is never fresh, because nothing says how long the renewal is good for.
+ */
+export function isLeaseFresh(lease: DeepReadonly<Lease> | undefined, nowMs: number): boolean {
+  const renewed = renewTimeMs(lease);
+  const durationS = lease?.spec?.leaseDurationSeconds;
+  if (renewed === undefined || durationS === undefined || durationS <= 0) return false;
+  return renewed + durationS * 1000 > nowMs;
+}

@@ -1,0 +1,99 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { ImpNode } from "../../api/index.ts";
+import { microTime, type Lease } from "../../kube/index.ts";
+import { FakeClock } from "../../shared/index.ts";
+import { decidePlacement, nodeUsage, type BoundVm, type PlacementInput } from "./decide-placement.ts";
+import { RESERVATIONS_ANNOTATION, serializeReservations } from "./reservations.ts";
+import type { VmRequest } from "./vm-request.ts";
+
+const clock = new FakeClock();
+const request: VmRequest = { vcpu: 2, memoryMiB: 1024, vmSlots: 1, arch: "amd64", kernel: "default", needsSetupKey: false };
+
+function node(name: string, over: { cap?: [number, number, number]; unschedulable?: boolean; arch?: "amd64" | "arm64"; kernels?: string[]; reservations?: string; setupKey?: boolean } = {}): ImpNode {
+  const [vcpu, memoryMiB, vmSlots] = over.cap ?? [8, 8192, 4];
+  return {
+    apiVersion: "imp.dev/v1alpha1",
+    kind: "ImpNode",
+    metadata: { name, ...(over.reservations === undefined ? {} : { annotations: { [RESERVATIONS_ANNOTATION]: over.reservations } }) },
+    spec: { unschedulable: over.unschedulable ?? false },
+    status: {
+      capacity: { vcpu, memoryMiB, vmSlots },
+      arch: over.arch ?? "amd64",
+      ...(over.kernels === undefined ? {} : { kernels: over.kernels }),
+      ...(over.setupKey === true ? { setupKey: { algorithm: "x", keyId: "0123456789abcdef", publicKey: "A".repeat(44) } } : {}),
+    },
+  };
+}
+const lease = (renewedAgoMs: number, durationS = 40): Lease => ({ spec: { holderIdentity: "n", leaseDurationSeconds: durationS, renewTime: microTime(clock.now() - renewedAgoMs) } });
+const bound = (uid: string, vcpu: number, phase: BoundVm["phase"] = "Running"): BoundVm => ({ uid, phase, resources: { vcpu, memoryMiB: 1024, vmSlots: 1 } });
+
+function input(nodes: ImpNode[], over: Partial<PlacementInput> = {}): PlacementInput {
+  const leases = new Map(nodes.map((n) => [n.metadata.name ?? "", lease(1_000)]));
+  return { vmUid: "vm-uid", request, pinnedNode: undefined, nodes, leases, bound: new Map(), nowMs: clock.now(), ...over };
+}
+
+describe("decidePlacement", () => {
+  it("picks the least allocated fitting node, ties broken by name", () => {
+    const nodes = [node("c"), node("b"), node("a")];
+    assert.deepEqual(decidePlacement(input(nodes)), { kind: "bind", nodeName: "a", rollForward: false });
+    const busy = new Map([["a", [bound("x", 4)]]]);
+    assert.deepEqual(decidePlacement(input(nodes, { bound: busy })), { kind: "bind", nodeName: "b", rollForward: false });
+  });
+
+  it("never chooses a node whose Lease is stale or missing, and says so", () => {
+    const nodes = [node("a"), node("b")];
+    const leases = new Map([["a", lease(41_000)]]);
+    const d = decidePlacement(input(nodes, { leases }));
+    assert.equal(d.kind, "unschedulable");
+    assert.match(d.kind === "unschedulable" ? d.message : "", /^0\/2 nodes fit \(VM needs 2 vCPU, 1024 MiB, 1 VM slot\): a: agent Lease stale; b: no agent Lease$/);
+    // Fresh until the lease duration has passed on the operator's clock.
+    assert.equal(decidePlacement(input([node("a")], { leases: new Map([["a", lease(39_999)]]) })).kind, "bind");
+  });
+
+  it("names what did not fit on each node", () => {
+    const nodes = [node("a", { cap: [2, 8192, 4] }), node("b", { unschedulable: true }), node("c", { arch: "arm64" }), node("d", { kernels: ["other"] }), node("e", { cap: [8, 8192, 1] })];
+    const b = new Map([["a", [bound("x", 1)]], ["e", [bound("y", 1)]]]);
+    const d = decidePlacement(input(nodes, { bound: b }));
+    assert.equal(d.kind, "unschedulable");
+    const message = d.kind === "unschedulable" ? d.message : "";
+    assert.match(message, /a: not enough vcpu;/);
+    assert.match(message, /b: cordoned \(spec\.unschedulable\);/);
+    assert.match(message, /c: arch arm64, VM needs amd64;/);
+    assert.match(message, /d: no kernel "default";/);
+    assert.match(message, /e: not enough VM slots$/);
+  });
+
+  it("terminal VMs free their share; reservations count even before the VM shows as bound", () => {
+    const n = node("a", { cap: [4, 8192, 4] });
+    assert.equal(decidePlacement(input([n], { bound: new Map([["a", [bound("x", 4, "Succeeded")]]]) })).kind, "bind");
+    assert.equal(decidePlacement(input([n], { bound: new Map([["a", [bound("x", 4, "Running")]]]) })).kind, "unschedulable");
+    const reserved = node("a", { cap: [4, 8192, 4], reservations: serializeReservations({ other: { namespace: "ns", name: "o", vcpu: 3, memoryMiB: 512 } }) });
+    assert.equal(decidePlacement(input([reserved])).kind, "unschedulable");
+  });
+
+  it("counts a VM in both the record and the bound list once", () => {
+    const record = { x: { namespace: "ns", name: "x", vcpu: 2, memoryMiB: 1024 } };
+    assert.deepEqual(nodeUsage(record, [bound("x", 2), bound("y", 1)]), { vcpu: 3, memoryMiB: 2048, vmSlots: 2 });
+  });
+
+  it("a pinned VM goes only to its node, and only if it fits", () => {
+    const nodes = [node("a"), node("b", { cap: [1, 8192, 4] })];
+    assert.deepEqual(decidePlacement(input(nodes, { pinnedNode: "b" })).kind, "unschedulable");
+    assert.match(JSON.stringify(decidePlacement(input(nodes, { pinnedNode: "b" }))), /pinned node does not fit.*b: not enough vcpu/);
+    assert.deepEqual(decidePlacement(input(nodes, { pinnedNode: "a" })), { kind: "bind", nodeName: "a", rollForward: false });
+    assert.match(JSON.stringify(decidePlacement(input(nodes, { pinnedNode: "zz" }))), /pinned to node zz, which has no ImpNode/);
+  });
+
+  it("rolls an existing reservation forward instead of placing the VM again", () => {
+    const full = node("b", { cap: [2, 1024, 1], reservations: serializeReservations({ "vm-uid": { namespace: "ns", name: "v", vcpu: 2, memoryMiB: 1024 } }) });
+    assert.deepEqual(decidePlacement(input([node("a"), full])), { kind: "bind", nodeName: "b", rollForward: true });
+  });
+
+  it("refuses a node with an unreadable record and runner VMs on nodes without a setup key", () => {
+    assert.match(JSON.stringify(decidePlacement(input([node("a", { reservations: "{not json" })]))), /a: annotation imp.dev\/reservations is not JSON/);
+    const runner = { ...request, needsSetupKey: true };
+    assert.match(JSON.stringify(decidePlacement(input([node("a")], { request: runner }))), /no setup key/);
+    assert.equal(decidePlacement(input([node("a", { setupKey: true })], { request: runner })).kind, "bind");
+  });
+});

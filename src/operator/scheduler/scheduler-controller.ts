@@ -1,0 +1,232 @@
+/**
+ * The scheduler: binds pending ImpVMs to nodes (decide-placement.ts decides, bind-protocol.ts
+ * writes) and keeps the nodes' reservation records pruned. Two work queues: ImpVM keys (placement)
+ * and ImpNode names (pruning). Pending VMs are re-queued when room may have appeared (an ImpNode's
+ * capacity, cordon or record shrank; an agent Lease came back) and otherwise retried with a backoff.
+ */
+import type { Registry } from "prom-client";
+import type { ImpNode, ImpVM, ImpVMClass, ImpVMTemplate } from "../../api/index.ts";
+import {
+  Controller,
+  done,
+  isNotFound,
+  requeueAfter,
+  type DeepReadonly,
+  type EventRecorder,
+  type Informer,
+  type KubeObject,
+  type Lease,
+  type ReconcileContext,
+  type ReconcileResult,
+  type ResourceClient,
+} from "../../kube/index.ts";
+import { backoffDelay, conflictError, silentLogger, systemClock, type BackoffPolicy, type Clock, type Logger } from "../../shared/index.ts";
+import { agentLeaseName, isLeaseFresh, nodeOfLease } from "./agent-lease.ts";
+import { bindVm, fateOf, labelVm, markUnschedulable, release, RELEASABLE, reserve, type ReservedVmFate } from "./bind-protocol.ts";
+import { decidePlacement, describeRequest, type BoundVm } from "./decide-placement.ts";
+import { addNodeIndexes, addVmIndexes, isPendingUnbound, isTerminalVM, NODES_BY_RESERVED_UID, PENDING, VMS_BY_NODE, VMS_BY_UID, VMS_PENDING } from "./indexes.ts";
+import { parseReservations, RESERVATIONS_ANNOTATION } from "./reservations.ts";
+import { resolveRequest, type RequestLookups } from "./vm-request.ts";
+
+/** Retry of a VM no node fits, on top of event-driven re-queues: 1 s doubling to 1 min, forever. */
+export const UNSCHEDULABLE_RETRY: BackoffPolicy = { baseMs: 1_000, factor: 2, capMs: 60_000, jitter: 0.2, maxAttempts: Infinity };
+/** Safety net for missed events: a node with reservations is re-checked this often. */
+export const RESERVATION_RECHECK_MS = 60_000;
+
+export interface SchedulerControllerOptions {
+  readonly vms: ResourceClient<ImpVM>;
+  readonly nodes: ResourceClient<ImpNode>;
+  readonly vmInformer: Informer<ImpVM>;
+  readonly nodeInformer: Informer<ImpNode>;
+  /** Leases in `leaseNamespace` (the agents' Lease namespace); other Leases there are ignored. */
+  readonly leaseInformer: Informer<Lease>;
+  readonly leaseNamespace: string;
+  readonly classInformer: Informer<ImpVMClass>;
+  readonly templateInformer: Informer<ImpVMTemplate>;
+  readonly registry: Registry;
+  readonly recorder?: EventRecorder;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+  /** Placement workers (default 2). Concurrency is safe at any value; see bind-protocol.ts. */
+  readonly workers?: number;
+  /** Distinguishes controllers' metrics when two run in one process (tests). Default "scheduler". */
+  readonly name?: string;
+}
+
+export class SchedulerController {
+  readonly #o: SchedulerControllerOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #placement: Controller;
+  readonly #pruning: Controller;
+  readonly #lookups: RequestLookups;
+  readonly #unschedulableAttempts = new Map<string, number>();
+
+  constructor(options: SchedulerControllerOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = (options.logger ?? silentLogger).child({ part: "scheduler" });
+    const name = options.name ?? "scheduler";
+    addVmIndexes(options.vmInformer);
+    addNodeIndexes(options.nodeInformer);
+    this.#lookups = {
+      template: (namespace, n) => options.templateInformer.get(`${namespace}/${n}`),
+      vmClass: (n) => options.classInformer.get(n),
+    };
+    const common = { registry: options.registry, clock: this.#clock, logger: this.#logger };
+    this.#placement = new Controller({ ...common, name, workers: options.workers ?? 2, reconcile: (ctx) => this.#place(ctx) });
+    this.#pruning = new Controller({ ...common, name: `${name}-reservations`, workers: 1, reconcile: (ctx) => this.#prune(ctx) });
+    this.#wire();
+  }
+
+  /** Runs until `signal` aborts (Manager's Runnable). Caches must have synced. */
+  async start(signal: AbortSignal): Promise<void> {
+    await Promise.all([this.#placement.start(signal), this.#pruning.start(signal)]);
+  }
+
+  #pendingKeys(): string[] {
+    return this.#o.vmInformer.indexKeys(VMS_PENDING, PENDING);
+  }
+
+  #wire(): void {
+    const { vmInformer, nodeInformer, leaseInformer, classInformer, templateInformer } = this.#o;
+    const requeuePending = (): void => {
+      for (const key of this.#pendingKeys()) this.#placement.enqueue(key);
+    };
+    this.#placement.watch(vmInformer);
+    this.#placement.watch(nodeInformer, { toKeys: () => this.#pendingKeys(), updateMatters: nodeMayHaveRoom });
+    this.#placement.watch(leaseInformer, {
+      toKeys: (lease) => (nodeOfLease(lease) === undefined ? [] : this.#pendingKeys()),
+      updateMatters: (old, obj) => !isLeaseFresh(old, this.#clock.now()) && isLeaseFresh(obj, this.#clock.now()),
+    });
+    // A class or template appearing can make an unresolvable VM schedulable.
+    classInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
+    templateInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
+
+    this.#pruning.watch(nodeInformer, { updateMatters: (old, obj) => old.metadata.annotations?.[RESERVATIONS_ANNOTATION] !== obj.metadata.annotations?.[RESERVATIONS_ANNOTATION] });
+    const toReservingNodes = (vm: DeepReadonly<ImpVM>): void => {
+      const uid = vm.metadata.uid;
+      if (uid !== undefined) for (const node of nodeInformer.indexKeys(NODES_BY_RESERVED_UID, uid)) this.#pruning.enqueue(node);
+    };
+    vmInformer.addEventHandler({
+      onUpdate: (old, vm) => {
+        if (old !== vm && (isTerminalVM(vm) || vm.status?.nodeName !== undefined || vm.metadata.deletionTimestamp !== undefined)) toReservingNodes(vm);
+      },
+      onDelete: toReservingNodes,
+    });
+  }
+
+  #boundVms(nodeName: string): BoundVm[] {
+    return this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName).map((vm) => {
+      const r = resolveRequest(vm, this.#lookups);
+      return { uid: vm.metadata.uid ?? "", phase: vm.status?.phase, resources: r.ok ? r.request : undefined };
+    });
+  }
+
+  async #place(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const vm = this.#o.vmInformer.get(ctx.key);
+    if (vm === undefined || !isPendingUnbound(vm)) {
+      this.#unschedulableAttempts.delete(ctx.key);
+      if (vm !== undefined && !isTerminalVM(vm) && vm.status?.nodeName !== undefined) await labelVm(this.#o.vms, vm, vm.status.nodeName, ctx.signal);
+      return done;
+    }
+    const resolved = resolveRequest(vm, this.#lookups);
+    if (!resolved.ok) return this.#unschedulable(ctx, vm, `Cannot work out what the VM needs: ${resolved.message}`);
+    const request = resolved.request;
+
+    const nodes = this.#o.nodeInformer.list();
+    const leases = new Map<string, DeepReadonly<Lease>>();
+    const bound = new Map<string, BoundVm[]>();
+    for (const node of nodes) {
+      const name = node.metadata.name ?? "";
+      const lease = this.#o.leaseInformer.get(`${this.#o.leaseNamespace}/${agentLeaseName(name)}`);
+      if (lease !== undefined) leases.set(name, lease);
+      bound.set(name, this.#boundVms(name));
+    }
+    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now() });
+    if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
+
+    const { nodeName } = placement;
+    if (!placement.rollForward) {
+      const reserved = await reserve(this.#o.nodes, { nodeName, vm, request, bound: bound.get(nodeName) ?? [], signal: ctx.signal });
+      if (reserved.outcome === "noFit" || reserved.outcome === "unreadable") {
+        // The cache was behind the node's record (another bind got there first): decide again at once.
+        throw conflictError("ReservationRefused", `Cannot reserve ${describeRequest(request)} on node ${nodeName} for ImpVM ${ctx.key}: ${reserved.detail}`);
+      }
+    }
+    const outcome = await bindVm(this.#o.vms, { vm, nodeName, nowMs: this.#clock.now(), signal: ctx.signal });
+    if (outcome === "bound" || outcome === "alreadyBound") {
+      this.#unschedulableAttempts.delete(ctx.key);
+      await labelVm(this.#o.vms, vm, nodeName, ctx.signal);
+      if (outcome === "bound") {
+        ctx.logger.info({ node: nodeName, rollForward: placement.rollForward }, "bound VM to node");
+        await this.#o.recorder?.record(involvedOf(vm), { type: "Normal", reason: "Scheduled", message: `Bound to node ${nodeName} (${describeRequest(request)})`, signal: ctx.signal });
+      }
+      return done;
+    }
+    // The VM can never be bound to this node now (see bind-protocol.ts): give the room back.
+    await release(this.#o.nodes, nodeName, [vm.metadata.uid ?? ""], ctx.signal);
+    return done;
+  }
+
+  async #unschedulable(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<ReconcileResult> {
+    const attempts = (this.#unschedulableAttempts.get(ctx.key) ?? 0) + 1;
+    this.#unschedulableAttempts.set(ctx.key, attempts);
+    await markUnschedulable(this.#o.vms, { vm, message, nowMs: this.#clock.now(), signal: ctx.signal });
+    await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: "FailedScheduling", message, signal: ctx.signal });
+    return requeueAfter(backoffDelay(UNSCHEDULABLE_RETRY, attempts));
+  }
+
+  async #prune(ctx: ReconcileContext): Promise<ReconcileResult> {
+    const nodeName = ctx.key;
+    const node = this.#o.nodeInformer.get(nodeName);
+    if (node === undefined) return done;
+    const parsed = parseReservations(node);
+    if (!parsed.ok) {
+      ctx.logger.warn({ node: nodeName, problem: parsed.message }, "reservation record unreadable; the node takes no VMs until it is fixed");
+      return done;
+    }
+    const releasable: string[] = [];
+    for (const [uid, r] of Object.entries(parsed.record)) {
+      let fate: ReservedVmFate = fateOf(this.#o.vmInformer.byIndex(VMS_BY_UID, uid)[0], uid, nodeName);
+      if (fate === "unknown") fate = await this.#confirmFate(uid, r.namespace, r.name, nodeName, ctx.signal);
+      if (RELEASABLE.has(fate)) releasable.push(uid);
+    }
+    await release(this.#o.nodes, nodeName, releasable, ctx.signal);
+    if (releasable.length > 0) ctx.logger.debug({ node: nodeName, released: releasable.length }, "released reservations");
+    return Object.keys(parsed.record).length > releasable.length ? requeueAfter(RESERVATION_RECHECK_MS) : done;
+  }
+
+  /** Not in the cache: only the API can say whether it is gone (404 or another uid) or just not seen yet. */
+  async #confirmFate(uid: string, namespace: string, name: string, nodeName: string, signal: AbortSignal): Promise<ReservedVmFate> {
+    try {
+      const vm = await this.#o.vms.get({ namespace, name }, signal);
+      return vm.metadata.uid === uid ? fateOf(vm, uid, nodeName) : "gone";
+    } catch (err) {
+      if (isNotFound(err)) return "gone";
+      throw err;
+    }
+  }
+}
+
+/** Room may have appeared: capacity, cordon, facts or setup key changed, or the record shrank. */
+export function nodeMayHaveRoom(old: DeepReadonly<ImpNode>, obj: DeepReadonly<ImpNode>): boolean {
+  const facts = (n: DeepReadonly<ImpNode>): string =>
+    JSON.stringify([n.spec?.unschedulable, n.status?.capacity, n.status?.arch, n.status?.kernels, n.status?.setupKey?.keyId]);
+  if (facts(old) !== facts(obj)) return true;
+  const count = (n: DeepReadonly<ImpNode>): number => {
+    const p = parseReservations(n);
+    return p.ok ? Object.keys(p.record).length : Infinity;
+  };
+  return count(obj) < count(old);
+}
+
+/** The fields an Event's involvedObject needs, as a plain (mutable-typed) object. */
+export function involvedOf(obj: DeepReadonly<{ apiVersion?: string; kind?: string; metadata?: { name?: string; namespace?: string; uid?: string } }>): KubeObject {
+  const { name, namespace, uid } = obj.metadata ?? {};
+  return {
+    ...(obj.apiVersion === undefined ? {} : { apiVersion: obj.apiVersion }),
+    ...(obj.kind === undefined ? {} : { kind: obj.kind }),
+    metadata: { ...(name === undefined ? {} : { name }), ...(namespace === undefined ? {} : { namespace }), ...(uid === undefined ? {} : { uid }) },
+  };
+}
