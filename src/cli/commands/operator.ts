@@ -1,0 +1,65 @@
+import { readFile } from "node:fs/promises";
+import { KubeConfig } from "@kubernetes/client-node";
+import type { Command } from "commander";
+import { DEFAULT_HEALTH_PORT } from "../../kube/index.ts";
+import { DEFAULT_WEBHOOK_PORT, Operator } from "../../operator/index.ts";
+import { createLogger, terminalError } from "../../shared/index.ts";
+
+interface OperatorFlags {
+  kubeconfig?: string;
+  namespace?: string;
+  leaseNamespace?: string;
+  webhookPort?: string;
+  webhookSecretFile: string[];
+  healthPort: string;
+  githubUrl?: string;
+  leaderElection: boolean;
+  logLevel: string;
+}
+
+const port = (value: string, flag: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: not a port number`);
+  return n;
+};
+
+/** `imp operator`: the operator (one leader among its replicas). Runs until SIGTERM/SIGINT. */
+export function registerOperator(program: Command): void {
+  program
+    .command("operator")
+    .description("run the operator: runner pools, one-time runner setups sealed to nodes, GitHub registration cleanup, webhooks")
+    .option("--kubeconfig <file>", "kubeconfig; default: in-cluster, then $KUBECONFIG")
+    .option("--namespace <ns>", "watch only this namespace's pools and VMs (default: all)")
+    .option("--lease-namespace <ns>", "namespace of the leader-election Lease (default: --namespace, else default)")
+    .option("--webhook-port <port>", `serve GitHub webhooks on this port (POST /webhooks/github; e.g. ${DEFAULT_WEBHOOK_PORT}); off when not given`)
+    .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret; give twice while rotating", (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
+    .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
+    .option("--no-leader-election", "run without a Lease (a single replica only)")
+    .option("--log-level <level>", "debug | info | warn | error", "info")
+    .action(async (opts: OperatorFlags) => {
+      const logger = createLogger({ level: opts.logLevel, name: "imp-operator" });
+      const kubeConfig = new KubeConfig();
+      if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
+      else kubeConfig.loadFromDefault();
+      if (opts.webhookSecretFile.length > 2) throw terminalError("InvalidFlag", "Cannot use more than two --webhook-secret-file: one secret, or two while rotating");
+      if (opts.webhookPort !== undefined && opts.webhookSecretFile.length === 0) throw terminalError("InvalidFlag", "Cannot serve webhooks: --webhook-port needs --webhook-secret-file");
+      const webhookSecrets = await Promise.all(opts.webhookSecretFile.map(async (f) => (await readFile(f, "utf8")).trim()));
+      const operator = new Operator({
+        kubeConfig,
+        logger,
+        ...(opts.namespace === undefined ? {} : { namespace: opts.namespace }),
+        ...(opts.leaseNamespace === undefined ? {} : { leaseNamespace: opts.leaseNamespace }),
+        leaderElection: opts.leaderElection,
+        healthPort: port(opts.healthPort, "--health-port"),
+        ...(opts.webhookPort === undefined ? {} : { webhookPort: port(opts.webhookPort, "--webhook-port"), webhookSecrets }),
+        ...(opts.githubUrl === undefined ? {} : { githubUrl: opts.githubUrl }),
+      });
+      const stop = new AbortController();
+      const onSignal = (): void => stop.abort(new Error("signal"));
+      process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
+      logger.info({ namespace: opts.namespace ?? "(all)" }, "operator starting");
+      await operator.start(stop.signal);
+      logger.info("operator stopped");
+    });
+}

@@ -1,0 +1,86 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Registry } from "prom-client";
+import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
+import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
+import { silentLogger, waitFor } from "../../shared/index.ts";
+import { GitHubClients } from "../setup/github-clients.ts";
+import { PoolController } from "./pool-controller.ts";
+import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
+
+const pool: ImpVMRunnerPool = {
+  apiVersion: API_VERSION,
+  kind: "ImpVMRunnerPool",
+  metadata: { name: "p", namespace: "ns" },
+  spec: {
+    templateName: "runner",
+    github: { credentialsSecretRef: { name: "app" }, apiURL: "http://127.0.0.1:9", scope: "repo", repository: "acme/web", runnerGroup: "Default", labels: ["imp"] },
+    minIdle: 2,
+    maxConcurrent: 4,
+    scaleUpStep: 5,
+    runnerCommand: ["/runner/run.sh"],
+  },
+};
+
+async function reconciles(registry: Registry): Promise<number> {
+  const metric = await registry.getSingleMetric("imp_controller_reconcile_total")?.get();
+  return (metric?.values ?? []).reduce((n, v) => n + v.value, 0);
+}
+
+describe("PoolController", () => {
+  it("does not over-create while its VM cache is stale, and not after it catches up", async () => {
+    const stop = new AbortController();
+    const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS);
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
+    const created = await pools.create(pool);
+    const poolCache = new Informer({ client: pools });
+    const vmCache = new Informer({ client: vms });
+    vmCache.addIndex("imp-operator/vm-by-pool", labelIndex(LABELS.pool));
+    void poolCache.start(stop.signal);
+    await poolCache.waitForSync(stop.signal);
+    const registry = new Registry();
+    const controller = new PoolController({
+      pools,
+      vms,
+      poolCache,
+      vmCache, // not started: it never sees the VMs the controller creates
+      github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
+      registry,
+      logger: silentLogger,
+    });
+    const running = controller.controller.start(stop.signal);
+    try {
+      for (let round = 1; round <= 4; round++) {
+        controller.controller.enqueue("ns/p");
+        await waitFor(`reconcile ${round}`, async () => ((await reconciles(registry)) >= round ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+      }
+      let list = (await vms.list({ namespace: "ns" })).items;
+      assert.equal(list.length, 2, "four reconciles on a stale cache created minIdle VMs once");
+      for (const vm of list) {
+        assert.equal(vm.metadata.labels?.[LABELS.pool], "p");
+        assert.match(vm.metadata.name ?? "", /^p-[a-z0-9]{5}$/);
+        assert.deepEqual(vm.metadata.finalizers, [FINALIZERS.runnerRegistration]);
+        assert.equal(vm.metadata.ownerReferences?.[0]?.uid, created.metadata.uid);
+        assert.equal(vm.metadata.ownerReferences?.[0]?.controller, true);
+        assert.deepEqual(vm.spec.templateRef, { name: "runner" });
+        assert.deepEqual(vm.spec.workload?.command, ["/runner/run.sh"]);
+      }
+      // The cache catches up; the expectations are settled by the VMs' names and nothing more is created.
+      void vmCache.start(stop.signal);
+      await vmCache.waitForSync(stop.signal);
+      const before = await reconciles(registry);
+      controller.controller.enqueue("ns/p");
+      await waitFor("reconcile after sync", async () => ((await reconciles(registry)) > before ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+      list = (await vms.list({ namespace: "ns" })).items;
+      assert.equal(list.length, 2);
+      const status = (await pools.get({ namespace: "ns", name: "p" })).status;
+      assert.equal(status?.desired, 2);
+      assert.equal(status?.starting, 2);
+      assert.equal(status?.conditions?.find((c) => c.type === "CredentialsValid")?.status, "False", "no credentials Secret: said so in a condition");
+    } finally {
+      stop.abort();
+      await running;
+    }
+  });
+});

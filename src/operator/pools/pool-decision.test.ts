@@ -1,0 +1,180 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { FakeClock } from "../../shared/index.ts";
+import { PoolExpectations } from "./expectations.ts";
+import { decidePool, DEFAULT_FAILURE_BUDGET, failureBackoffMs, NO_FAILURES, updateFailures, type PoolObservation, type PoolVmView } from "./pool-decision.ts";
+
+const T0 = 1_700_000_000_000;
+
+function vm(name: string, phase: PoolVmView["phase"], extra: Partial<PoolVmView> = {}): PoolVmView {
+  return { name, uid: `uid-${name}`, phase, deleting: false, busy: false, createdAt: T0, runningAt: phase === "Running" ? T0 : undefined, failedAt: undefined, ...extra };
+}
+
+function observe(extra: Partial<PoolObservation> = {}): PoolObservation {
+  return {
+    minIdle: 2,
+    maxConcurrent: 5,
+    scaleUpStep: 5,
+    generation: 1,
+    vms: [],
+    creating: [],
+    deletingExpected: [],
+    queuedJobs: 0,
+    failures: NO_FAILURES,
+    policy: DEFAULT_FAILURE_BUDGET,
+    now: T0,
+    ...extra,
+  };
+}
+
+describe("decidePool", () => {
+  it("creates minIdle VMs for an empty pool", () => {
+    const d = decidePool(observe());
+    assert.equal(d.create, 2);
+    assert.deepEqual(d.counts, { desired: 2, current: 0, idle: 0, busy: 0, starting: 0, failed: 0 });
+  });
+
+  it("counts starting VMs and creations not yet in the cache as capacity", () => {
+    assert.equal(decidePool(observe({ vms: [vm("p-aaaaa", "Booting")] })).create, 1);
+    assert.equal(decidePool(observe({ vms: [vm("p-aaaaa", "Booting")], creating: ["p-bbbbb"] })).create, 0);
+  });
+
+  it("keeps minIdle idle runners beside busy ones, capped by maxConcurrent", () => {
+    const busy = [1, 2, 3, 4].map((i) => vm(`p-busy${i}`, "Running", { busy: true }));
+    const d = decidePool(observe({ vms: busy }));
+    assert.equal(d.counts.desired, 5);
+    assert.equal(d.create, 1, "only one more fits under maxConcurrent 5");
+    assert.equal(d.cappedByMaxConcurrent, true);
+  });
+
+  it("never creates more than scaleUpStep at once", () => {
+    assert.equal(decidePool(observe({ minIdle: 10, maxConcurrent: 20, scaleUpStep: 3 })).create, 3);
+  });
+
+  it("bursts for queued jobs up to maxConcurrent", () => {
+    const d = decidePool(observe({ queuedJobs: 10, vms: [vm("p-aaaaa", "Running"), vm("p-bbbbb", "Running")] }));
+    assert.equal(d.counts.desired, 5);
+    assert.equal(d.create, 3);
+  });
+
+  it("terminal VMs hold no capacity and are removed; failed ones are counted", () => {
+    const d = decidePool(observe({ vms: [vm("p-aaaaa", "Failed", { failedAt: T0 }), vm("p-bbbbb", "Succeeded"), vm("p-ccccc", "Running")] }));
+    assert.deepEqual([...d.removeTerminal].sort(), ["p-aaaaa", "p-bbbbb"]);
+    assert.equal(d.counts.failed, 1);
+    assert.equal(d.counts.current, 1);
+  });
+
+  it("VMs being deleted still count against maxConcurrent but not as capacity", () => {
+    const deleting = [1, 2, 3, 4].map((i) => vm(`p-del0${i}`, "Running", { deleting: true }));
+    const d = decidePool(observe({ vms: deleting }));
+    assert.equal(d.create, 1, "four VMs still run; one more fits under 5");
+  });
+
+  it("scales down only idle runners, oldest first, never busy or starting ones", () => {
+    const vms = [
+      vm("p-old01", "Running", { createdAt: T0 - 2000 }),
+      vm("p-new01", "Running", { createdAt: T0 - 1000 }),
+      vm("p-idle3", "Running", { createdAt: T0 }),
+      vm("p-busy1", "Running", { busy: true }),
+      vm("p-boot1", "Booting"),
+    ];
+    const d = decidePool(observe({ minIdle: 1, vms }));
+    // desired = busy 1 + minIdle 1 = 2; have 5 → 3 too many, but only the 3 idle ones may go.
+    assert.deepEqual(d.scaleDown, ["p-old01", "p-new01", "p-idle3"]);
+    assert.equal(d.create, 0);
+    const d2 = decidePool(observe({ minIdle: 0, vms: [vm("p-busy1", "Running", { busy: true }), vm("p-boot1", "Booting")] }));
+    assert.deepEqual(d2.scaleDown, []);
+  });
+});
+
+describe("failure budget", () => {
+  it("backs off 5, 10, 20, 40, 80 s and stays at 80 s", () => {
+    assert.deepEqual([1, 2, 3, 4, 5, 6, 9].map((n) => failureBackoffMs(DEFAULT_FAILURE_BUDGET, n)), [5_000, 10_000, 20_000, 40_000, 80_000, 80_000, 80_000]);
+    assert.equal(failureBackoffMs(DEFAULT_FAILURE_BUDGET, 0), 0);
+  });
+
+  it("counts each failed VM once, resets on a VM whose workload started, restarts on a spec change", () => {
+    const f1 = updateFailures(NO_FAILURES, [vm("p-aaaaa", "Failed", { failedAt: T0 })], 1, T0);
+    assert.equal(f1.consecutive, 1);
+    const again = updateFailures(f1, [vm("p-aaaaa", "Failed", { failedAt: T0 })], 1, T0 + 1);
+    assert.equal(again.consecutive, 1, "the same VM is not counted twice");
+    const f2 = updateFailures(again, [vm("p-aaaaa", "Failed", { failedAt: T0 }), vm("p-bbbbb", "Failed", { failedAt: T0 + 5 })], 1, T0 + 10);
+    assert.equal(f2.consecutive, 2);
+    const ok = updateFailures(f2, [vm("p-ccccc", "Running", { runningAt: T0 + 20 })], 1, T0 + 20);
+    assert.equal(ok.consecutive, 0);
+    const respec = updateFailures(f2, [], 2, T0 + 30);
+    assert.equal(respec.consecutive, 0);
+    // A VM that failed after its runner started is not a start failure.
+    const late = updateFailures(NO_FAILURES, [vm("p-ddddd", "Failed", { runningAt: T0, failedAt: T0 + 100 })], 1, T0 + 200);
+    assert.equal(late.consecutive, 0);
+  });
+
+  it("holds creation during the backoff, probes one VM at a time, and reports exhaustion after 5", async () => {
+    const clock = new FakeClock(T0);
+    let failures = NO_FAILURES;
+    const created: number[] = [];
+    for (let i = 1; i <= 6; i++) {
+      const failedVm = vm(`p-fail${i}`, "Failed", { failedAt: clock.now() });
+      const d = decidePool(observe({ vms: [failedVm], failures, now: clock.now() }));
+      failures = d.failures;
+      assert.equal(d.failures.consecutive, i);
+      assert.equal(d.create, 0, `held right after failure ${i}`);
+      assert.equal(d.holdUntil, clock.now() + failureBackoffMs(DEFAULT_FAILURE_BUDGET, i));
+      assert.equal(d.budgetExhausted, i >= 5);
+      const waitMs = failureBackoffMs(DEFAULT_FAILURE_BUDGET, i);
+      const justBefore = decidePool(observe({ vms: [failedVm], failures, now: clock.now() + waitMs - 1 }));
+      assert.equal(justBefore.create, 0);
+      const after = decidePool(observe({ vms: [failedVm], failures, now: clock.now() + waitMs }));
+      assert.equal(after.create, 1, "one probe VM, not minIdle of them");
+      created.push(waitMs);
+      await clock.advance(waitMs);
+    }
+    assert.deepEqual(created, [5_000, 10_000, 20_000, 40_000, 80_000, 80_000]);
+    assert.equal(clock.now() - T0, 235_000, "six failures in a row cost the pool 235 s of waiting, not a tight loop");
+  });
+});
+
+describe("create expectations", () => {
+  it("a stale cache that has not seen the created VMs does not make the pool create them again", () => {
+    const clock = new FakeClock(T0);
+    const expectations = new PoolExpectations(clock);
+    const pool = "ns/p";
+    const staleCache = new Map<string, { deleting: boolean }>();
+    // Reconcile 1: empty pool → create 2.
+    let pending = expectations.settle(pool, staleCache);
+    const d1 = decidePool(observe({ creating: pending.creating }));
+    assert.equal(d1.create, 2);
+    for (let i = 0; i < d1.create; i++) expectations.expectCreated(pool, `p-new0${i}`);
+    // Reconcile 2 and 3, before the informer delivered the ADDs: the cache is still empty.
+    for (let round = 0; round < 2; round++) {
+      pending = expectations.settle(pool, staleCache);
+      assert.equal(decidePool(observe({ creating: pending.creating })).create, 0, "no extra VMs from a stale cache");
+    }
+    // The cache catches up: the expectations are settled by name, and nothing more is created.
+    const caughtUp = new Map([["p-new00", { deleting: false }], ["p-new01", { deleting: false }]]);
+    pending = expectations.settle(pool, caughtUp);
+    assert.deepEqual(pending.creating, []);
+    assert.equal(decidePool(observe({ creating: pending.creating, vms: [vm("p-new00", "Pending"), vm("p-new01", "Pending")] })).create, 0);
+  });
+
+  it("an expectation whose VM never shows up expires after the TTL", async () => {
+    const clock = new FakeClock(T0);
+    const expectations = new PoolExpectations(clock, 60_000);
+    expectations.expectCreated("ns/p", "p-lost1");
+    assert.deepEqual(expectations.settle("ns/p", new Map()).creating, ["p-lost1"]);
+    await clock.advance(60_000);
+    assert.deepEqual(expectations.settle("ns/p", new Map()).creating, []);
+  });
+
+  it("a deleted VM still in the cache does not count as capacity until the cache shows it going", () => {
+    const clock = new FakeClock(T0);
+    const expectations = new PoolExpectations(clock);
+    expectations.expectDeleted("ns/p", "p-aaaaa");
+    const cache = new Map([["p-aaaaa", { deleting: false }]]);
+    const pending = expectations.settle("ns/p", cache);
+    const d = decidePool(observe({ minIdle: 1, vms: [vm("p-aaaaa", "Running")], deletingExpected: pending.deleting }));
+    assert.equal(d.create, 1, "the deleted VM is not an idle runner any more");
+    assert.deepEqual(d.scaleDown, []);
+    assert.deepEqual(expectations.settle("ns/p", new Map([["p-aaaaa", { deleting: true }]])).deleting, []);
+  });
+});
