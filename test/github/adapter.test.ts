@@ -87,14 +87,14 @@ test("deleteRunner: a busy runner is a 'busy' result, an idle one is deleted, a 
 });
 
 test("installation tokens are cached, and replaced before they expire", async (t) => {
-  const { server, client } = await startGitHub(t, { tokenTtlSeconds: 4 });
-  const github = client({ tokenRefreshMarginMs: 2_000 });
+  const { server, client } = await startGitHub(t, { tokenTtlSeconds: 10 });
+  const github = client({ tokenRefreshMarginMs: 5_000 });
   await github.listRunners(ORG);
   await github.listRunners(ORG);
   await github.listRunners(ORG);
   assert.equal(server.requestsTo(/access_tokens$/).length, 1, "one token for three calls");
   // Past expiry minus margin, the cached token is not sent again: a fresh one is minted first.
-  await new Promise((r) => setTimeout(r, 2_500));
+  await new Promise((r) => setTimeout(r, 5_500));
   await github.listRunners(ORG);
   assert.equal(server.requestsTo(/access_tokens$/).length, 2);
   assert.deepEqual(server.requests.filter((r) => r.status === 401), [], "no request ever went out with an expired token");
@@ -141,9 +141,9 @@ test("5xx answers are retried; when they persist the error is GitHubUnavailable,
 
 test("a request slower than the timeout is abandoned and retried", async (t) => {
   const { server, client } = await startGitHub(t);
-  const github = client({ requestTimeoutMs: 1_000 });
+  const github = client({ requestTimeoutMs: 3_000 });
   await github.listRunners(ORG);
-  server.injectFault({ kind: "delay", ms: 4_000, count: 1, path: /\/actions\/runners$/ });
+  server.injectFault({ kind: "delay", ms: 60_000, count: 1, path: /\/actions\/runners$/ });
   assert.deepEqual(await github.listRunners(ORG), [], "the retry answered within the timeout; the slow first attempt could not have");
   assert.equal(server.faultsLeft, 0, "the slow answer was served");
   assert.equal(server.requestsTo(/\/actions\/runners$/).filter((r) => r.status === 200).length, 2);

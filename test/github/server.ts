@@ -268,7 +268,14 @@ export class GitHubTestServer {
         faulted = true;
         if (fault.kind === "delay") {
           // A response slower than the client's timeout: the client gives up; we answer anyway, late.
-          await sleep(fault.ms);
+          // Ends early when the client hangs up, so a long delay does not keep the process alive.
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, fault.ms);
+            res.once("close", () => {
+              clearTimeout(timer);
+              resolve();
+            });
+          });
           if (res.destroyed) {
             this.requests.push({ method, path: url.pathname, status: 0, operationId: operation.operationId, faulted, at });
             return;
