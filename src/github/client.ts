@@ -109,6 +109,10 @@ export class GitHubClient {
   /** Registers a just-in-time runner and returns its one-time setup. 409 if the name is taken. */
   async generateJitConfig(scope: GitHubScope, request: JitConfigRequest): Promise<JitRunner> {
     const call = { action: "create a one-time runner setup for", object: `runner ${request.name} in ${describeScope(scope)}`, context: { scope: describeScope(scope), runnerName: request.name } };
+    // GitHub's own limits (the operation's schema), checked here so the error names them.
+    if (request.name.length === 0 || request.labels.length < 1 || request.labels.length > 100 || request.labels.some((l) => l.length === 0)) {
+      throw terminalError(GitHubErrorCode.Invalid, `Cannot ${call.action} ${call.object}: a runner needs a name and 1 to 100 non-empty labels (got ${request.labels.length})`, { context: call.context });
+    }
     const { data } = await this.#call(call, `POST ${actionsPrefix(scope)}/runners/generate-jitconfig`, {
       name: request.name,
       runner_group_id: request.runnerGroupId,

@@ -58,6 +58,10 @@ test("jitconfig for repo, org and enterprise scopes; the runner is listed, read 
   // One runner name per scope: a second jitconfig with the same name is a conflict, not a new runner.
   await rejectsWith(github.generateJitConfig(ORG, { name: "imp-org", runnerGroupId: orgGroup, labels: ["imp"] }), GitHubErrorCode.Conflict, "conflict");
   await rejectsWith(github.generateJitConfig(ORG, { name: "imp-x", runnerGroupId: 31337, labels: ["imp"] }), GitHubErrorCode.NotFound, "terminal");
+  const before = server.requests.length;
+  await rejectsWith(github.generateJitConfig(ORG, { name: "imp-y", runnerGroupId: 1, labels: [] }), GitHubErrorCode.Invalid, "terminal");
+  await rejectsWith(github.generateJitConfig(ORG, { name: "imp-y", runnerGroupId: 1, labels: Array.from({ length: 101 }, (_, i) => `l${i}`) }), GitHubErrorCode.Invalid, "terminal");
+  assert.equal(server.requests.length, before, "refused before any request");
 });
 
 test("listRunners reads every page and filters by name", async (t) => {
