@@ -26,12 +26,19 @@ export function renewTimeMs(lease: DeepReadonly<Lease> | undefined): number | un
 }
 
 /**
- * Fresh = renewed and its own leaseDurationSeconds has not passed on `nowMs`. A Lease without a
- * duration gets none: it is never fresh, because nothing says how long the renewal is good for.
+ * How old an agent's last renewal may be before its node is lost (node-loss controller) and, the
+ * same bound, before the scheduler stops choosing it: a node whose VMs were just failed as NodeLost
+ * must not receive new ones.
  */
-export function isLeaseFresh(lease: DeepReadonly<Lease> | undefined, nowMs: number): boolean {
+export const DEFAULT_LEASE_MAX_AGE_MS = 40_000;
+
+/**
+ * Fresh = renewed, and neither its own leaseDurationSeconds nor `maxAgeMs` has passed since on
+ * `nowMs`. A Lease without a duration is never fresh: nothing says how long its renewal is good for.
+ */
+export function isLeaseFresh(lease: DeepReadonly<Lease> | undefined, nowMs: number, maxAgeMs: number = DEFAULT_LEASE_MAX_AGE_MS): boolean {
   const renewed = renewTimeMs(lease);
   const durationS = lease?.spec?.leaseDurationSeconds;
   if (renewed === undefined || durationS === undefined || durationS <= 0) return false;
-  return renewed + durationS * 1000 > nowMs;
+  return renewed + Math.min(durationS * 1000, maxAgeMs) > nowMs;
 }

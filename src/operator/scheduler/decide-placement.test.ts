@@ -49,6 +49,9 @@ describe("decidePlacement", () => {
     assert.match(d.kind === "unschedulable" ? d.message : "", /^0\/2 nodes fit \(VM needs 2 vCPU, 1024 MiB, 1 VM slot\): a: agent Lease stale; b: no agent Lease$/);
     // Fresh until the lease duration has passed on the operator's clock.
     assert.equal(decidePlacement(input([node("a")], { leases: new Map([["a", lease(39_999)]]) })).kind, "bind");
+    // The node-loss bound applies too, when it is shorter than the Lease's own duration.
+    assert.equal(decidePlacement(input([node("a")], { leases: new Map([["a", lease(3_000)]]), maxLeaseAgeMs: 3_000 })).kind, "unschedulable");
+    assert.equal(decidePlacement(input([node("a")], { leases: new Map([["a", lease(2_999)]]), maxLeaseAgeMs: 3_000 })).kind, "bind");
   });
 
   it("names what did not fit on each node", () => {

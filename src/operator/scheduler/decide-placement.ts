@@ -39,6 +39,8 @@ export interface PlacementInput {
   /** VMs whose status.nodeName is the key. */
   readonly bound: ReadonlyMap<string, readonly BoundVm[]>;
   readonly nowMs: number;
+  /** The node-loss bound: a Lease renewed longer ago than this is stale even within its duration. */
+  readonly maxLeaseAgeMs?: number;
 }
 
 export type Placement =
@@ -89,10 +91,11 @@ export function judgeNode(
   lease: DeepReadonly<Lease> | undefined,
   bound: readonly BoundVm[],
   nowMs: number,
+  maxLeaseAgeMs?: number,
 ): Verdict {
   if (node.spec?.unschedulable === true) return { fits: false, why: "cordoned (spec.unschedulable)" };
   if (lease === undefined) return { fits: false, why: "no agent Lease" };
-  if (!isLeaseFresh(lease, nowMs)) return { fits: false, why: "agent Lease stale" };
+  if (!isLeaseFresh(lease, nowMs, maxLeaseAgeMs)) return { fits: false, why: "agent Lease stale" };
   const capacity = node.status?.capacity;
   if (capacity === undefined) return { fits: false, why: "reports no capacity" };
   const parsed = parseReservations(node);
@@ -131,7 +134,7 @@ export function decidePlacement(input: PlacementInput): Placement {
   const reasons: string[] = [];
   for (const node of candidates) {
     const name = node.metadata.name ?? "";
-    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs);
+    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs);
     if (!verdict.fits) {
       reasons.push(`${name}: ${verdict.why}`);
       continue;

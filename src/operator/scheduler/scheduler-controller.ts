@@ -49,6 +49,8 @@ export interface SchedulerControllerOptions {
   readonly logger?: Logger;
   /** Placement workers (default 2). Concurrency is safe at any value; see bind-protocol.ts. */
   readonly workers?: number;
+  /** Same value as the node-loss controller's lostAfterMs (default 40 s): older renewals make a node ineligible. */
+  readonly nodeLostAfterMs?: number;
   /** Distinguishes controllers' metrics when two run in one process (tests). Default "scheduler". */
   readonly name?: string;
 }
@@ -97,7 +99,7 @@ export class SchedulerController {
     this.#placement.watch(nodeInformer, { toKeys: () => this.#pendingKeys(), updateMatters: nodeMayHaveRoom });
     this.#placement.watch(leaseInformer, {
       toKeys: (lease) => (nodeOfLease(lease) === undefined ? [] : this.#pendingKeys()),
-      updateMatters: (old, obj) => !isLeaseFresh(old, this.#clock.now()) && isLeaseFresh(obj, this.#clock.now()),
+      updateMatters: (old, obj) => !isLeaseFresh(old, this.#clock.now(), this.#o.nodeLostAfterMs) && isLeaseFresh(obj, this.#clock.now(), this.#o.nodeLostAfterMs),
     });
     // A class or template appearing can make an unresolvable VM schedulable.
     classInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
@@ -143,7 +145,7 @@ export class SchedulerController {
       if (lease !== undefined) leases.set(name, lease);
       bound.set(name, this.#boundVms(name));
     }
-    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now() });
+    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }) });
     if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
 
     const { nodeName } = placement;

@@ -190,6 +190,29 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
     await retire("stale-e", "cordon-g");
   });
 
+  it("a replica that died between reserving and binding leaks nothing: its reservation is rolled forward, one for a vanished VM is released", async () => {
+    await agentNode("hand-1", { vcpu: 8, memoryMiB: 8192, vmSlots: 2 });
+    await agentNode("hand-2", { vcpu: 8, memoryMiB: 8192, vmSlots: 2 });
+    await createVm("h1");
+    const h1 = await get("h1");
+    // What a dead replica left: h1 reserved on the fuller node, and a reservation for a VM that no longer exists.
+    const record = {
+      [h1.metadata.uid ?? ""]: { namespace: NS, name: "h1", vcpu: 1, memoryMiB: 512 },
+      "00000000-0000-0000-0000-000000000000": { namespace: NS, name: "vanished", vcpu: 1, memoryMiB: 512 },
+    };
+    await nodes.patch({ name: "hand-2" }, { metadata: { annotations: { "imp.dev/reservations": JSON.stringify(record) } } });
+    const stop = await startScheduler("s-hand");
+    assert.equal((await waitBound("h1")).status?.nodeName, "hand-2", "bound where it was reserved, though hand-1 is emptier");
+    const released = await waitFor("vanished VM's reservation released", async () => {
+      const parsed = parseReservations(await nodes.get({ name: "hand-2" }));
+      return parsed.ok && Object.keys(parsed.record).length === 1 ? Object.keys(parsed.record) : undefined;
+    }, { timeoutMs: SETTLE_MS, intervalMs: 100 });
+    assert.deepEqual(released, [h1.metadata.uid]);
+    await stop();
+    await finish("h1");
+    await retire("hand-1", "hand-2");
+  });
+
   it("two scheduler instances racing over many VMs and tight nodes never overcommit", async () => {
     const caps = { "race-1": 5, "race-2": 3 } as const;
     await agentNode("race-1", { vcpu: 64, memoryMiB: 65536, vmSlots: caps["race-1"] });

@@ -1,0 +1,163 @@
+/**
+ * Node loss against a real API server with simulated agents (the test renews each node's agent
+ * Lease itself, or stops doing so): VMs on a node whose Lease went stale, or whose core/v1 Node was
+ * deleted, become Failed/NodeLost; VMs on live nodes and VMs already ended are left alone; the
+ * scheduler, running alongside, never places a VM on the lost node.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Registry } from "prom-client";
+import { API_VERSION, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, IMP_VM_TEMPLATE, VERSION, VM_REASONS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../../src/api/index.ts";
+import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, resourceDescriptor, type CoreEvent, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { NodeLossController } from "../../../src/operator/nodes/index.ts";
+import { agentLeaseName, SchedulerController } from "../../../src/operator/scheduler/index.ts";
+import { waitFor } from "../../../src/shared/index.ts";
+
+const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
+const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
+const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
+const TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
+const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
+const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
+const LEASE_NS = "imp-system";
+const NS = "default";
+/** Short so the test is quick; the shipped default is 40 s. */
+const LOST_AFTER_MS = 3_000;
+const RENEW_EVERY_MS = 500;
+const SETTLE_MS = 90_000;
+
+describe("node loss against a real API server", { timeout: 600_000 }, () => {
+  let plane: ControlPlane;
+  let vms: ResourceClient<ImpVM>;
+  let nodes: ResourceClient<ImpNode>;
+  let leases: ResourceClient<Lease>;
+  let kubeNodes: ResourceClient<KubeObject>;
+  const ac = new AbortController();
+  const running: Promise<unknown>[] = [];
+  const renewers = new Map<string, NodeJS.Timeout>();
+
+  before(async () => {
+    plane = await startControlPlane({ controllerManager: false });
+    await installCrds(plane.kubeConfig);
+    const kc = plane.kubeConfig;
+    vms = createResourceClient<ImpVM>(kc, VMS);
+    nodes = createResourceClient<ImpNode>(kc, NODES);
+    leases = createResourceClient<Lease>(kc, LEASE_RESOURCE);
+    kubeNodes = createResourceClient<KubeObject>(kc, KUBE_NODES);
+    await createResourceClient<KubeObject>(kc, NAMESPACES).create({ metadata: { name: LEASE_NS } });
+    await createResourceClient<ImpVMClass>(kc, CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
+    await createResourceClient<ImpVMTemplate>(kc, TEMPLATES).create({
+      apiVersion: API_VERSION,
+      kind: "ImpVMTemplate",
+      metadata: { name: "t", namespace: NS },
+      spec: { classRef: { name: "small" }, image: "registry.test/img:1", kernel: "default", expireAfter: "1h", workload: { command: ["true"] } },
+    });
+
+    const vmInformer = new Informer({ client: createResourceClient<ImpVM>(kc, VMS) });
+    const nodeInformer = new Informer({ client: createResourceClient<ImpNode>(kc, NODES) });
+    const leaseInformer = new Informer({ client: createResourceClient<Lease>(kc, LEASE_RESOURCE), namespace: LEASE_NS });
+    const kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES) });
+    const classInformer = new Informer({ client: createResourceClient<ImpVMClass>(kc, CLASSES) });
+    const templateInformer = new Informer({ client: createResourceClient<ImpVMTemplate>(kc, TEMPLATES) });
+    const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer];
+    const registry = new Registry();
+    const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: "test" });
+    const nodeLoss = new NodeLossController({ vms, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodeInformer, lostAfterMs: LOST_AFTER_MS, registry, recorder });
+    const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS });
+    for (const c of caches) running.push(c.start(ac.signal));
+    await Promise.all(caches.map((c) => c.waitForSync(ac.signal)));
+    running.push(nodeLoss.start(ac.signal), scheduler.start(ac.signal));
+  });
+  after(async () => {
+    for (const timer of renewers.values()) clearInterval(timer);
+    ac.abort();
+    await Promise.allSettled(running);
+    await plane?.stop();
+  });
+
+  const renew = (name: string): Promise<Lease> => leases.patch({ namespace: LEASE_NS, name: agentLeaseName(name) }, { spec: { renewTime: microTime(Date.now()) } });
+  /** A simulated agent that renews its Lease every RENEW_EVERY_MS until `stopAgent`. */
+  async function startAgent(name: string, vmSlots: number): Promise<void> {
+    await nodes.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name }, spec: { unschedulable: false } });
+    await nodes.patchStatus({ name }, { status: { arch: "amd64", capacity: { vcpu: 16, memoryMiB: 16384, vmSlots } } });
+    await leases.create({ apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: agentLeaseName(name), namespace: LEASE_NS }, spec: { holderIdentity: name, leaseDurationSeconds: 40, renewTime: microTime(Date.now()) } });
+    renewers.set(name, setInterval(() => void renew(name).catch(() => undefined), RENEW_EVERY_MS));
+  }
+  /** The agent dies: no more renewals. Returns when the last one was sent. */
+  async function stopAgent(name: string): Promise<number> {
+    clearInterval(renewers.get(name));
+    renewers.delete(name);
+    await renew(name);
+    return Date.now();
+  }
+  const get = (name: string): Promise<ImpVM> => vms.get({ namespace: NS, name });
+  async function boundVm(name: string, pinned?: string): Promise<string> {
+    await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", ...(pinned === undefined ? {} : { nodeName: pinned }) } } as ImpVM);
+    const vm = await waitFor(`ImpVM ${name} bound`, async () => { const v = await get(name); return v.status?.nodeName === undefined ? undefined : v; }, { timeoutMs: SETTLE_MS, intervalMs: 25 });
+    return vm.status?.nodeName ?? "";
+  }
+  const setPhase = (name: string, status: ImpVM["status"]): Promise<ImpVM> => vms.patchStatus({ namespace: NS, name }, { status });
+  const waitFailed = (name: string): Promise<ImpVM> =>
+    waitFor(`ImpVM ${name} Failed`, async () => { const v = await get(name); return v.status?.phase === "Failed" ? v : undefined; }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
+
+  it("a stale Lease fails the node's live VMs with NodeLost, leaves ended VMs and other nodes alone, and is never chosen", async () => {
+    await startAgent("live", 3);
+    await startAgent("dying", 3);
+    const running1 = await boundVm("d-run", "dying");
+    const ended = await boundVm("d-done", "dying");
+    const scheduled = await boundVm("d-sched", "dying");
+    const onLive = await boundVm("l-run", "live");
+    assert.deepEqual([running1, ended, scheduled, onLive], ["dying", "dying", "dying", "live"]);
+    await setPhase("d-run", { phase: "Running" });
+    await setPhase("d-done", { phase: "Succeeded", exitCode: 0 });
+    await setPhase("l-run", { phase: "Running" });
+
+    const lastRenewal = await stopAgent("dying");
+    const failed = await waitFailed("d-run");
+    const detectedMs = Date.now() - lastRenewal;
+    assert.equal(failed.status?.reason, VM_REASONS.NodeLost);
+    assert.match(failed.status?.message ?? "", /^Node dying: its agent Lease was last renewed \d+ s ago \(limit 3 s\)$/);
+    assert.ok(failed.status?.phaseTimestamps?.failed);
+    assert.ok(detectedMs >= LOST_AFTER_MS, `not failed before the bound (${detectedMs} ms)`);
+    const failedScheduled = await waitFailed("d-sched");
+    assert.equal(failedScheduled.status?.reason, VM_REASONS.NodeLost);
+    console.log(`# node loss: Lease last renewed → VM Failed/NodeLost in ${detectedMs} ms (bound ${LOST_AFTER_MS} ms)`);
+
+    const done = await get("d-done");
+    assert.equal(done.status?.phase, "Succeeded");
+    assert.equal(done.status?.reason, undefined);
+    assert.equal((await get("l-run")).status?.phase, "Running");
+
+    // The dying node now has three free slots, the live one two: new VMs go to the live one only.
+    assert.equal(await boundVm("after-1"), "live");
+    assert.equal(await boundVm("after-2"), "live");
+    await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "after-3", namespace: NS }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral" } } as ImpVM);
+    const condition = await waitFor("after-3 Unschedulable", async () => {
+      const c = (await get("after-3")).status?.conditions?.find((x) => x.type === "Scheduled");
+      return c?.reason === "Unschedulable" ? c : undefined;
+    }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
+    assert.equal(condition.message, "0/2 nodes fit (VM needs 1 vCPU, 512 MiB, 1 VM slot): dying: agent Lease stale; live: not enough VM slots");
+    // A NodeLost VM stays Failed: nothing binds it again.
+    assert.equal((await get("d-run")).status?.phase, "Failed");
+    for (const n of ["l-run", "after-1", "after-2"]) await setPhase(n, { phase: "Succeeded", exitCode: 0 });
+    await vms.delete({ namespace: NS, name: "after-3" });
+  });
+
+  it("a deleted Node fails its VMs at once; a node that never had a Node object is not affected", async () => {
+    await kubeNodes.create({ metadata: { name: "kn-1" } });
+    await startAgent("kn-1", 2);
+    await startAgent("kn-2", 2);
+    assert.equal(await boundVm("k1", "kn-1"), "kn-1");
+    assert.equal(await boundVm("k2", "kn-2"), "kn-2");
+    const deletedAt = Date.now();
+    await kubeNodes.delete({ name: "kn-1" });
+    const failed = await waitFailed("k1");
+    console.log(`# node loss: Node deleted → VM Failed/NodeLost in ${Date.now() - deletedAt} ms (Lease still fresh)`);
+    assert.equal(failed.status?.reason, VM_REASONS.NodeLost);
+    assert.equal(failed.status?.message, "Node kn-1 was deleted");
+    // Give the controller time to (wrongly) act on kn-2 too, then check it did not.
+    await new Promise((r) => setTimeout(r, 2 * LOST_AFTER_MS));
+    assert.equal((await get("k2")).status?.phase, "Scheduled");
+  });
+});
