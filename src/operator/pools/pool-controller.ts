@@ -184,6 +184,7 @@ export class PoolController {
       phase: vm.status?.phase,
       deleting: vm.metadata.deletionTimestamp !== undefined,
       busy: this.activity.isBusy(name),
+      bound: vm.status?.nodeName !== undefined,
       createdAt: ms(vm.metadata.creationTimestamp) ?? 0,
       runningAt: ms(vm.status?.phaseTimestamps?.running),
       failedAt: ms(vm.status?.phaseTimestamps?.failed),
@@ -224,14 +225,17 @@ export class PoolController {
     let scaledDown = 0;
     for (const name of d.scaleDown) {
       const vm = byName.get(name);
-      const runnerId = vm?.status?.runner?.id;
-      if (vm === undefined || runnerId === undefined) continue;
-      // Deregister first: a runner that is gone from GitHub can no longer be handed a job while its VM stops.
-      const gh = await this.#o.github.forPool(pool, ctx.signal);
-      const result = await gh.client.deleteRunner(gh.scope, runnerId);
-      if (result === "busy") {
-        this.activity.runnerBusy(name, true);
-        continue;
+      if (vm === undefined) continue;
+      const runnerId = vm.status?.runner?.id;
+      if (runnerId !== undefined) {
+        // Deregister first: a runner gone from GitHub can no longer be handed a job while its VM stops.
+        const gh = await this.#o.github.forPool(pool, ctx.signal);
+        if ((await gh.client.deleteRunner(gh.scope, runnerId)) === "busy") {
+          this.activity.runnerBusy(name, true);
+          continue;
+        }
+      } else if (vm.status?.nodeName !== undefined) {
+        continue; // bound and being set up right now: let it finish and become idle first
       }
       await this.#deleteVm(ctx, vm);
       scaledDown++;

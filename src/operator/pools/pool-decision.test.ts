@@ -7,7 +7,7 @@ import { decidePool, DEFAULT_FAILURE_BUDGET, failureBackoffMs, NO_FAILURES, upda
 const T0 = 1_700_000_000_000;
 
 function vm(name: string, phase: PoolVmView["phase"], extra: Partial<PoolVmView> = {}): PoolVmView {
-  return { name, uid: `uid-${name}`, phase, deleting: false, busy: false, createdAt: T0, runningAt: phase === "Running" ? T0 : undefined, failedAt: undefined, ...extra };
+  return { name, uid: `uid-${name}`, phase, deleting: false, busy: false, bound: phase !== undefined && phase !== "Pending", createdAt: T0, runningAt: phase === "Running" ? T0 : undefined, failedAt: undefined, ...extra };
 }
 
 function observe(extra: Partial<PoolObservation> = {}): PoolObservation {
@@ -70,7 +70,7 @@ describe("decidePool", () => {
     assert.equal(d.create, 1, "four VMs still run; one more fits under 5");
   });
 
-  it("scales down only idle runners, oldest first, never busy or starting ones", () => {
+  it("scales down unbound VMs and idle runners, never busy or bound starting ones", () => {
     const vms = [
       vm("p-old01", "Running", { createdAt: T0 - 2000 }),
       vm("p-new01", "Running", { createdAt: T0 - 1000 }),
@@ -84,6 +84,8 @@ describe("decidePool", () => {
     assert.equal(d.create, 0);
     const d2 = decidePool(observe({ minIdle: 0, vms: [vm("p-busy1", "Running", { busy: true }), vm("p-boot1", "Booting")] }));
     assert.deepEqual(d2.scaleDown, []);
+    const d3 = decidePool(observe({ minIdle: 0, vms: [vm("p-idle1", "Running"), vm("p-pend1", "Pending"), vm("p-pend2", "Pending", { createdAt: T0 + 1 })] }));
+    assert.deepEqual(d3.scaleDown, ["p-pend2", "p-pend1", "p-idle1"], "unbound VMs (newest first) go before idle runners");
   });
 });
 

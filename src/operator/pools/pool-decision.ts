@@ -6,7 +6,7 @@
  *   desired  = min(maxConcurrent, busy + minIdle + queued jobs)
  *   have     = idle + busy + starting + creations not yet in the cache
  *   create   = min(scaleUpStep, desired − have, maxConcurrent − every non-terminal VM − creations)
- *   scale down only idle VMs, at most have − desired of them
+ *   scale down at most have − desired VMs: unbound ones (no runner yet), then idle runners
  *
  * Terminal VMs hold no capacity (they are removed and replaced); VMs being deleted still count
  * against maxConcurrent until they are gone, because their VMM may still run.
@@ -32,6 +32,8 @@ export interface PoolVmView {
   readonly deleting: boolean;
   /** GitHub says (or a webhook said) its runner runs a job. */
   readonly busy: boolean;
+  /** status.nodeName is set: the VM may be getting its setup or booting. */
+  readonly bound: boolean;
   readonly createdAt: number;
   /** When the workload started (phaseTimestamps.running), if it did. */
   readonly runningAt: number | undefined;
@@ -78,7 +80,7 @@ export interface PoolCounts {
 
 export interface PoolDecision {
   readonly create: number;
-  /** Idle VMs to deregister and delete, oldest first. */
+  /** VMs to deregister and delete: unbound ones first (nothing runs there yet), then idle runners, oldest first. */
   readonly scaleDown: readonly string[];
   /** Terminal VMs to delete (their registration is removed by the cleanup finalizer). */
   readonly removeTerminal: readonly string[];
@@ -134,6 +136,7 @@ export function decidePool(o: PoolObservation): PoolDecision {
   const failures = updateFailures(o.failures, o.vms, o.generation, o.now);
   const expectedGone = new Set(o.deletingExpected);
   let idle: PoolVmView[] = [];
+  let unbound: PoolVmView[] = [];
   let busy = 0;
   let starting = 0;
   let failed = 0;
@@ -149,9 +152,13 @@ export function decidePool(o: PoolObservation): PoolDecision {
     if (vm.deleting || expectedGone.has(vm.name)) continue;
     if (vm.busy) busy++;
     else if (vm.phase === "Running") idle.push(vm);
-    else starting++;
+    else {
+      starting++;
+      if (!vm.bound) unbound.push(vm);
+    }
   }
   idle = idle.sort((a, b) => a.createdAt - b.createdAt || a.name.localeCompare(b.name));
+  unbound = unbound.sort((a, b) => b.createdAt - a.createdAt || a.name.localeCompare(b.name));
   const creating = o.creating.length;
   const wanted = busy + o.minIdle + o.queuedJobs;
   const desired = Math.min(o.maxConcurrent, wanted);
@@ -165,7 +172,8 @@ export function decidePool(o: PoolObservation): PoolDecision {
   const step = failures.consecutive > 0 ? 1 : o.scaleUpStep;
   const create = holding ? 0 : Math.max(0, Math.min(step, desired - have, room));
   const excess = have - desired;
-  const scaleDown = excess > 0 ? idle.slice(0, excess).map((v) => v.name) : [];
+  // Never a busy runner, never a bound VM still starting (its runner may be about to take a job).
+  const scaleDown = excess > 0 ? [...unbound, ...idle].slice(0, excess).map((v) => v.name) : [];
 
   return {
     create,

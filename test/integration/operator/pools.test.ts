@@ -1,0 +1,316 @@
+/**
+ * The operator's runner pools on a real API server (with kube-controller-manager, so owner
+ * references are garbage-collected) against the GitHub test server (every request and response
+ * checked against GitHub's OpenAPI description). The tests play scheduler and agent: they bind
+ * VMs (status.phase Scheduled + nodeName) and publish an ImpNode with a real setup key.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Registry } from "prom-client";
+import {
+  API_VERSION,
+  FINALIZERS,
+  GITHUB_APP_SECRET_KEYS,
+  LABELS,
+  SETUP_SEAL_SUITE,
+  SETUP_SECRET,
+  generateNodeKeyPair,
+  installCrds,
+  openSetup,
+  parseSealedSetup,
+  setupSecretName,
+  type ImpNode,
+  type ImpVM,
+  type ImpVMRunnerPool,
+  type NodeKeyPair,
+} from "../../../src/api/index.ts";
+import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { createResourceClient, isNotFound, type ResourceClient } from "../../../src/kube/index.ts";
+import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, WEBHOOK_PATH, type SecretObject } from "../../../src/operator/index.ts";
+import { createLogger, waitFor } from "../../../src/shared/index.ts";
+import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
+import { decodeJitSetup } from "../../github/jit-setup-format.ts";
+
+const NS = "default";
+const REPO = { owner: "acme", repo: "web" };
+const WEBHOOK_SECRET = "pool-test-webhook-secret";
+const WAIT = { timeoutMs: 90_000, intervalMs: 100 };
+
+describe("operator: runner pools", { timeout: 600_000 }, () => {
+  let plane: ControlPlane;
+  let operator: Operator;
+  let registry: Registry;
+  const stop = new AbortController();
+  let running: Promise<void>;
+  let vms: ResourceClient<ImpVM>;
+  let pools: ResourceClient<ImpVMRunnerPool>;
+  let nodes: ResourceClient<ImpNode>;
+  let secrets: ResourceClient<SecretObject>;
+  let nodeKey: NodeKeyPair;
+  let otherKey: NodeKeyPair;
+  let webhookUrl: string;
+
+  before(async () => {
+    plane = await startControlPlane({ controllerManager: true });
+    await installCrds(plane.kubeConfig);
+    vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
+    pools = createResourceClient<ImpVMRunnerPool>(plane.kubeConfig, IMP_VM_RUNNER_POOLS);
+    nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);
+    secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRETS);
+    nodeKey = await generateNodeKeyPair();
+    otherKey = await generateNodeKeyPair();
+    await nodes.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "node-a" }, spec: { unschedulable: false } });
+    await nodes.patchStatus({ name: "node-a" }, { status: { setupKey: { algorithm: SETUP_SEAL_SUITE, keyId: nodeKey.keyId, publicKey: nodeKey.publicKey } } });
+    registry = new Registry();
+    operator = new Operator({
+      kubeConfig: plane.kubeConfig,
+      logger: createLogger({ level: process.env["IMP_TEST_LOG"] ?? "warn", name: "operator" }),
+      identity: "pools-test",
+      healthPort: 0,
+      webhookPort: 0,
+      webhookHost: "127.0.0.1",
+      webhookSecrets: [WEBHOOK_SECRET],
+      runnerListIntervalMs: 1_000,
+      githubClientOptions: { serverErrorBackoffMs: 50 },
+      registry,
+    });
+    running = operator.start(stop.signal);
+    running.catch(() => undefined);
+    webhookUrl = `${await operator.webhook!.listening()}${WEBHOOK_PATH}`;
+  });
+
+  after(async () => {
+    stop.abort();
+    await running?.catch(() => undefined);
+    await plane?.stop();
+  });
+
+  async function credentials(name: string, gh: GitHubFixture): Promise<void> {
+    const b64 = (s: string): string => Buffer.from(s).toString("base64");
+    await secrets.create({
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name, namespace: NS },
+      data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(gh.privateKey) },
+    });
+  }
+
+  async function createPool(name: string, gh: GitHubFixture, spec: Partial<ImpVMRunnerPool["spec"]> = {}): Promise<ImpVMRunnerPool> {
+    await credentials(`${name}-app`, gh);
+    return pools.create({
+      apiVersion: API_VERSION,
+      kind: "ImpVMRunnerPool",
+      metadata: { name, namespace: NS },
+      spec: {
+        templateName: "runner",
+        github: { credentialsSecretRef: { name: `${name}-app` }, apiURL: gh.server.url, scope: "repo", repository: `${REPO.owner}/${REPO.repo}`, runnerGroup: "Default", labels: ["imp", name] },
+        minIdle: 2,
+        maxConcurrent: 3,
+        scaleUpStep: 5,
+        runnerCommand: ["/runner/run.sh", "--ephemeral"],
+        ...spec,
+      },
+    });
+  }
+
+  const liveVmsOf = async (pool: string): Promise<ImpVM[]> =>
+    (await vms.list({ namespace: NS, labelSelector: `${LABELS.pool}=${pool}` })).items.filter((vm) => vm.metadata.deletionTimestamp === undefined && vm.status?.phase !== "Succeeded" && vm.status?.phase !== "Failed");
+
+  async function waitForVms(pool: string, count: number): Promise<ImpVM[]> {
+    return waitFor(`${count} live VMs of pool ${pool}`, async () => {
+      const list = await liveVmsOf(pool);
+      return list.length === count ? list : undefined;
+    }, WAIT);
+  }
+
+  const bind = (vm: ImpVM, node = "node-a"): Promise<ImpVM> =>
+    vms.patchStatus({ namespace: NS, name: vm.metadata.name ?? "" }, { status: { phase: "Scheduled", nodeName: node, phaseTimestamps: { scheduled: new Date().toISOString() } } });
+
+  const run = (vm: ImpVM): Promise<ImpVM> => vms.patchStatus({ namespace: NS, name: vm.metadata.name ?? "" }, { status: { phase: "Running", phaseTimestamps: { running: new Date().toISOString() } } });
+
+  async function waitForMinted(name: string): Promise<ImpVM> {
+    return waitFor(`setup of ${name} minted`, async () => {
+      const vm = await vms.get({ namespace: NS, name });
+      return vm.status?.setup?.state === "Minted" && vm.status.runner !== undefined ? vm : undefined;
+    }, WAIT);
+  }
+
+  const gone = async (read: () => Promise<unknown>): Promise<boolean> => {
+    try {
+      await read();
+      return false;
+    } catch (err) {
+      if (isNotFound(err)) return true;
+      throw err;
+    }
+  };
+
+  /** Deletes a pool: its VMs go first, each deregistered, and only then the pool itself. */
+  async function deletePool(name: string, gh: GitHubFixture): Promise<void> {
+    await pools.delete({ namespace: NS, name });
+    await waitFor(`pool ${name} gone`, async () => ((await gone(() => pools.get({ namespace: NS, name }))) ? true : undefined), WAIT);
+    assert.deepEqual((await vms.list({ namespace: NS, labelSelector: `${LABELS.pool}=${name}` })).items.map((vm) => vm.metadata.name), [], "no VM outlives its pool");
+    assert.deepEqual([...gh.server.runners.values()].map((r) => r.name), [], "no registration outlives its VM");
+  }
+
+  /** Every runner name the GitHub test server holds is registered once (I1). */
+  function assertNamesUnique(gh: GitHubFixture): void {
+    const names = [...gh.server.runners.values()].map((r) => r.name);
+    assert.deepEqual(names, [...new Set(names)], "no runner name is registered twice");
+  }
+
+  it("keeps minIdle VMs; bound VMs get a setup sealed to their node, a runner id, and nothing in clear", async (t) => {
+    const gh = await startGitHub(t);
+    const pool = await createPool("alpha", gh);
+    const created = await waitForVms("alpha", 2);
+    // Several runner-list rounds later there are still exactly two.
+    await new Promise((r) => setTimeout(r, 3_000));
+    assert.equal((await liveVmsOf("alpha")).length, 2, "minIdle 2: no more VMs than that");
+    for (const vm of created) {
+      assert.match(vm.metadata.name ?? "", /^alpha-[a-z0-9]{5}$/);
+      assert.equal(vm.metadata.ownerReferences?.[0]?.uid, pool.metadata.uid);
+      assert.ok(vm.metadata.finalizers?.includes(FINALIZERS.runnerRegistration));
+      assert.deepEqual(vm.spec.templateRef, { name: "runner" });
+      assert.deepEqual(vm.spec.workload?.command, ["/runner/run.sh", "--ephemeral"]);
+      assert.equal(vm.status?.setup, undefined, "no setup before the VM is bound");
+    }
+    assert.equal(gh.server.runners.size, 0, "nothing is registered for unbound VMs");
+
+    for (const vm of created) await bind(vm);
+    for (const vm of created) {
+      const name = vm.metadata.name ?? "";
+      const minted = await waitForMinted(name);
+      const runner = gh.server.runnerNamed(name);
+      assert.ok(runner !== undefined, `GitHub has runner ${name}`);
+      assert.equal(minted.status?.runner?.id, runner.id);
+      assert.deepEqual(runner.labels.filter((l) => l.type === "custom").map((l) => l.name).sort(), ["alpha", "imp"]);
+      assert.equal(minted.status?.setup?.secretName, setupSecretName(name));
+      const secret = await secrets.get({ namespace: NS, name: setupSecretName(name) });
+      assert.equal(secret.type, SETUP_SECRET.type);
+      assert.deepEqual(secret.metadata?.ownerReferences, [{ apiVersion: API_VERSION, kind: "ImpVM", name, uid: vm.metadata.uid, controller: true, blockOwnerDeletion: true }]);
+      assert.equal(secret.metadata?.labels?.[LABELS.vm], name);
+      assert.equal(secret.metadata?.labels?.[LABELS.pool], "alpha");
+      const raw = Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8");
+      const sealed = parseSealedSetup(raw);
+      assert.equal(sealed.keyId, nodeKey.keyId);
+      const plain = Buffer.from(await openSetup(sealed, nodeKey, vm.metadata.uid ?? "")).toString("utf8");
+      const decoded = decodeJitSetup(plain);
+      assert.equal(decoded.runner.AgentName, name);
+      assert.equal(decoded.runner.AgentId, runner.id);
+      assert.equal(decoded.credentials.Data.secret, runner.secret, "the sealed setup is the one GitHub issued for this runner");
+      await assert.rejects(openSetup(sealed, otherKey, vm.metadata.uid ?? ""), /sealed to key/, "another node's key cannot open it");
+      await assert.rejects(openSetup({ ...sealed }, nodeKey, "some-other-vm-uid"), /authentication failed/, "it does not open for another VM");
+      assert.ok(!raw.includes(runner.secret) && !plain.includes("sealed"), "the Secret holds ciphertext only");
+      assert.ok(!JSON.stringify(minted).includes(runner.secret), "the setup is not in the VM's status");
+    }
+    assertNamesUnique(gh);
+    const status = (await pools.get({ namespace: NS, name: "alpha" })).status;
+    assert.equal(status?.desired, 2);
+    assert.equal(status?.current, 2);
+    assert.equal(status?.conditions?.find((c) => c.type === "CredentialsValid")?.status, "True");
+    await deletePool("alpha", gh);
+  });
+
+  it("a VM that ends has its registration removed, its Secret collected and a replacement created", async (t) => {
+    const gh = await startGitHub(t);
+    await createPool("beta", gh);
+    const [first, second] = await waitForVms("beta", 2);
+    assert.ok(first !== undefined && second !== undefined);
+    await bind(first);
+    await bind(second);
+    const minted = await waitForMinted(first.metadata.name ?? "");
+    await waitForMinted(second.metadata.name ?? "");
+    const name = first.metadata.name ?? "";
+    assert.ok(gh.server.runnerNamed(name) !== undefined);
+    await run(first);
+    await vms.patchStatus({ namespace: NS, name }, { status: { phase: "Succeeded", exitCode: 0, reason: "Completed", phaseTimestamps: { succeeded: new Date().toISOString() } } });
+    await waitFor(`runner ${name} removed from GitHub`, async () => (gh.server.runnerNamed(name) === undefined ? true : undefined), WAIT);
+    await waitFor(`ImpVM ${name} deleted`, async () => ((await gone(() => vms.get({ namespace: NS, name }))) ? true : undefined), WAIT);
+    await waitFor(`Secret of ${name} collected`, async () => ((await gone(() => secrets.get({ namespace: NS, name: setupSecretName(name) }))) ? true : undefined), WAIT);
+    const now = await waitForVms("beta", 2);
+    assert.ok(!now.some((vm) => vm.metadata.name === name), "a replacement took the ended VM's place");
+    const deletes = gh.server.requestsTo(new RegExp(`/runners/${minted.status?.runner?.id}$`), "DELETE").map((r) => r.status);
+    assert.equal(deletes[0], 204, "removed once");
+    assert.ok(deletes.slice(1).every((s) => s === 404), "a repeat finds it gone (404 counts as done)");
+    assertNamesUnique(gh);
+    await deletePool("beta", gh);
+  });
+
+  it("scales down idle runners and unbound VMs only: a busy runner stays", async (t) => {
+    const gh = await startGitHub(t);
+    await createPool("gamma", gh);
+    const both = await waitForVms("gamma", 2);
+    for (const vm of both) await bind(vm);
+    const [busyVm, idleVm] = await Promise.all(both.map((vm) => waitForMinted(vm.metadata.name ?? "")));
+    assert.ok(busyVm !== undefined && idleVm !== undefined);
+    for (const vm of [busyVm, idleVm]) {
+      await run(vm);
+      gh.server.setRunnerState(vm.status?.runner?.id ?? 0, { status: "online" });
+    }
+    gh.server.setRunnerState(busyVm.status?.runner?.id ?? 0, { busy: true });
+    await waitFor("pool sees one busy, one idle", async () => {
+      const s = (await pools.get({ namespace: NS, name: "gamma" })).status;
+      return s?.busy === 1 && s.idle === 1 ? s : undefined;
+    }, WAIT);
+    // desired = busy 1 + minIdle 2 = 3: one more VM is created for the idle reserve (left unbound).
+    await waitForVms("gamma", 3);
+    await pools.patch({ namespace: NS, name: "gamma" }, { spec: { minIdle: 0 } });
+    await waitFor(`idle VM ${idleVm.metadata.name} deleted`, async () => ((await gone(() => vms.get({ namespace: NS, name: idleVm.metadata.name ?? "" }))) ? true : undefined), WAIT);
+    const left = await waitForVms("gamma", 1);
+    assert.equal(left[0]?.metadata.name, busyVm.metadata.name, "the busy runner's VM stays; the idle and the unbound one went");
+    assert.ok(gh.server.runnerNamed(busyVm.metadata.name ?? "") !== undefined, "its registration stays");
+    assert.equal(gh.server.runnerNamed(idleVm.metadata.name ?? ""), undefined, "the idle runner was deregistered");
+    await new Promise((r) => setTimeout(r, 2_000));
+    assert.equal((await liveVmsOf("gamma")).length, 1, "busy 1 + minIdle 0: nothing is re-created");
+    assertNamesUnique(gh);
+    gh.server.setRunnerState(busyVm.status?.runner?.id ?? 0, { busy: false });
+    await deletePool("gamma", gh);
+  });
+
+  it("webhooks: queued jobs burst the pool; forged, oversized and duplicate deliveries change nothing", async (t) => {
+    const gh = await startGitHub(t);
+    await createPool("delta", gh, { minIdle: 0, maxConcurrent: 2, webhook: { enabled: true, secretRef: { name: "unused", key: "secret" } } });
+    await waitFor("pool delta reconciled", async () => ((await pools.get({ namespace: NS, name: "delta" })).status?.desired === 0 ? true : undefined), WAIT);
+    const payload = JSON.stringify({ action: "queued", workflow_job: { id: 1, run_id: 2, name: "build", labels: ["self-hosted", "imp", "delta"] }, repository: { name: REPO.repo, full_name: `${REPO.owner}/${REPO.repo}`, owner: { login: REPO.owner } } });
+    const post = (body: string, headers: Record<string, string>): Promise<number> =>
+      fetch(webhookUrl, { method: "POST", headers: { "content-type": "application/json", "x-github-event": "workflow_job", "x-github-delivery": crypto.randomUUID(), ...headers }, body }).then(async (r) => {
+        await r.arrayBuffer();
+        return r.status;
+      });
+    assert.equal(await post(payload, { "x-hub-signature-256": `sha256=${"0".repeat(64)}` }), 401, "forged signature");
+    assert.equal(await post(payload, {}), 401, "no signature");
+    assert.equal(await post("x".repeat(1024 * 1024 + 1), { "x-hub-signature-256": `sha256=${"0".repeat(64)}` }), 413, "oversized body");
+    assert.equal((await fetch(webhookUrl.replace(WEBHOOK_PATH, "/other"), { method: "POST", body: payload })).status, 404);
+    await new Promise((r) => setTimeout(r, 3_000));
+    assert.equal((await liveVmsOf("delta")).length, 0, "no invalid delivery created a VM");
+
+    // Real deliveries from the test server, signed with the App's secret; the first one twice.
+    gh.server.webhooks.target = { url: webhookUrl, secret: WEBHOOK_SECRET };
+    gh.server.webhooks.duplicateNext = 1;
+    gh.server.queueJob({ repo: REPO, labels: ["self-hosted", "imp", "delta"], steps: [{ name: "build", run: "true" }] });
+    await gh.server.webhooks.settled();
+    await waitForVms("delta", 1);
+    const sent = gh.server.webhooks.sent.map((s) => s.status);
+    assert.deepEqual(sent, [202, 200], "the duplicate was acknowledged and ignored");
+    await new Promise((r) => setTimeout(r, 2_000));
+    assert.equal((await liveVmsOf("delta")).length, 1, "one queued job, one VM");
+    // A job for labels the pool does not carry bursts nothing; two more of ours stop at maxConcurrent.
+    gh.server.queueJob({ repo: REPO, labels: ["self-hosted", "gpu"], steps: [{ name: "x", run: "true" }] });
+    gh.server.queueJob({ repo: REPO, labels: ["imp"], steps: [{ name: "x", run: "true" }] });
+    gh.server.queueJob({ repo: REPO, labels: ["imp"], steps: [{ name: "x", run: "true" }] });
+    await gh.server.webhooks.settled();
+    await waitForVms("delta", 2);
+    await new Promise((r) => setTimeout(r, 2_000));
+    assert.equal((await liveVmsOf("delta")).length, 2, "maxConcurrent 2");
+    const limited = (await pools.get({ namespace: NS, name: "delta" })).status?.conditions?.find((c) => c.type === "ScalingLimited");
+    assert.equal(limited?.status, "True");
+    assert.equal(limited?.reason, "MaxConcurrent");
+    const metrics = await registry.getSingleMetric("imp_operator_webhooks_total")?.get();
+    const count = (result: string): number => metrics?.values.find((v) => v.labels["result"] === result)?.value ?? 0;
+    assert.equal(count("rejected"), 2);
+    assert.equal(count("too_large"), 1);
+    assert.equal(count("duplicate"), 1);
+    assert.equal(count("accepted"), 4);
+    await deletePool("delta", gh);
+  });
+});
