@@ -124,6 +124,7 @@ export class NodeLossController {
         subresource: "status",
         signal: ctx.signal,
         mutate: (draft) => {
+          failed = false; // mutate may run again after a conflict: only the attempt that writes counts
           if (draft.metadata.uid !== vm.metadata.uid || isTerminalVM(draft) || draft.status?.nodeName !== vm.status?.nodeName) return false;
           draft.status = {
             ...draft.status,

@@ -78,9 +78,9 @@ describe("bind protocol", () => {
   it("writes the Unschedulable condition once per message", async () => {
     const vms = new FakeResourceClient<ImpVM>(resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM }));
     const created = await vms.create(vm("a"));
-    await markUnschedulable(vms, { vm: created, message: "full", nowMs: 0 });
+    assert.equal(await markUnschedulable(vms, { vm: created, message: "full", nowMs: 0 }), true);
     const first = await vms.get({ namespace: "ns", name: "a" });
-    await markUnschedulable(vms, { vm: created, message: "full", nowMs: 5_000 });
+    assert.equal(await markUnschedulable(vms, { vm: created, message: "full", nowMs: 5_000 }), false);
     const second = await vms.get({ namespace: "ns", name: "a" });
     assert.equal(second.metadata.resourceVersion, first.metadata.resourceVersion);
     assert.deepEqual(second.status?.conditions?.map((c) => [c.type, c.status, c.reason, c.message]), [["Scheduled", "False", "Unschedulable", "full"]]);

@@ -25,6 +25,9 @@
  * A VM reserved on two nodes (two replicas with different stale caches) is bound to whichever write
  * lands first; the other reservation is pruned as "bound elsewhere". Until then it holds capacity
  * twice, which errs on the safe side.
+ * The price of never releasing a pending VM's reservation: a VM reserved on a node that is cordoned
+ * or loses its agent before the bind lands is still bound there (and, on a lost node, then failed
+ * as NodeLost) rather than placed elsewhere.
  */
 import { CONDITION_TYPES, LABELS, type Condition, type ImpNode, type ImpVM } from "../../api/index.ts";
 import { isNotFound, mutateWithRetry, type DeepReadonly, type ResourceClient } from "../../kube/index.ts";
@@ -200,19 +203,21 @@ export async function labelVm(
   }
 }
 
-/** Step for a VM no node fits: condition Scheduled=False/Unschedulable (written only when it changes). */
+/** Step for a VM no node fits: condition Scheduled=False/Unschedulable, written only when it changes; returns whether it did. */
 export async function markUnschedulable(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
   args: { readonly vm: DeepReadonly<ImpVM>; readonly message: string; readonly nowMs: number; readonly signal?: AbortSignal },
-): Promise<void> {
+): Promise<boolean> {
   const now = new Date(args.nowMs).toISOString();
   const message = args.message.slice(0, 4096);
+  let changed = false;
   try {
     await mutateWithRetry(vms, {
       ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name ?? "" },
       subresource: "status",
       ...(args.signal === undefined ? {} : { signal: args.signal }),
       mutate: (draft) => {
+        changed = false; // mutate may run again after a conflict: only the attempt that writes counts
         if (draft.metadata.uid !== args.vm.metadata.uid || draft.status?.nodeName !== undefined) return false;
         const phase = draft.status?.phase;
         if (phase !== undefined && phase !== "Pending") return false;
@@ -224,9 +229,12 @@ export async function markUnschedulable(
           phaseTimestamps: { ...draft.status?.phaseTimestamps, pending: draft.status?.phaseTimestamps?.pending ?? now },
           conditions: withScheduledCondition(draft.status?.conditions, { type: CONDITION_TYPES.vm.Scheduled, status: "False", reason: "Unschedulable", message }, now),
         };
+        changed = true;
       },
     });
   } catch (err) {
     if (!isNotFound(err)) throw err;
+    return false;
   }
+  return changed;
 }

@@ -5,7 +5,7 @@
  * capacity, cordon or record shrank; an agent Lease came back) and otherwise retried with a backoff.
  */
 import type { Registry } from "prom-client";
-import type { ImpNode, ImpVM, ImpVMClass, ImpVMTemplate } from "../../api/index.ts";
+import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../api/index.ts";
 import {
   Controller,
   done,
@@ -129,7 +129,9 @@ export class SchedulerController {
     const vm = this.#o.vmInformer.get(ctx.key);
     if (vm === undefined || !isPendingUnbound(vm)) {
       this.#unschedulableAttempts.delete(ctx.key);
-      if (vm !== undefined && !isTerminalVM(vm) && vm.status?.nodeName !== undefined) await labelVm(this.#o.vms, vm, vm.status.nodeName, ctx.signal);
+      // Finishes step 3 of a bind whose label write failed; the cache says whether there is anything to do.
+      const nodeName = vm?.status?.nodeName;
+      if (vm !== undefined && nodeName !== undefined && !isTerminalVM(vm) && vm.metadata.labels?.[LABELS.node] !== nodeName) await labelVm(this.#o.vms, vm, nodeName, ctx.signal);
       return done;
     }
     const resolved = resolveRequest(vm, this.#lookups);
@@ -174,8 +176,9 @@ export class SchedulerController {
   async #unschedulable(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<ReconcileResult> {
     const attempts = (this.#unschedulableAttempts.get(ctx.key) ?? 0) + 1;
     this.#unschedulableAttempts.set(ctx.key, attempts);
-    await markUnschedulable(this.#o.vms, { vm, message, nowMs: this.#clock.now(), signal: ctx.signal });
-    await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: "FailedScheduling", message, signal: ctx.signal });
+    // One event per new reason, not per retry: retries of an unchanged situation would only bump its count.
+    const changed = await markUnschedulable(this.#o.vms, { vm, message, nowMs: this.#clock.now(), signal: ctx.signal });
+    if (changed) await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: "FailedScheduling", message, signal: ctx.signal });
     return requeueAfter(backoffDelay(UNSCHEDULABLE_RETRY, attempts));
   }
 
