@@ -64,6 +64,14 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
   });
 
   /** One operator replica's scheduler: its own informers, clients and metrics. */
+  const registries = new Map<string, Registry>();
+  /** Reconciles of the placement controller `name` that ended in `result` (e.g. a refused reservation is a conflict). */
+  async function reconciles(name: string, result: string): Promise<number> {
+    const metric = registries.get(name)?.getSingleMetric("imp_controller_reconcile_total");
+    const values = (await metric?.get())?.values ?? [];
+    return values.filter((v) => v.labels["controller"] === name && v.labels["result"] === result).reduce((a, v) => a + v.value, 0);
+  }
+
   async function startScheduler(name: string): Promise<() => Promise<void>> {
     const kc = plane.kubeConfig;
     const vmInformer = new Informer({ client: createResourceClient<ImpVM>(kc, VMS) });
@@ -82,7 +90,7 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
       leaseNamespace: LEASE_NS,
       classInformer,
       templateInformer,
-      registry: new Registry(),
+      registry: registries.set(name, new Registry()).get(name) as Registry,
       recorder: new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: name }),
       workers: 2,
     });
@@ -262,7 +270,9 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
     const second = await settle(capacity);
     await assertNoOvercommit(second);
     const everBound = second.filter((vm) => vm.status?.nodeName !== undefined).length;
-    console.log(`# race: 2 schedulers, ${total} VMs, 2 nodes (5 slots; 3 vCPU): ${capacity} bound, none over capacity, settled in ${settledMs} ms; after 3 ended, ${everBound - 3} live bound of ${everBound} ever bound`);
+    const conflicts = (await reconciles("s-race-a", "conflict")) + (await reconciles("s-race-b", "conflict"));
+    const successes = (await reconciles("s-race-a", "success")) + (await reconciles("s-race-b", "success"));
+    console.log(`# race: 2 schedulers, ${total} VMs, 2 nodes (5 slots; 3 vCPU): ${capacity} bound, none over capacity, settled in ${settledMs} ms; after 3 ended, ${everBound - 3} live bound of ${everBound} ever bound; placement reconciles: ${successes} success, ${conflicts} conflict (reservation refused or lost a write race)`);
     assert.equal(everBound, capacity + 3);
     for (const n of names) if ((await get(n)).status?.nodeName !== undefined) await finish(n).catch(() => undefined);
   });
