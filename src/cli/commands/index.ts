@@ -3,6 +3,7 @@ import { registerAgent } from "./agent.ts";
 import { registerCrds } from "./crds.ts";
 import { registerDev } from "./dev.ts";
 import { registerImage } from "./image.ts";
+import { registerRun } from "./run.ts";
 import { registerOperator } from "./operator.ts";
 
 /** Adds every command group to the program. One line per group; groups live in sibling files. */
@@ -11,5 +12,6 @@ export function registerCommands(program: Command): void {
   registerCrds(program);
   registerDev(program);
   registerImage(program);
+  registerRun(program);
   registerOperator(program);
 }

@@ -1,0 +1,327 @@
+/**
+ * `imp run --image REF -- CMD ARGS…`: one VM on this machine, no Kubernetes. Pulls and builds the
+ * image (with the guest agent injected), boots it under QEMU (KVM when the probe finds it usable,
+ * else TCG) or Firecracker, runs the command through the guest agent with its output streamed live,
+ * and exits with the command's exit code. Ctrl-C and SIGTERM go to the command as signals. Every VM
+ * process is a direct child started with die-with-parent, so even a SIGKILL of `imp run` leaves no
+ * VM running; the VM directory lives under the state directory and is removed on the way out (one
+ * left by a killed run is removed by the next run).
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { constants } from "node:os";
+import { join } from "node:path";
+import type { Command } from "commander";
+import {
+  connectGuest,
+  DirectLauncher,
+  fileDigestOf,
+  FirecrackerDriver,
+  firecrackerCmdline,
+  GUEST_AGENT_INIT,
+  ImagePuller,
+  FsContentStore,
+  probeKvm,
+  QemuDriver,
+  readHostTscKhz,
+  VmImages,
+  type GuestClient,
+  type OutputEvent,
+  type RunningVm,
+  type SignalName,
+  type VmmDriver,
+  type VmmKind,
+} from "../../agent/index.ts";
+import { cacheDir as impCacheDir } from "../../devcluster/index.ts";
+import { describeError, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
+import { humanBytes } from "./image/common.ts";
+import { progressView } from "./image/pull-progress.ts";
+
+interface RunOpts {
+  image: string;
+  cpus: string;
+  memory: string;
+  vmm: string;
+  disk: string;
+  env: string[];
+  cwd?: string;
+  guestAgent?: string;
+  kernel?: string;
+  initrd?: string;
+  qemu: string;
+  vhostDeviceVsock?: string;
+  firecracker?: string;
+  stateDir?: string;
+  plainHttp?: boolean;
+  bootTimeout: string;
+  quiet?: boolean;
+}
+
+/** imp run's own failures (not the command's): as `docker run` does, so a command's exit 1 stays distinguishable. */
+export const RUN_FAILED_EXIT_CODE = 125;
+const EXEC_ID = "imp-run";
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const REQUEST_TIMEOUT_MS = 30_000;
+const STOP_GRACE_MS = 3_000;
+const POWER_OFF_WAIT_MS = 5_000;
+
+export function registerRun(program: Command): void {
+  program
+    .command("run")
+    .description("boot one VM from an image on this machine and run a command in it (no Kubernetes)")
+    .requiredOption("--image <ref>", "image reference: host[:port]/repository[:tag][@sha256:...]")
+    .option("--cpus <n>", "vCPUs", "1")
+    .option("--memory <MiB>", "guest memory in MiB", "512")
+    .option("--vmm <kind>", "qemu | firecracker (Firecracker needs usable KVM)", "qemu")
+    .option("--disk <MiB>", "scratch disk (the writable layer over the image) in MiB", "1024")
+    .option("--env <KEY=VALUE>", "environment variable for the command; repeatable (PATH defaults to the usual one)", (v: string, acc: string[]) => [...acc, v], [])
+    .option("--cwd <dir>", "working directory of the command in the guest")
+    .option("--guest-agent <path>", "guest agent binary injected into the image (default $IMP_CACHE/guest/imp-guest)")
+    .option("--kernel <path>", "guest kernel (default: the boot kit's, $IMP_CACHE/bootkit/current.json)")
+    .option("--initrd <path>", "initramfs (default: the boot kit's)")
+    .option("--qemu <path>", "QEMU binary", "qemu-system-x86_64")
+    .option("--vhost-device-vsock <path>", "vsock backend for QEMU (default: the boot kit's; without one the guest channel is virtio-serial)")
+    .option("--firecracker <path>", "Firecracker binary (default $IMP_CACHE/firecracker-1.12.1/bin/firecracker)")
+    .option("--state-dir <dir>", "content store, image cache and VM directories (default $IMP_RUN_STATE_DIR or $IMP_CACHE/run)")
+    .option("--plain-http", "speak plain HTTP to the registry (loopback registries always do)")
+    .option("--boot-timeout <seconds>", "from starting the VMM to the guest agent's hello", "180")
+    .option("-q, --quiet", "no progress on stderr")
+    .argument("<command...>", "the command and its arguments (after --)")
+    .action(async (command: string[], opts: RunOpts) => {
+      try {
+        process.exitCode = await run(command, opts);
+      } catch (err) {
+        process.stderr.write(`imp run: ${describeError(err)}\n`);
+        process.exitCode = RUN_FAILED_EXIT_CODE;
+      }
+    });
+}
+
+/** What the signal handlers act on: the boot until the command runs, then the command. */
+interface Interrupts {
+  readonly boot: AbortController;
+  forward: ((signal: SignalName) => void) | undefined;
+  count: number;
+}
+
+async function run(argv: readonly string[], opts: RunOpts): Promise<number> {
+  const vcpus = positiveInt("--cpus", opts.cpus, 64);
+  const memoryMiB = positiveInt("--memory", opts.memory, 1024 * 1024);
+  const diskMiB = positiveInt("--disk", opts.disk, 1024 * 1024);
+  const bootTimeoutMs = positiveInt("--boot-timeout", opts.bootTimeout, 3600) * 1000;
+  if (opts.vmm !== "qemu" && opts.vmm !== "firecracker") throw terminalError("RunInvalid", `Cannot run: --vmm must be qemu or firecracker, not ${JSON.stringify(opts.vmm)}`);
+  const vmm: VmmKind = opts.vmm;
+  const env = envOf(opts.env);
+  const say = (line: string): void => {
+    if (opts.quiet !== true) process.stderr.write(`${line}\n`);
+  };
+
+  const interrupts: Interrupts = { boot: new AbortController(), forward: undefined, count: 0 };
+  const onSignal = (signal: NodeJS.Signals): void => {
+    interrupts.count++;
+    if (interrupts.forward !== undefined && interrupts.count < 3) {
+      interrupts.forward(signal === "SIGINT" ? "SIGINT" : "SIGTERM");
+      return;
+    }
+    // Before the command runs (or a third time): give up; the cleanups below stop the VM.
+    interrupts.boot.abort(terminalError("RunInterrupted", `Cannot run: interrupted by ${signal}`));
+  };
+  process.on("SIGINT", onSignal).on("SIGTERM", onSignal);
+  const cleanups: (() => Promise<unknown>)[] = [];
+  try {
+    const cache = impCacheDir();
+    const kit = await bootKitDefaults(cache);
+    const kernel = opts.kernel ?? kit?.kernel;
+    const initrd = opts.initrd ?? (opts.kernel === undefined ? kit?.initrd : undefined);
+    if (kernel === undefined) throw terminalError("KernelMissing", `Cannot run: no --kernel given and no boot kit at ${join(cache, "bootkit", "current.json")} (run scripts/setup.d/40-bootkit.sh)`);
+    const guestAgent = opts.guestAgent ?? join(cache, "guest", "imp-guest");
+    if (!existsSync(guestAgent)) throw terminalError("GuestAgentMissing", `Cannot run: no guest agent at ${guestAgent} (--guest-agent)`);
+    const stateDir = opts.stateDir ?? process.env.IMP_RUN_STATE_DIR ?? join(cache, "run");
+    const signal = interrupts.boot.signal;
+
+    // Image: pulled with progress into the store VmImages uses, then built (or found) as an ext4 base.
+    const plainHttp = (registry: string): boolean => opts.plainHttp === true || /^(127\.|localhost(:|$)|\[::1\])/.test(registry);
+    const imagesRoot = join(stateDir, "images");
+    await mkdir(imagesRoot, { recursive: true });
+    const view = opts.quiet === true ? undefined : progressView(process.stderr.isTTY === true);
+    try {
+      say(`pulling ${opts.image}`);
+      await new ImagePuller({ plainHttp }).pull(opts.image, { store: await FsContentStore.open(join(imagesRoot, "store")), signal, ...(view === undefined ? {} : { onProgress: view.onProgress }) });
+    } finally {
+      view?.stop();
+    }
+    const images = await VmImages.open({ root: imagesRoot, guestAgent: { path: guestAgent, digest: await fileDigestOf(guestAgent) }, cacheMaxBytes: 20 * 1024 ** 3, plainHttp, logger: silentLogger });
+    const image = await withTicker(opts.quiet !== true, "building the VM image (ext4, guest agent injected)", () => images.ensure({ image: opts.image, extraLayers: [] }, signal));
+    say(`image ready: ${humanBytes(image.sizeBytes)}`);
+
+    // VM directory: on the image cache's filesystem (the base disk is a hard link), removed on the way out.
+    const vmsDir = join(stateDir, "vms");
+    await mkdir(vmsDir, { recursive: true });
+    await removeStaleRunDirs(vmsDir);
+    const vmDir = await mkdtemp(join(vmsDir, `run-${process.pid}-`));
+    cleanups.push(() => rm(vmDir, { recursive: true, force: true }));
+    const disks = await images.disks(vmDir, image, diskMiB * 1024 * 1024);
+
+    const kvm = await probeKvm({ mode: "auto", qemuBinary: opts.qemu });
+    const driver = await driverFor(vmm, kvm.accel, cache, opts, kit?.vhostDeviceVsock ?? undefined);
+    if (vmm === "firecracker" && !kvm.kvm) throw terminalError("KvmUnavailable", `Cannot run under Firecracker: no usable KVM here (${kvm.reason})`);
+    say(`booting ${vmm === "qemu" ? `QEMU (${kvm.accel})` : "Firecracker"}: ${vcpus} vCPU, ${memoryMiB} MiB`);
+    const imp = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
+    const vm: RunningVm = await driver.start({
+      name: `imp-run-${process.pid}`,
+      dir: join(vmDir, "vm"),
+      vcpus,
+      memoryMiB,
+      kernel,
+      ...(initrd === undefined ? {} : { initrd }),
+      // As the node agent passes it (vmCmdline): the boot kit's kernel wants the serial console.
+      cmdline: vmm === "firecracker" ? firecrackerCmdline(imp) : ["console=ttyS0", "quiet", "panic=-1", ...imp].join(" "),
+      drives: [
+        { id: "root", path: disks.base, readOnly: true, isRoot: true },
+        { id: "scratch", path: disks.scratch, readOnly: false, isRoot: false },
+      ],
+      guestCid: 3,
+    }, { launcher: new DirectLauncher({ dieWithParent: true }), clock: systemClock, logger: silentLogger }, signal);
+    cleanups.push(() => vm.stop(STOP_GRACE_MS));
+    const started = performance.now();
+    const serial = driver instanceof QemuDriver && driver.channel === "serial";
+    const client = await connectGuest(vm, { timeoutMs: bootTimeoutMs, serial, signal, clientName: "imp-run" });
+    cleanups.push(async () => client.close());
+    say(`guest ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    await client.configure({ hostname: "imp-run", entropySeed: randomBytes(64) }, { timeoutMs: REQUEST_TIMEOUT_MS, signal });
+    return await runCommand(client, vm, { argv, env, vmm, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) }, interrupts);
+  } finally {
+    // In reverse: guest channel, VM (its processes and sockets), VM directory.
+    for (const cleanup of cleanups.reverse()) await cleanup().catch((err: unknown) => process.stderr.write(`imp run: cleanup: ${describeError(err)}\n`));
+    process.off("SIGINT", onSignal).off("SIGTERM", onSignal);
+  }
+}
+
+/** Runs the command to its end with live output; its exit code, or 128 + the signal's number. */
+async function runCommand(
+  client: GuestClient,
+  vm: RunningVm,
+  command: { readonly argv: readonly string[]; readonly env: Record<string, string>; readonly cwd?: string; readonly vmm: VmmKind },
+  interrupts: Interrupts,
+): Promise<number> {
+  const writes: Promise<void>[] = [];
+  const onOutput = (event: OutputEvent): void => {
+    if (event.execId !== EXEC_ID) return;
+    // The command's own bytes, passed through as `docker run` does (the user asked for this output).
+    const out = event.stream === "stdout" ? process.stdout : process.stderr;
+    writes.push(new Promise((resolve) => out.write(Buffer.from(event.data, "base64"), () => resolve())));
+  };
+  client.on("output", onOutput);
+  try {
+    const reply = await client.exec(
+      {
+        execId: EXEC_ID,
+        argv: command.argv,
+        env: { PATH: DEFAULT_PATH, ...command.env },
+        ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
+        // The guest powers the VM off once the command has ended (Firecracker exits on a reboot).
+        shutdownAfterExit: command.vmm === "firecracker" ? "reboot" : "poweroff",
+      },
+      { timeoutMs: REQUEST_TIMEOUT_MS, signal: interrupts.boot.signal },
+    );
+    if (reply.state === "failed") throw terminalError("ExecFailed", `Cannot run ${JSON.stringify(command.argv[0])} in the guest: ${reply.error ?? "the guest refused it"}`);
+    interrupts.forward = (signal) => void client.signal(EXEC_ID, signal, { timeoutMs: REQUEST_TIMEOUT_MS }).catch(() => undefined);
+    const outcome = await client.waitForExit(EXEC_ID, { signal: AbortSignal.any([interrupts.boot.signal, vm.downSignal]) });
+    await Promise.all(writes);
+    if (outcome.state === "failed") throw terminalError("ExecFailed", `Cannot run ${JSON.stringify(command.argv[0])} in the guest: ${outcome.error ?? "it failed"}`);
+    // Let the guest's power-off end the VM by itself (bounded); stop() in the cleanups does the rest.
+    await Promise.race([vm.exited(), new Promise((r) => setTimeout(r, POWER_OFF_WAIT_MS).unref())]);
+    return exitCodeOf(outcome.exitCode, outcome.signal);
+  } finally {
+    interrupts.forward = undefined;
+    client.off("output", onOutput);
+  }
+}
+
+/** A shell's convention: a command killed by signal N exits 128 + N. */
+export function exitCodeOf(exitCode: number | undefined, signal: string | undefined): number {
+  if (signal !== undefined) {
+    const number = (constants.signals as Record<string, number | undefined>)[signal];
+    return number === undefined ? RUN_FAILED_EXIT_CODE : 128 + number;
+  }
+  return exitCode ?? RUN_FAILED_EXIT_CODE;
+}
+
+async function driverFor(vmm: VmmKind, accel: "kvm" | "tcg", cache: string, opts: RunOpts, kitVsock: string | undefined): Promise<VmmDriver> {
+  if (vmm === "firecracker") {
+    return new FirecrackerDriver({ firecrackerBinary: opts.firecracker ?? join(cache, "firecracker-1.12.1", "bin", "firecracker") });
+  }
+  const tscKhz = accel === "tcg" ? await readHostTscKhz() : undefined;
+  const vsock = opts.vhostDeviceVsock ?? kitVsock;
+  return new QemuDriver({ qemuBinary: opts.qemu, accel, ...(tscKhz === undefined ? {} : { tscKhz }), ...(vsock === undefined ? {} : { vhostDeviceVsock: vsock }) });
+}
+
+interface BootKitDefaults {
+  readonly kernel: string;
+  readonly initrd: string;
+  readonly vhostDeviceVsock: string | null;
+}
+
+async function bootKitDefaults(cache: string): Promise<BootKitDefaults | undefined> {
+  const path = join(cache, "bootkit", "current.json");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch {
+    return undefined;
+  }
+  const kit = JSON.parse(text) as Partial<BootKitDefaults>;
+  if (typeof kit.kernel !== "string" || typeof kit.initrd !== "string") throw terminalError("BootKitInvalid", `Cannot read boot kit ${path}: no kernel and initrd`);
+  return { kernel: kit.kernel, initrd: kit.initrd, vhostDeviceVsock: typeof kit.vhostDeviceVsock === "string" ? kit.vhostDeviceVsock : null };
+}
+
+/** VM directories of runs that were killed (their pid is gone): nothing else would remove them. */
+async function removeStaleRunDirs(vmsDir: string): Promise<void> {
+  for (const name of await readdir(vmsDir)) {
+    const pid = /^run-([0-9]+)-/.exec(name)?.[1];
+    if (pid === undefined || Number(pid) === process.pid || pidAlive(Number(pid))) continue;
+    await rm(join(vmsDir, name), { recursive: true, force: true });
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Shows `what` with the seconds elapsed while `work` runs: a ticking line on a terminal, one line otherwise. */
+async function withTicker<T>(show: boolean, what: string, work: () => Promise<T>): Promise<T> {
+  if (!show) return work();
+  const started = performance.now();
+  const tty = process.stderr.isTTY === true;
+  const line = (): string => `${what}… ${((performance.now() - started) / 1000).toFixed(0)} s`;
+  if (!tty) process.stderr.write(`${what}…\n`);
+  const timer = tty ? setInterval(() => process.stderr.write(`\r${line()}`), 500) : undefined;
+  try {
+    return await work();
+  } finally {
+    clearInterval(timer);
+    if (tty) process.stderr.write(`\r${line()}\n`);
+  }
+}
+
+function positiveInt(flag: string, text: string, max: number): number {
+  const value = Number(text);
+  if (!Number.isSafeInteger(value) || value < 1 || value > max) throw terminalError("RunInvalid", `Cannot run: ${flag} must be a whole number in 1..${max}, not ${JSON.stringify(text)}`);
+  return value;
+}
+
+function envOf(pairs: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of pairs) {
+    const at = pair.indexOf("=");
+    if (at <= 0) throw terminalError("RunInvalid", `Cannot run: --env takes KEY=VALUE, not ${JSON.stringify(pair)}`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return env;
+}
