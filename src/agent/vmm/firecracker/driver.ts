@@ -137,6 +137,8 @@ export class FirecrackerDriver implements VmmDriver {
             return refuse(`its API on ${s.layout.host.apiSocket} does not answer (${(err as Error).message})`, err);
           }
           if (info.state !== "Running") return refuse(`Firecracker reports state ${JSON.stringify(info.state)}, not Running`);
+          // Without its hybrid-vsock socket the guest agent is out of reach for good.
+          if ((await stat(s.layout.host.vsockUds).catch(() => undefined))?.isSocket() !== true) return refuse(`its guest channel socket ${s.layout.host.vsockUds} is missing`);
         },
       },
     ], state, {
