@@ -1,8 +1,10 @@
 /**
  * The Imp operator: runner pools (ImpVMRunnerPool → ImpVMs), the one-time runner setup sealed to
- * the bound node, GitHub registration removal, and the webhook receiver. Other parts import only from here.
+ * the bound node, GitHub registration removal, the webhook receiver, the scheduler and node-loss handling. Other parts import only from here.
  */
-export { Operator, OPERATOR_LEASE_NAME, type OperatorOptions } from "./operator.ts";
+export { Operator, OPERATOR_LEASE_NAME, DEFAULT_AGENT_LEASE_NAMESPACE, type OperatorOptions } from "./operator.ts";
 export * from "./pools/index.ts";
 export * from "./setup/index.ts";
 export * from "./webhook/index.ts";
+export * from "./scheduler/index.ts";
+export * from "./nodes/index.ts";

@@ -1,13 +1,14 @@
 /**
  * `imp operator`: builds the whole operator from a kubeconfig and options and runs it. Caches (pools,
- * VMs, nodes) → leader election (a Lease) → controllers (runner pools, runner setup and
- * registration removal) → webhook receiver; a health/metrics server answers from the start.
+ * VMs, ImpNodes, agent Leases, classes, templates, core Nodes) → leader election (a Lease) →
+ * controllers (scheduler, node loss, runner pools, runner setup and registration removal) →
+ * webhook receiver; a health/metrics server answers from the start.
  * Runs until its signal aborts; rejects on LeadershipLost so the process exits and campaigns anew.
  */
 import { hostname } from "node:os";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { LABELS, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../api/index.ts";
+import { GROUP, IMP_VM_CLASS, IMP_VM_TEMPLATE, LABELS, VERSION, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate } from "../api/index.ts";
 import type { GitHubClientOptions } from "../github/index.ts";
 import {
   createResourceClient,
@@ -18,10 +19,14 @@ import {
   labelIndex,
   LEASE_RESOURCE,
   Manager,
+  resourceDescriptor,
   type CoreEvent,
+  type KubeObject,
   type Lease,
   type ResourceClient,
 } from "../kube/index.ts";
+import { NodeLossController } from "./nodes/index.ts";
+import { SchedulerController } from "./scheduler/index.ts";
 import { systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX, type SetupFaults } from "./setup/index.ts";
@@ -49,6 +54,16 @@ export interface OperatorOptions {
   readonly githubClientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
+  /** Run the scheduler (default true). Off when something else binds VMs (tests that play scheduler). */
+  readonly scheduler?: boolean;
+  /** Run node-loss handling (default true). */
+  readonly nodeLoss?: boolean;
+  /** Namespace of the node agents' liveness Leases (the agents' leaseNamespace; default imp-system). */
+  readonly agentLeaseNamespace?: string;
+  /** A node whose agent Lease is this much past its renewal is lost (NodeLossController's default otherwise). */
+  readonly nodeLostAfterMs?: number;
+  /** Watch core/v1 Nodes so a deleted Node means its VMs are lost (default true; needs list/watch on nodes). */
+  readonly watchKubeNodes?: boolean;
   readonly clock?: Clock;
   readonly registry?: Registry;
   /** Tests only. */
@@ -56,6 +71,10 @@ export interface OperatorOptions {
 }
 
 export const OPERATOR_LEASE_NAME = "imp-operator";
+export const DEFAULT_AGENT_LEASE_NAMESPACE = "imp-system";
+const IMP_VM_CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
+const IMP_VM_TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
+const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false } as const;
 
 export class Operator {
   readonly registry: Registry;
@@ -66,6 +85,10 @@ export class Operator {
   readonly vmCache: Informer<ImpVM>;
   readonly poolCache: Informer<ImpVMRunnerPool>;
   readonly nodeCache: Informer<ImpNode>;
+  readonly scheduler: SchedulerController | undefined;
+  readonly nodeLoss: NodeLossController | undefined;
+  /** Caches only the scheduler and node loss need. */
+  readonly #extraCaches: Array<Informer<KubeObject>> = [];
   readonly #o: OperatorOptions;
   readonly #leases: ResourceClient<Lease>;
 
@@ -120,6 +143,55 @@ export class Operator {
       clock,
       ...(options.faults === undefined ? {} : { faults: options.faults }),
     });
+    const agentLeaseNamespace = options.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE;
+    const wantScheduler = options.scheduler ?? true;
+    const wantNodeLoss = options.nodeLoss ?? true;
+    let leaseCache: Informer<Lease> | undefined;
+    if (wantScheduler || wantNodeLoss) {
+      leaseCache = new Informer({ client: this.#leases, namespace: agentLeaseNamespace, clock, logger: logger.child({ cache: "agent-leases" }) });
+      this.#extraCaches.push(leaseCache as unknown as Informer<KubeObject>);
+    }
+    if (wantScheduler && leaseCache !== undefined) {
+      const classCache = new Informer({ client: createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES), clock, logger: logger.child({ cache: "impvmclasses" }) });
+      const templateCache = new Informer({ client: createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES), ...ns, clock, logger: logger.child({ cache: "impvmtemplates" }) });
+      this.#extraCaches.push(classCache as unknown as Informer<KubeObject>, templateCache as unknown as Informer<KubeObject>);
+      this.scheduler = new SchedulerController({
+        vms,
+        nodes,
+        vmInformer: this.vmCache,
+        nodeInformer: this.nodeCache,
+        leaseInformer: leaseCache,
+        leaseNamespace: agentLeaseNamespace,
+        classInformer: classCache,
+        templateInformer: templateCache,
+        registry: this.registry,
+        recorder,
+        clock,
+        logger,
+        ...(options.nodeLostAfterMs === undefined ? {} : { nodeLostAfterMs: options.nodeLostAfterMs }),
+      });
+    }
+    if (wantNodeLoss && leaseCache !== undefined) {
+      let kubeNodeInformer: Informer<KubeObject> | undefined;
+      if (options.watchKubeNodes ?? true) {
+        kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES), clock, logger: logger.child({ cache: "nodes" }) });
+        this.#extraCaches.push(kubeNodeInformer);
+      }
+      this.nodeLoss = new NodeLossController({
+        vms,
+        leases: this.#leases,
+        vmInformer: this.vmCache,
+        nodeInformer: this.nodeCache,
+        leaseInformer: leaseCache,
+        leaseNamespace: agentLeaseNamespace,
+        ...(kubeNodeInformer === undefined ? {} : { kubeNodeInformer }),
+        ...(options.nodeLostAfterMs === undefined ? {} : { lostAfterMs: options.nodeLostAfterMs }),
+        registry: this.registry,
+        recorder,
+        clock,
+        logger,
+      });
+    }
     if (options.webhookPort !== undefined) {
       const secretsList = options.webhookSecrets ?? [];
       this.webhook = new WebhookServer({
@@ -135,7 +207,7 @@ export class Operator {
     this.health =
       options.healthPort === undefined
         ? undefined
-        : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache }, port: options.healthPort, logger });
+        : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(leaseCache === undefined ? {} : { agentLeases: leaseCache }) }, port: options.healthPort, logger });
   }
 
   async start(signal: AbortSignal): Promise<void> {
@@ -147,9 +219,11 @@ export class Operator {
     })
       .addCache(this.poolCache)
       .addCache(this.vmCache)
-      .addCache(this.nodeCache)
-      .addController(this.pools.controller)
-      .addController(this.setup.controller);
+      .addCache(this.nodeCache);
+    for (const cache of this.#extraCaches) manager.addCache(cache);
+    if (this.scheduler !== undefined) manager.addController(this.scheduler);
+    if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
+    manager.addController(this.pools.controller).addController(this.setup.controller);
     if (this.webhook !== undefined) manager.addServer(this.webhook);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);

@@ -2,13 +2,14 @@ import { readFile } from "node:fs/promises";
 import { KubeConfig } from "@kubernetes/client-node";
 import type { Command } from "commander";
 import { DEFAULT_HEALTH_PORT } from "../../kube/index.ts";
-import { DEFAULT_WEBHOOK_PORT, Operator } from "../../operator/index.ts";
+import { DEFAULT_AGENT_LEASE_NAMESPACE, DEFAULT_WEBHOOK_PORT, Operator } from "../../operator/index.ts";
 import { createLogger, terminalError } from "../../shared/index.ts";
 
 interface OperatorFlags {
   kubeconfig?: string;
   namespace?: string;
   leaseNamespace?: string;
+  agentLeaseNamespace: string;
   webhookPort?: string;
   webhookSecretFile: string[];
   healthPort: string;
@@ -31,6 +32,7 @@ export function registerOperator(program: Command): void {
     .option("--kubeconfig <file>", "kubeconfig; default: in-cluster, then $KUBECONFIG")
     .option("--namespace <ns>", "watch only this namespace's pools and VMs (default: all)")
     .option("--lease-namespace <ns>", "namespace of the leader-election Lease (default: --namespace, else default)")
+    .option("--agent-lease-namespace <ns>", "namespace of the node agents' liveness Leases (the agents' leaseNamespace)", DEFAULT_AGENT_LEASE_NAMESPACE)
     .option("--webhook-port <port>", `serve GitHub webhooks on this port (POST /webhooks/github; e.g. ${DEFAULT_WEBHOOK_PORT}); off when not given`)
     .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret; give twice while rotating", (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
@@ -50,6 +52,7 @@ export function registerOperator(program: Command): void {
         logger,
         ...(opts.namespace === undefined ? {} : { namespace: opts.namespace }),
         ...(opts.leaseNamespace === undefined ? {} : { leaseNamespace: opts.leaseNamespace }),
+        agentLeaseNamespace: opts.agentLeaseNamespace,
         leaderElection: opts.leaderElection,
         healthPort: port(opts.healthPort, "--health-port"),
         ...(opts.webhookPort === undefined ? {} : { webhookPort: port(opts.webhookPort, "--webhook-port"), webhookSecrets }),

@@ -66,6 +66,9 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
       kubeConfig: plane.kubeConfig,
       logger: createLogger({ level: process.env["IMP_TEST_LOG"] ?? "warn", name: "operator" }),
       identity: "pools-test",
+      // The tests play scheduler and agent (they bind VMs and publish the ImpNode themselves).
+      scheduler: false,
+      nodeLoss: false,
       healthPort: 0,
       webhookPort: 0,
       webhookHost: "127.0.0.1",

@@ -11,6 +11,12 @@ import { Registry } from "prom-client";
 import {
   API_VERSION,
   GITHUB_APP_SECRET_KEYS,
+  GROUP,
+  IMP_VM_CLASS,
+  IMP_VM_TEMPLATE,
+  VERSION,
+  type ImpVMClass,
+  type ImpVMTemplate,
   LABELS,
   SETUP_SEAL_SUITE,
   SETUP_SECRET,
@@ -25,8 +31,8 @@ import {
   type NodeKeyPair,
 } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
-import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
+import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, resourceDescriptor, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
 import { decodeJitSetup } from "../../github/jit-setup-format.ts";
@@ -81,6 +87,9 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
       kubeConfig: plane.kubeConfig,
       logger: createLogger({ level: process.env["IMP_TEST_LOG"] ?? "error", name: "operator" }),
       leaderElection: false,
+      // The tests play scheduler (they bind VMs themselves) unless a test turns these on.
+      scheduler: false,
+      nodeLoss: false,
       runnerListIntervalMs: 1_000,
       githubClientOptions: { serverErrorBackoffMs: 50 },
       registry,
@@ -94,9 +103,9 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
   }
 
   /** A namespace of its own and an operator watching only it, stopped when the test ends. */
-  async function isolated(t: TestContext, namespace: string): Promise<{ registry: Registry }> {
+  async function isolated(t: TestContext, namespace: string, options: Partial<OperatorOptions> = {}): Promise<{ registry: Registry }> {
     await createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } });
-    const op = startOperator({ namespace });
+    const op = startOperator({ namespace, ...options });
     t.after(async () => {
       op.stop.abort();
       await op.done.catch(() => undefined);
@@ -289,5 +298,31 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assert.equal(gh.server.runners.has(minted.status?.runner?.id ?? 0), false, "its registration went first");
     await waitFor(`Secret of ${name} collected`, async () => (await secrets.get({ namespace: ns, name: setupSecretName(name) }).then(() => undefined, (err: unknown) => (isNotFound(err) ? true : Promise.reject(err)))), WAIT);
     assertNamesUnique(gh);
+  });
+
+  it("the whole operator, scheduler and node loss included, binds a pool VM to a live node and seals its setup there", async (t) => {
+    const gh = await startGitHub(t);
+    const ns = "t-full";
+    const kc = plane.kubeConfig;
+    await createResourceClient<KubeObject>(kc, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: DEFAULT_AGENT_LEASE_NAMESPACE } });
+    await createResourceClient<ImpVMClass>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS })).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
+    const keyF = await generateNodeKeyPair();
+    // A simulated agent: ImpNode with capacity and key, and a fresh liveness Lease.
+    await publishNode("node-full", keyF);
+    await nodes.patchStatus({ name: "node-full" }, { status: { arch: "amd64", kernels: ["default"], capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 4 }, allocated: { vcpu: 0, memoryMiB: 0, vmSlots: 0 } } });
+    await createResourceClient<Lease>(kc, LEASE_RESOURCE).create({ apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: agentLeaseName("node-full"), namespace: DEFAULT_AGENT_LEASE_NAMESPACE }, spec: { holderIdentity: "node-full", leaseDurationSeconds: 40, renewTime: microTime(Date.now()) } });
+    await isolated(t, ns, { scheduler: true, nodeLoss: true });
+    await createResourceClient<ImpVMTemplate>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE })).create({
+      apiVersion: API_VERSION,
+      kind: "ImpVMTemplate",
+      metadata: { name: "runner", namespace: ns },
+      spec: { classRef: { name: "small" }, image: "registry.test/runner:1", kernel: "default", expireAfter: "1h" },
+    });
+    await createPool(ns, "full", gh, 1);
+    const [vm] = await waitForVms(ns, "full", 1);
+    assert.ok(vm !== undefined);
+    const minted = await waitForMinted(vm);
+    assert.equal(minted.status?.nodeName, "node-full", "the operator's own scheduler bound it");
+    await assertOneRunner(gh, minted, keyF);
   });
 });
