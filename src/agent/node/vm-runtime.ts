@@ -159,6 +159,7 @@ export class VmRuntime {
     const task = new VmTask(vm, { ...newLocalVm(plan.uid), at: { preparing: this.#o.clock.now() } });
     this.#tasks.set(plan.uid, task);
     task.done = this.#lifecycle(task, plan);
+    this.#o.notify(vm); // so Preparing reaches the API now, not at the next step
   }
 
   /** Records a VM that failed before it could start (e.g. its plan is invalid): ended, nothing to free. */

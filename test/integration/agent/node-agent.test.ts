@@ -5,6 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
+import { readdir, readFile } from "node:fs/promises";
+import { createServer, type AddressInfo, type Socket } from "node:net";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { API_VERSION, FINALIZERS, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, SETUP_SECRET, VERSION, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
 import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/index.ts";
@@ -22,6 +25,19 @@ const NS = "default";
 const SENTINEL = "jit-SENTINEL-7d41c09e";
 /** Under TCG on a loaded 2-core machine a boot takes 5–30 s; everything else is quick. */
 const VM_DONE_MS = 240_000;
+
+/** Files under `dir` (recursively, raw bytes, sockets skipped) that contain `needle`. */
+async function filesContaining(dir: string, needle: string): Promise<string[]> {
+  const hits: string[] = [];
+  const bytes = Buffer.from(needle);
+  for (const entry of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (!entry.isFile()) continue;
+    const path = join(entry.parentPath, entry.name);
+    const content = await readFile(path).catch(() => Buffer.alloc(0));
+    if (content.includes(bytes)) hits.push(path);
+  }
+  return hits;
+}
 
 for (const supervised of [false, true]) {
 const NODE = supervised ? "node-s" : "node-d";
@@ -137,7 +153,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     // The workload proves it received the setup under both names, without printing it. The pattern is
     // split by an empty quote so the sentinel itself appears nowhere in the VM's spec.
     const pattern = `${SENTINEL.slice(0, 8)}""${SENTINEL.slice(8)}`;
-    const vm = await boundVm("runner-1", ["/bin/sh", "-c", `test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], { "imp.dev/pool": "pool-a" });
+    const vm = await boundVm("runner-1", ["/bin/sh", "-c", `sleep 3; test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], { "imp.dev/pool": "pool-a" });
     const key = await publishedKey();
     const sealed = await sealSetup(new TextEncoder().encode(`{"config":"${SENTINEL}"}`), key, vm.metadata.uid ?? "");
     const name = setupSecretName("runner-1");
@@ -151,6 +167,11 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     const stored = await secrets.get({ namespace: NS, name });
     assert.ok(!Buffer.from(stored.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8").includes(SENTINEL), "the API holds only ciphertext");
     await vms.patchStatus({ namespace: NS, name: "runner-1" }, { status: { setup: { state: "Minted", secretName: name } } });
+    // While the job runs (it sleeps first), nothing on the node's disk holds the setup: not the VM
+    // directory (sockets, console, logs) and not its disks, read raw.
+    await waitForPhase("runner-1", ["Running"]);
+    const dir = agent.agent.runtime.vmDir(vm.metadata.uid ?? "");
+    assert.deepEqual(await filesContaining(dir, SENTINEL), [], "no file of the VM holds the setup");
     const done = await waitForPhase("runner-1", ["Succeeded", "Failed"]);
     assert.equal(done.status?.phase, "Succeeded", `the workload saw the setup under both names: ${JSON.stringify(done.status)}`);
     const released = await waitForReleased("runner-1");
@@ -174,6 +195,47 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await waitFor("ImpVM del-1 gone", async () => ((await get("del-1")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     await assertNothingLeft(vm);
     if (supervised) assert.equal(existsSync(`/sys/fs/cgroup/memory/imp/${vm.metadata.uid ?? ""}`), false, "its cgroup is removed");
+  });
+
+  it("deleting a VM while it is Preparing (its image pull hangs) aborts the preparation and frees everything", async () => {
+    // A registry that accepts connections and never answers: the pull waits until it is aborted.
+    const held = new Set<Socket>();
+    const silent = createServer((socket) => {
+      held.add(socket);
+      socket.on("error", () => undefined);
+    });
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as AddressInfo).port;
+    try {
+      const vm = await vms.create({
+        apiVersion: API_VERSION,
+        kind: "ImpVM",
+        metadata: { name: "del-prep", namespace: NS },
+        spec: { template: { classRef: { name: "small" }, image: `127.0.0.1:${port}/never/answers:1`, kernel: "default", expireAfter: "1h" }, workload: { command: ["/bin/true"] }, lifecycle: "ephemeral" },
+      } as ImpVM);
+      await vms.patchStatus({ namespace: NS, name: "del-prep" }, { status: { phase: "Scheduled", nodeName: NODE } });
+      await waitForPhase("del-prep", ["Preparing"], 60_000).catch((err: unknown) => {
+        throw new Error(`${String(err)}; agent log tail: ${agent.logs().slice(-3000)}`);
+      });
+      await vms.delete({ namespace: NS, name: "del-prep" });
+      await waitFor("ImpVM del-prep gone", async () => ((await get("del-prep")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
+      await assertNothingLeft(vm);
+    } finally {
+      for (const socket of held) socket.destroy();
+      silent.close();
+    }
+  });
+
+  it("deleting a runner VM while it is Booting (waiting for its setup) stops the VMM and frees everything", async () => {
+    const vm = await boundVm("del-boot", ["/bin/true"], { "imp.dev/pool": "pool-a" });
+    await waitFor("del-boot waiting for its setup", async () => {
+      const v = await get("del-boot");
+      return v?.status?.phase === "Booting" && v.status.bootDurationMs !== undefined ? v : undefined;
+    }, { timeoutMs: VM_DONE_MS, intervalMs: 200 });
+    assert.ok((await processesMentioning(vm.metadata.uid ?? "", "qemu")).length > 0, "the VMM runs");
+    await vms.delete({ namespace: NS, name: "del-boot" });
+    await waitFor("ImpVM del-boot gone", async () => ((await get("del-boot")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
+    await assertNothingLeft(vm);
   });
 
   it("SIGKILL of the VMM ends the VM Failed with VmmExited", async () => {
