@@ -50,7 +50,7 @@ export const LABELS = {
 
 /** Annotations Imp sets. */
 export const ANNOTATIONS = {
-  /** On setup Secrets: the exec id the setup is bound to (see DESIGN §3, ambiguous handoff). */
+  /** On setup Secrets: the exec id the setup is bound to (the ambiguous-handoff rule, docs/agent.md). */
   execId: "imp.dev/exec-id",
   /** On ImpVMs: the reason a controller asked for termination (for `kubectl describe`). */
   terminationReason: "imp.dev/termination-reason",
@@ -76,7 +76,7 @@ export const SETUP_SECRET = {
   runnerInputEnvName: "ACTIONS_RUNNER_INPUT_JITCONFIG",
 } as const;
 
-/** Deterministic setup Secret name for a VM: the name is the idempotency key (DESIGN §3 step 2). */
+/** Deterministic setup Secret name for a VM: the name is the idempotency key. */
 export const setupSecretName = (vmName: string): string => `${vmName}-setup`;
 
 /** Keys of the GitHub App credentials Secret referenced by `ImpVMRunnerPool.spec.github.credentialsSecretRef`. */

@@ -1,7 +1,7 @@
 import { ImpError, conflictError, retryableError, terminalError, type ErrorClass } from "../shared/index.ts";
 
 /**
- * The one place that maps Kubernetes API failures to Imp's error classes (STYLE 26/27). Every
+ * The one place that maps Kubernetes API failures to Imp's error classes. Every
  * adapter call goes through `classifyApiError`; queues and retry loops read only `errorClass` and
  * `code`. Codes are the apiserver's `Status.reason` vocabulary where one exists.
  */

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
-/** Outcomes counted per reconcile (STYLE 33). */
+/** Outcomes counted per reconcile. */
 export const RECONCILE_RESULTS = ["success", "requeue_after", "conflict", "error", "terminal"] as const;
 export type ReconcileOutcome = (typeof RECONCILE_RESULTS)[number];
 

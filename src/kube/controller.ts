@@ -9,7 +9,7 @@ import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
 import type { RateLimit } from "./token-bucket.ts";
 import { WorkQueue } from "./work-queue.ts";
 
-/** Everything one reconcile gets. `logger` is bound to {controller, key, reconcileID} (STYLE 33). */
+/** Everything one reconcile gets. `logger` is bound to {controller, key, reconcileID}. */
 export interface ReconcileContext {
   readonly key: ObjectKey;
   readonly reconcileID: string;
@@ -23,7 +23,7 @@ export interface ReconcileContext {
   readonly failures: number;
 }
 
-/** Level-based (STYLE 8): reads the world for `ctx.key` and converges it; returns or throws a classified error. */
+/** Level-based: reads the world for `ctx.key` and converges it; returns or throws a classified error. */
 export type Reconciler = (ctx: ReconcileContext) => Promise<ReconcileResult>;
 
 /** Anything that delivers object events: an `Informer`, or a test double. */
@@ -74,7 +74,7 @@ type Outcome = ReconcileAttempt & { readonly finished: boolean };
 const never = new Promise<never>(() => undefined);
 
 /**
- * A work-queue-driven reconcile loop (STYLE 7, 10, 31, 33). Watch events only enqueue keys; N
+ * A work-queue-driven reconcile loop. Watch events only enqueue keys; N
  * workers reconcile distinct keys; the result or the error's class decides the requeue
  * (`decideRequeue`). Enqueueing before `start` is allowed (keys wait); after stop it is a no-op.
  *
@@ -261,7 +261,7 @@ export class Controller {
 }
 
 /**
- * Maps a child object to the keys of its owners of `ownerKind` (STYLE 9), in the child's namespace
+ * Maps a child object to the keys of its owners of `ownerKind`, in the child's namespace
  * (owners of namespaced children live in the same namespace or are cluster-scoped).
  */
 export function ownerKeys(ownerKind: string, ownerNamespaced = true): (obj: DeepReadonly<KubeObject>) => ObjectKey[] {

@@ -59,7 +59,7 @@ export const DEFAULT_WATCH_TIMEOUT_SECONDS = 25;
 const MIN_HEALTHY_WATCH_MS = 1_000;
 
 /**
- * A list+watch cache of one kind (STYLE 32): lists, then watches from the list's resourceVersion;
+ * A list+watch cache of one kind: lists, then watches from the list's resourceVersion;
  * a watch that ends cleanly is resumed from the last version seen; a failed one is retried after
  * a backoff (1 s doubling to 30 s, reset by any event); `410 Gone` triggers a relist whose diff
  * against the cache is delivered as adds, updates and deletes, so nothing missed while

@@ -24,7 +24,7 @@ import type {
 import { terminalError } from "../shared/index.ts";
 
 export interface KubeResourceClientOptions {
-  /** Deadline for each non-watch call (STYLE 25). */
+  /** Deadline for each non-watch call. */
   readonly callTimeoutMs?: number;
   /** Recorded as `managedFields[].manager` on writes. */
   readonly fieldManager?: string;

@@ -1,7 +1,7 @@
 import { describeError, retryableError, silentLogger, terminalError, type Logger } from "../shared/index.ts";
 import { LeaderElector, type LeaderElectorOptions } from "./leader-elector.ts";
 
-/** A long-lived part (STYLE 31): `start` runs until `signal` aborts and resolves only once stopped. */
+/** A long-lived part: `start` runs until `signal` aborts and resolves only once stopped. */
 export interface Runnable {
   start(signal: AbortSignal): Promise<void>;
 }
@@ -22,7 +22,7 @@ export interface ManagerOptions {
 export const DEFAULT_SYNC_TIMEOUT_MS = 120_000;
 
 /**
- * Starts parts in groups and stops them in reverse (STYLE 31, controller-runtime's runnable
+ * Starts parts in groups and stops them in reverse (controller-runtime's runnable
  * groups): health servers → caches → wait for sync → controllers (leader-only when leader election
  * is on) → servers; on stop: servers → controllers → caches → health servers, each group fully
  * stopped before the next.

@@ -25,7 +25,7 @@ export interface MutateRequest<T> {
 }
 
 /**
- * Read-modify-write without lost updates (STYLE 14): reads the object, lets `mutate` edit a deep
+ * Read-modify-write without lost updates: reads the object, lets `mutate` edit a deep
  * copy, and sends the difference as a merge patch that carries the read `resourceVersion`, so a
  * concurrent write makes the apiserver answer 409 instead of silently losing one of them. On a
  * conflict it re-reads and re-applies `mutate` (which must therefore be a pure function of the

@@ -1,7 +1,7 @@
 import { classOf, type ErrorClass } from "../shared/index.ts";
 import type { ReconcileOutcome } from "./controller-metrics.ts";
 
-/** What a reconcile returns (STYLE 10). The loop owns every timer; reconcilers never sleep. */
+/** What a reconcile returns. The loop owns every timer; reconcilers never sleep. */
 export type ReconcileResult = { readonly kind: "done" } | { readonly kind: "requeueAfter"; readonly ms: number };
 
 export const done: ReconcileResult = { kind: "done" };
@@ -21,7 +21,7 @@ export interface RequeueDecision {
 }
 
 /**
- * The loop's whole error policy, pure (STYLE 26): success forgets the key's backoff; requeueAfter
+ * The loop's whole error policy, pure: success forgets the key's backoff; requeueAfter
  * forgets it and schedules a fresh look; a terminal error forgets it (retrying cannot help; the
  * next watch event brings the key back); anything else, conflicts included, backs off per key.
  *

@@ -47,7 +47,7 @@ export interface DeleteOptions {
 }
 
 /**
- * Typed access to one kind (STYLE 21). Every method either resolves or throws an `ImpError`
+ * Typed access to one kind. Every method either resolves or throws an `ImpError`
  * classified by `classifyApiError` (NotFound is terminal, Conflict/AlreadyExists are conflicts,
  * Gone/429/5xx/network failures retryable). Every call has a deadline; none retries by itself.
  */
@@ -64,7 +64,7 @@ export interface ResourceClient<T extends KubeObject> {
    * with a conflict instead of overwriting.
    */
   patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T>;
-  /** JSON merge patch of the `/status` subresource, in its own call (STYLE 14). */
+  /** JSON merge patch of the `/status` subresource, in its own call. */
   patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T>;
   /**
    * Streams changes after `resourceVersion` to `onEvent` until the server ends the watch (resolves)

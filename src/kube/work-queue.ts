@@ -23,7 +23,7 @@ export interface WorkQueueOptions {
 }
 
 /**
- * A rate-limited work queue of keys with client-go's guarantees (STYLE 7):
+ * A rate-limited work queue of keys with client-go's guarantees:
  * - a key is queued at most once however often it is added (dirty set);
  * - a key is never handed out while a previous `get()` of it has not been `done()`; adding it in
  *   that window re-queues it exactly once, after `done()`;

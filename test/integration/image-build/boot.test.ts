@@ -1,5 +1,5 @@
 /**
- * DESIGN §4 end to end: an image pushed to a real registry is pulled, built into a cached ext4 base
+ * End to end: an image pushed to a real registry is pulled, built into a cached ext4 base
  * with the real guest agent injected, given per-VM disks (base hard-linked and attached read-only,
  * scratch from the template), and booted in QEMU; the guest agent assembles its overlay root, runs a
  * command from the image, and writes land on the scratch disk while the base stays byte-identical.

@@ -1,4 +1,4 @@
-/** The node's base-image cache (DESIGN §4): keys, single-flight builds, atomic publish, LRU eviction. */
+/** The node's base-image cache: keys, single-flight builds, atomic publish, LRU eviction. */
 export { BaseImages, type BaseImageRequest, type BaseImagesOptions, type BuildEvent } from "./base-images.ts";
 export { baseImageKey, BUILDER_FORMAT_VERSION, uuidOfKey, type BaseImageKeyInput } from "./cache-key.ts";
 export { fileDigestOf } from "../layers/index.ts";

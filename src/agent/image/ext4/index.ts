@@ -1,4 +1,4 @@
-/** ext4 images from unpacked rootfs directories (DESIGN §4). */
+/** ext4 images from unpacked rootfs directories. */
 export { buildExt4, type BuildExt4Options } from "./build-ext4.ts";
 export { debugfsErrors, debugfsScript, type XattrFix } from "./debugfs-script.ts";
 export { defaultBaseParams, planExt4, type Ext4Params, type Ext4Plan } from "./fs-params.ts";

@@ -1,4 +1,4 @@
-/** Confined application of OCI layers to a directory (DESIGN §4). */
+/** Confined application of OCI layers to a directory. */
 export { applyLayer, type LayerBlob, type LayerStats } from "./apply-layer.ts";
 export { ConfinedTree, type EntryMeta, type SpecialKind, type SpecialNode, type Xattrs } from "./confined-tree.ts";
 export { compressionOf, decompressor, type LayerCompression } from "./decompress.ts";

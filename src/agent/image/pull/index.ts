@@ -1,5 +1,5 @@
 /**
- * Public entry of the image pull side (DESIGN §4): `pullImage(reference, options) → PulledImage`, or a
+ * Public entry of the image pull side: `pullImage(reference, options) → PulledImage`, or a
  * long-lived `ImagePuller` that keeps registry tokens cached across pulls.
  * Contract for the image build side: when a pull resolves, the config and every layer blob named in the
  * result are in `options.store`, verified by digest and size; layers are in application order and

@@ -1,5 +1,5 @@
 /**
- * Public shapes of the image pull side (DESIGN §4). The image build side consumes `PulledImage` and a
+ * Public shapes of the image pull side. The image build side consumes `PulledImage` and a
  * `ContentStore`; everything else in this folder is internal.
  */
 import type { ContentStore } from "../store/content-store.ts";

@@ -1,5 +1,5 @@
 /**
- * `imp image build REF` and `imp image gc`: the node's ext4 base images (DESIGN §4), usable without
+ * `imp image build REF` and `imp image gc`: the node's ext4 base images, usable without
  * Kubernetes. `build` uses the image as pulled into the content store (pulling it first when the
  * store has no record of it), adds local extra layers and the guest agent, and prints where the
  * cached image is. `gc` evicts least-recently-used images no VM uses, down to the size limit.
