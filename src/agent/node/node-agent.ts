@@ -55,7 +55,7 @@ import { AgentMetrics } from "./agent-metrics.ts";
 import type { LocalVm } from "./local-vm.ts";
 import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
 import { NodeSweeper } from "./node-sweeper.ts";
-import { decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
+import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
 import { planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
 import { VmRuntime, type VmRuntimeOptions } from "./vm-runtime.ts";
 
@@ -111,6 +111,7 @@ export class NodeAgent {
   /** Last seen object of each key, so a VM that vanished can still be released by uid, name and namespace. */
   readonly #lastSeen = new Map<string, Readonly<ImpVM>>();
   readonly #plans = new Map<string, VmPlan>();
+  readonly #resumeTried = new Set<string>();
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
@@ -212,7 +213,12 @@ export class NodeAgent {
     const known = vm ?? this.#lastSeen.get(ctx.key);
     const uid = known?.metadata.uid;
     if (known === undefined || uid === undefined) return done;
-    const local = this.runtime.local(uid);
+    let local = this.runtime.local(uid);
+    if (local === undefined && vm !== undefined && apiSituation(vm) === "active" && !this.#resumeTried.has(uid)) {
+      // Booted by an earlier run of this agent: re-adopt it before anything is decided about it.
+      this.#resumeTried.add(uid);
+      if (await this.runtime.resume(vm)) local = this.runtime.local(uid);
+    }
     const decision = decideVm({ vm, local, nowMs: this.#clock.now() });
     for (const action of decision.actions) await this.#act(action, vm, known, ctx);
     this.#refreshPhaseGauge();

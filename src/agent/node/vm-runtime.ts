@@ -6,7 +6,7 @@
  * is acquired, so a failure at any step leaves nothing behind.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, open, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { openSetup, parseSealedSetup, SETUP_SECRET, VM_REASONS, type ImpVM, type NodeKeyPair, type SealedSetup } from "../../api/index.ts";
 import { describeError, ImpError, runSteps, terminalError, type Clock, type Logger, type Step, type StepRun } from "../../shared/index.ts";
@@ -15,6 +15,7 @@ import type { CachedImage } from "../image/cache/index.ts";
 import type { CredentialLookup } from "../image/pull/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
 import type { ProcessLauncher, RunningVm, VmmDriver, VmmKind, VmmProcess, VmSpec } from "../vmm/types.ts";
+import { readVmRecord } from "../vmm/qemu/index.ts";
 import { connectGuest } from "./guest-connection.ts";
 import { handOffExec, workloadExecId } from "./exec-handoff.ts";
 import { newLocalVm, type LocalVm, type VmOutcome } from "./local-vm.ts";
@@ -212,6 +213,66 @@ export class VmRuntime {
     await this.#o.deleteSetupSecret(vm);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
     this.#o.notify(task.latest);
+  }
+
+  /**
+   * After an agent restart: re-adopts a VM an earlier run of this agent booted, from its VM record and
+   * its supervised processes, reconnects to its guest and follows its workload — asking the guest for
+   * the state of the one exec id, never sending anything again. A VM whose VMM ended while the agent
+   * was down ends with the exit its guest agent wrote to the console, or VmmExited. Returns false
+   * when there is nothing to re-adopt (no record): the caller then fails the VM.
+   */
+  async resume(vm: Readonly<ImpVM>): Promise<boolean> {
+    const uid = vm.metadata.uid ?? "";
+    if (this.#tasks.has(uid)) return true;
+    const vmDir = this.vmDir(uid);
+    const vmmDir = join(vmDir, "vmm");
+    const record = await readVmRecord(vmmDir).catch(() => undefined);
+    if (record === undefined) return false;
+    const setupState = vm.status?.setup?.state;
+    const local: LocalVm = {
+      ...newLocalVm(uid),
+      stage: "running",
+      vmm: record.driver,
+      setup: setupState === "Sent" ? "sent" : setupState === "Delivered" ? "delivered" : "none",
+      at: {},
+    };
+    const task = new VmTask(vm, local);
+    this.#tasks.set(uid, task);
+    const log = this.#o.logger.child({ vm: `${vm.metadata.namespace ?? ""}/${vm.metadata.name ?? ""}`, uid });
+    task.done = (async () => {
+      const processes = (await this.#o.adoptOrphans?.(vmDir)) ?? [];
+      const driver = this.#o.drivers.get(record.driver);
+      let running: RunningVm;
+      try {
+        if (driver?.adopt === undefined || processes.length === 0 || processes.some((p) => !p.running)) throw terminalError("VmAdoptFailed", "the VMM is no longer running");
+        running = await driver.adopt(record.spec, processes, { launcher: this.#o.launcherFor({ uid } as VmPlan, vmDir), clock: this.#o.clock, logger: log });
+      } catch (err) {
+        for (const p of processes) await p.stop(this.#t.stopGraceMs);
+        const fromConsole = await exitFromConsole(record.driver === "qemu" ? join(vmmDir, "serial.log") : join(vmmDir, "console.log"), workloadExecId(uid));
+        log.info({ error: describeError(err), exitCode: fromConsole?.exitCode }, "VM ended while the agent was away");
+        this.#end(task, fromConsole ?? { succeeded: false, reason: VM_REASONS.VmmExited, message: `the VMM ended while the agent was not running (${describeError(err)})` }, log);
+        return;
+      }
+      const state: BootState = { plan: { uid, name: vm.metadata.name ?? "", namespace: vm.metadata.namespace ?? "" } as VmPlan, dir: vmDir, vm: running, vmm: record.driver };
+      task.state = state;
+      task.pid = running.pid;
+      task.run = { timings: [], rollback: async () => { state.client?.close(); await running.stop(this.#t.stopGraceMs); } };
+      try {
+        state.client = await connectGuest(running, { timeoutMs: this.#t.requestMs, serial: record.channel === "serial", clientName: "imp-agent" });
+      } catch (err) {
+        await running.stop(this.#t.stopGraceMs);
+        this.#end(task, { succeeded: false, reason: VM_REASONS.GuestUnreachable, message: `re-adopted the VM but cannot reach its guest: ${describeError(err)}` }, log);
+        return;
+      }
+      log.info("re-adopted a running VM");
+      this.#o.notify(task.latest);
+      const outcome = await this.#waitForEnd(task, state, log);
+      const exited = await Promise.race([running.exited().then(() => true), this.#o.clock.sleep(this.#t.powerOffMs).then(() => false)]);
+      if (!exited) await running.stop(this.#t.stopGraceMs);
+      this.#end(task, outcome, log);
+    })();
+    return true;
   }
 
   forget(uid: string): void {
@@ -536,4 +597,32 @@ function waitForEvent(target: EventTarget, type: string, ms: number, signal: Abo
     signal.addEventListener("abort", finish, { once: true, signal: done.signal });
     clock.sleep(ms, done.signal).then(finish, () => undefined);
   });
+}
+
+/**
+ * The workload's exit as the guest agent logged it on the VM's console (`msg="exec exited"
+ * execId=… exitCode=N`), for a VM that ended while no agent listened. The console is the VM's own
+ * word, like the exit event would have been; the last matching line counts.
+ */
+export async function exitFromConsole(path: string, execId: string): Promise<VmOutcome | undefined> {
+  let text: string;
+  try {
+    const handle = await open(path, "r");
+    try {
+      const { size } = await handle.stat();
+      const length = Math.min(size, 256 * 1024);
+      const buffer = Buffer.alloc(length);
+      await handle.read(buffer, 0, length, size - length);
+      text = buffer.toString("utf8");
+    } finally {
+      await handle.close();
+    }
+  } catch {
+    return undefined;
+  }
+  const pattern = new RegExp(`msg="exec exited" execId=${execId.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} exitCode=(\\d+)`, "g");
+  let code: number | undefined;
+  for (const m of text.matchAll(pattern)) code = Number(m[1]);
+  if (code === undefined) return undefined;
+  return { ...outcomeOfExit({ execId, state: "exited", exitCode: code }), message: `the workload exited ${code} while the agent was not running (from the guest's console)` };
 }
