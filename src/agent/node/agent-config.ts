@@ -34,7 +34,7 @@ export interface AgentConfig {
   /** Run VMMs under the per-VM supervisor (they outlive an agent restart). Default true. */
   readonly supervised: boolean;
   readonly supervisorBinary?: string;
-  /** cgroup path (below each controller's mount) that holds the VMs' cgroups; outside the agent's own. Default "imp". */
+  /** cgroup path (below each controller's mount) that holds this agent's VM cgroups; outside the agent's own. Default "imp/<nodeName>". */
   readonly cgroupParent: string;
   /** Seconds between sweeps of leftovers (processes, cgroups, dirs, taps of VMs no longer bound here). */
   readonly sweepIntervalSeconds: number;
@@ -103,7 +103,9 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     healthPort: int(o["healthPort"] ?? 8081, "healthPort"),
     supervised: o["supervised"] !== false,
     ...(typeof o["supervisorBinary"] === "string" ? { supervisorBinary: o["supervisorBinary"] } : {}),
-    cgroupParent: str("cgroupParent", "imp"),
+    // Per node: the sweep treats every VM cgroup under its parent that maps to no VM of its own as a
+    // leftover, so two agents on one machine (tests, demos) must never share a parent.
+    cgroupParent: str("cgroupParent", `imp/${nodeName as string}`),
     sweepIntervalSeconds: int(o["sweepIntervalSeconds"] ?? 60, "sweepIntervalSeconds"),
   };
 }

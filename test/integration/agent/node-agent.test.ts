@@ -188,13 +188,13 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await waitForPhase("del-1", ["Running"]);
     assert.ok((await processesMentioning(vm.metadata.uid ?? "")).length > 0, "the VMM runs");
     if (supervised) {
-      const cgroup = `/sys/fs/cgroup/memory/imp/${vm.metadata.uid ?? ""}`;
+      const cgroup = `/sys/fs/cgroup/memory/imp/${NODE}/${vm.metadata.uid ?? ""}`;
       assert.ok(existsSync(cgroup), `the VM's memory cgroup ${cgroup} exists while it runs`);
     }
     await vms.delete({ namespace: NS, name: "del-1" });
     await waitFor("ImpVM del-1 gone", async () => ((await get("del-1")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     await assertNothingLeft(vm);
-    if (supervised) assert.equal(existsSync(`/sys/fs/cgroup/memory/imp/${vm.metadata.uid ?? ""}`), false, "its cgroup is removed");
+    if (supervised) assert.equal(existsSync(`/sys/fs/cgroup/memory/imp/${NODE}/${vm.metadata.uid ?? ""}`), false, "its cgroup is removed");
   });
 
   it("deleting a VM while it is Preparing (its image pull hangs) aborts the preparation and frees everything", async () => {
