@@ -106,9 +106,23 @@ export class ImageCache {
     const cache = new ImageCache(options);
     for (const dir of ["images", "building", "locks", "trash"]) await mkdir(join(cache.root, dir), { recursive: true, mode: 0o700 });
     await cache.#removeDeadBuilds();
-    await rm(join(cache.root, "trash"), { recursive: true, force: true });
-    await mkdir(join(cache.root, "trash"), { mode: 0o700 });
+    await cache.#emptyTrash();
     return cache;
+  }
+
+  /**
+   * Removes what evictions left in `trash/` (a process that died between rename and rm). The directory
+   * itself stays: other processes opening or evicting at this moment rename into it, so removing and
+   * recreating it would race them. An entry another process is removing right now may vanish under us;
+   * that is its owner finishing, not an error.
+   */
+  async #emptyTrash(): Promise<void> {
+    const trash = join(this.root, "trash");
+    for (const entry of await readdir(trash)) {
+      await rm(join(trash, entry), { recursive: true, force: true }).catch((error: unknown) => {
+        this.#logger.debug({ entry, err: String(error) }, "trash entry removed concurrently");
+      });
+    }
   }
 
   /** Where the image of `key` lives (whether or not it exists). */
