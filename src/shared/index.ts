@@ -6,3 +6,4 @@ export * from "./logger.ts";
 export * from "./object-meta.ts";
 export * from "./child-process.ts";
 export * from "./steps.ts";
+export * from "./fault-points.ts";
