@@ -3,6 +3,10 @@
  * holds the installation token cache (src/github refreshes the token before it expires), so
  * reconciles do not mint a token each. The App's private key is read from the Secret into the
  * client's memory only; it never leaves the operator.
+ *
+ * Enterprise pools: GitHub does not enable its enterprise runner endpoints for Apps, so their
+ * Secret holds a token (key `token`, scope `manage_runners:enterprise`) instead of App keys. A
+ * Secret with a `token` key is used as a token for any scope; without one, as App credentials.
  */
 import { DEFAULT_RUNNER_GROUP_ID, GitHubClient, type GitHubClientOptions, type GitHubScope } from "../../github/index.ts";
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
@@ -10,6 +14,9 @@ import { isNotFound, type ResourceClient } from "../../kube/index.ts";
 import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { scopeOfPool } from "../pools/pool-scope.ts";
 import type { SecretObject } from "../pools/resources.ts";
+
+/** Key of a credentials Secret that holds a token instead of App credentials (enterprise scope). */
+export const TOKEN_SECRET_KEY = "token";
 
 export interface GitHubClientsOptions {
   readonly secrets: Pick<ResourceClient<SecretObject>, "get">;
@@ -91,9 +98,18 @@ export class GitHubClients {
       if (raw === undefined || raw === "") throw terminalError("CredentialsSecretInvalid", `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} has no key ${k}`);
       return Buffer.from(raw, "base64").toString("utf8").trim();
     };
+    const hasToken = (secret.data?.[TOKEN_SECRET_KEY] ?? "") !== "";
+    if (!hasToken && pool.spec.github.scope === "enterprise") {
+      throw terminalError(
+        "CredentialsSecretInvalid",
+        `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} has no key ${TOKEN_SECRET_KEY}, and GitHub's enterprise runner endpoints refuse GitHub Apps (a token with manage_runners:enterprise is needed)`,
+      );
+    }
     const client = new GitHubClient({
       baseUrl,
-      credentials: { appId: field(GITHUB_APP_SECRET_KEYS.appId), installationId: field(GITHUB_APP_SECRET_KEYS.installationId), privateKey: field(GITHUB_APP_SECRET_KEYS.privateKey) },
+      credentials: hasToken
+        ? { token: field(TOKEN_SECRET_KEY) }
+        : { appId: field(GITHUB_APP_SECRET_KEYS.appId), installationId: field(GITHUB_APP_SECRET_KEYS.installationId), privateKey: field(GITHUB_APP_SECRET_KEYS.privateKey) },
       clock: this.#clock,
       logger: this.#o.logger,
       ...this.#o.clientOptions,
