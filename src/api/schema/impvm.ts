@@ -115,6 +115,7 @@ export const ImpVMStatus = Type.Object(
         {
           state: StringEnum(SETUP_STATES, { description: "Where the one-time setup is." }),
           secretName: Type.Optional(Type.String({ maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Setup Secret (owned by this ImpVM)." })),
+          mintedAt: Type.Optional(Timestamp("When GitHub issued the one-time setup (the runner was registered).")),
           deliveredAt: Type.Optional(Timestamp("When the guest confirmed the Exec.")),
         },
         { description: "Delivery state of the one-time runner setup." },
