@@ -118,6 +118,25 @@ test("in_progress and completed carry the runner; without one they are rejected"
   assert.deepEqual(parseWorkflowJobWebhook("workflow_job", "d-3", payload({ action: "completed" })), { ok: false, reason: "a completed job has no runner_name" });
 });
 
+test("the job's created, started and completed times are read; a time that is not ISO 8601 is rejected", () => {
+  const done = parseWorkflowJobWebhook(
+    "workflow_job",
+    "d-4",
+    payload({ action: "completed" }, { runner_name: "imp-abc", conclusion: "success", created_at: "2026-01-02T03:04:05Z", started_at: "2026-01-02T03:04:07Z", completed_at: "2026-01-02T03:05:07.5+00:00" }),
+  );
+  assert.ok(done.ok);
+  assert.equal(done.event.createdAt, Date.UTC(2026, 0, 2, 3, 4, 5));
+  assert.equal(done.event.startedAt, Date.UTC(2026, 0, 2, 3, 4, 7));
+  assert.equal(done.event.completedAt, Date.UTC(2026, 0, 2, 3, 5, 7, 500));
+  const queued = parseWorkflowJobWebhook("workflow_job", "d-5", payload({}, { completed_at: null }));
+  assert.ok(queued.ok);
+  assert.equal(queued.event.completedAt, undefined);
+  for (const bad of ["yesterday", "2026-13-45T99:99:99Z", 1767323045]) {
+    const result = parseWorkflowJobWebhook("workflow_job", "d-6", payload({}, { created_at: bad }));
+    assert.deepEqual(result, { ok: false, reason: "workflow_job.created_at is not an ISO 8601 time" });
+  }
+});
+
 test("malformed payloads are rejected field by field", () => {
   const cases: Array<[string, RegExp]> = [
     ["not json", /not JSON/],

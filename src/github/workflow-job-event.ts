@@ -23,6 +23,10 @@ export interface WorkflowJobEvent {
   readonly organization: string | undefined;
   readonly enterprise: string | undefined;
   readonly installationId: number | undefined;
+  /** created_at (queued), started_at (taken by a runner; GitHub fills it at queue time too) and completed_at, in ms since the epoch. */
+  readonly createdAt?: number;
+  readonly startedAt?: number;
+  readonly completedAt?: number;
 }
 
 export type WebhookParseResult =
@@ -60,6 +64,15 @@ function nullableId(value: unknown, what: string): number | null {
   return value === null || value === undefined ? null : id(value, what);
 }
 
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
+
+function optionalTime(value: unknown, what: string): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  const ms = typeof value === "string" && ISO_TIME.test(value) ? Date.parse(value) : Number.NaN;
+  if (!Number.isFinite(ms)) throw new Reject(`${what} is not an ISO 8601 time`);
+  return ms;
+}
+
 function optionalLogin(value: unknown, key: string, what: string): string | undefined {
   if (value === undefined || value === null) return undefined;
   return string(object(value, what)[key], `${what}.${key}`);
@@ -90,6 +103,9 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
     const owner = optionalLogin(repository["owner"], "login", "repository.owner") ?? fullName.split("/")[0] ?? "";
     if (fullName !== `${owner}/${repoName}`) throw new Reject("repository.full_name does not match owner and name");
     const installation = root["installation"];
+    const createdAt = optionalTime(job["created_at"], "workflow_job.created_at");
+    const startedAt = optionalTime(job["started_at"], "workflow_job.started_at");
+    const completedAt = optionalTime(job["completed_at"], "workflow_job.completed_at");
     const event: WorkflowJobEvent = {
       deliveryId,
       action: action as WorkflowJobAction,
@@ -106,6 +122,9 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
       organization: optionalLogin(root["organization"], "login", "organization"),
       enterprise: optionalLogin(root["enterprise"], "slug", "enterprise"),
       installationId: installation === undefined || installation === null ? undefined : id(object(installation, "installation")["id"], "installation.id"),
+      ...(createdAt === undefined ? {} : { createdAt }),
+      ...(startedAt === undefined ? {} : { startedAt }),
+      ...(completedAt === undefined ? {} : { completedAt }),
     };
     if (event.action !== "queued" && event.runnerName === null) throw new Reject(`a ${event.action} job has no runner_name`);
     return { ok: true, event };
