@@ -28,6 +28,11 @@ export interface GitHubTestServerOptions {
   tokenTtlSeconds?: number;
   /** Serve the API below this path, as GitHub Enterprise Server does under /api/v3. */
   readonly apiPrefix?: string;
+  /**
+   * Address to listen on; default 127.0.0.1. Runners inside VMs reach the server at this address
+   * (the jitconfig's ServerUrl carries it), so an end-to-end test gives one its VMs can route to.
+   */
+  readonly host?: string;
 }
 
 export type Fault = { readonly count: number; readonly path?: RegExp; readonly method?: string } & (
@@ -53,7 +58,11 @@ export interface TestJob {
   runnerId: number | undefined;
   runnerName: string | undefined;
   conclusion: "success" | "failure" | undefined;
-  result: { readonly conclusion: string; readonly steps: ReadonlyArray<{ readonly name: string; readonly exitCode: number }> } | undefined;
+  result: { readonly conclusion: string; readonly steps: ReadonlyArray<{ readonly name: string; readonly exitCode: number }>; readonly log: string } | undefined;
+  /** Date.now() when the job was queued, taken by a runner, and reported done. */
+  readonly queuedAt: number;
+  startedAt: number | undefined;
+  completedAt: number | undefined;
 }
 
 export interface TestRunner {
@@ -92,6 +101,7 @@ interface Reply {
 
 const DOCS = "https://docs.github.com/rest";
 const MAX_BODY = 1024 * 1024;
+const MAX_JOB_LOG = 256 * 1024;
 const READ_ONLY_LABELS = ["self-hosted", "Linux", "X64"];
 
 export function scopeKeyOf(scope: GitHubScope): string {
@@ -144,10 +154,10 @@ export class GitHubTestServer {
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
-      server.listen(0, "127.0.0.1", () => resolve());
+      server.listen(0, this.#options.host ?? "127.0.0.1", () => resolve());
     });
     this.#server = server;
-    this.#url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    this.#url = `http://${this.#options.host ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
     return this;
   }
 
@@ -201,6 +211,9 @@ export class GitHubTestServer {
       runnerName: undefined,
       conclusion: undefined,
       result: undefined,
+      queuedAt: Date.now(),
+      startedAt: undefined,
+      completedAt: undefined,
     };
     this.jobs.set(id, record);
     this.#jobWebhook(record, "queued");
@@ -564,6 +577,7 @@ export class GitHubTestServer {
       const job = [...this.jobs.values()].find((j) => j.status === "queued" && this.#canRun(runner, j) && j.labels.every((l) => names.has(l.toLowerCase())));
       if (job !== undefined) {
         job.status = "in_progress";
+        job.startedAt = Date.now();
         job.runnerId = runner.id;
         job.runnerName = runner.name;
         runner.jobId = job.id;
@@ -586,9 +600,12 @@ export class GitHubTestServer {
     if (runner === undefined || job === undefined || runner.jobId !== jobId || job.status !== "in_progress") return { status: 404, body: { error: "NoSuchJob" } };
     const conclusion = input["conclusion"] === "success" ? "success" : "failure";
     const steps = Array.isArray(input["steps"]) ? (input["steps"] as Array<{ name: string; exitCode: number }>) : [];
+    // The step output, as GitHub shows a job's log; the runner caps what it sends, so do we.
+    const log = typeof input["log"] === "string" ? input["log"].slice(0, MAX_JOB_LOG) : "";
     job.status = "completed";
+    job.completedAt = Date.now();
     job.conclusion = conclusion;
-    job.result = { conclusion, steps };
+    job.result = { conclusion, steps, log };
     runner.busy = false;
     this.#jobWebhook(job, "completed");
     return { status: 204 };
@@ -605,7 +622,9 @@ export class GitHubTestServer {
   }
 
   #jobWebhook(job: TestJob, action: "queued" | "in_progress" | "completed"): void {
-    const now = new Date().toISOString().replace(/\.\d{3}Z$/, "Z");
+    // GitHub's timestamps have whole seconds.
+    const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+    const now = iso(Date.now());
     const documented = this.contract.webhooks.get(action)?.schema as { properties: Record<string, object> } | undefined;
     // The parts Imp does not read come from the documented schema, so the payload has GitHub's shape.
     const sample = (key: string, path: string): Record<string, unknown> => sampleFromSchema(documented?.properties[key] ?? {}, path) as Record<string, unknown>;
@@ -633,9 +652,9 @@ export class GitHubTestServer {
         runner_name: action === "queued" ? null : (job.runnerName ?? null),
         runner_group_id: action === "queued" ? null : 1,
         runner_group_name: action === "queued" ? null : "Default",
-        created_at: now,
-        started_at: now,
-        completed_at: action === "completed" ? now : null,
+        created_at: iso(job.queuedAt),
+        started_at: iso(job.startedAt ?? job.queuedAt),
+        completed_at: action === "completed" ? iso(job.completedAt ?? Date.now()) : null,
         steps: (job.result?.steps ?? []).map((step, i) => ({
           name: step.name,
           number: i + 1,

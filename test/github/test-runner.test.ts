@@ -97,7 +97,11 @@ test("a runner comes online with its one-time setup, runs exactly one job and ca
   assert.ok(!exit.stdout.includes(setup) && !exit.stderr.includes(setup), "the setup is never printed");
   assert.equal(job.status, "completed");
   assert.equal(job.runnerName, "imp-vm-1");
-  assert.deepEqual(job.result, { conclusion: "success", steps: [{ name: "greet", exitCode: 0 }, { name: "env", exitCode: 0 }] });
+  assert.deepEqual({ ...job.result, log: undefined }, { conclusion: "success", steps: [{ name: "greet", exitCode: 0 }, { name: "env", exitCode: 0 }], log: undefined });
+  // The job's log reaches "GitHub" (the server) with the steps' output, and never the setup.
+  assert.match(job.result?.log ?? "", /##\[group\]Run greet\nhello from Linux\n/);
+  assert.ok(!(job.result?.log ?? "").includes(setup));
+  assert.ok(job.queuedAt <= (job.startedAt ?? 0) && (job.startedAt ?? 0) <= (job.completedAt ?? 0), "queued ≤ started ≤ completed");
   assert.equal(second.status, "queued", "an ephemeral runner takes exactly one job");
   // GitHub removes an ephemeral runner after its job; deleting it afterwards is already done.
   assert.equal(await github.deleteRunner(ORG, jit.runnerId), "gone");
@@ -118,7 +122,8 @@ test("a failing step fails the job; the runner still exits 0 like the real one",
   assert.equal(exit.code, 0, exit.stderr);
   assert.match(exit.stdout, /about to fail/);
   assert.doesNotMatch(exit.stdout, /must-not-run/);
-  assert.deepEqual(job.result, { conclusion: "failure", steps: [{ name: "boom", exitCode: 7 }] });
+  assert.deepEqual({ ...job.result, log: undefined }, { conclusion: "failure", steps: [{ name: "boom", exitCode: 7 }], log: undefined });
+  assert.match(job.result?.log ?? "", /about to fail\n[^]*Process completed with exit code 7/);
 });
 
 test("a setup the runner cannot decode exits 1 without contacting anyone", async (t) => {

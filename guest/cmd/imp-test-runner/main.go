@@ -5,7 +5,8 @@
 //   - the one-time setup arrives as `--jitconfig <encoded>` (as `run.sh --jitconfig` takes it) or in
 //     ACTIONS_RUNNER_INPUT_JITCONFIG; it is never printed or written to disk;
 //   - the runner comes online, takes exactly one job, runs its shell steps with their output on
-//     stdout, reports the result and exits 0, whatever the job's conclusion;
+//     stdout, reports the result with the job's log (its first 256 KiB, as a job log GitHub shows)
+//     and exits 0, whatever the job's conclusion;
 //   - a setup that cannot be used exits non-zero with the real runner's return codes:
 //     1 terminated (bad or already-used setup), 2 retryable (server unreachable, no job in time),
 //     5 session conflict (another process holds this runner's session).
@@ -315,18 +316,37 @@ func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writ
 	}
 	var results []StepResult
 	conclusion := "failure"
+	jobLog := &cappedBuffer{limit: maxJobLog}
 	if err != nil {
 		fmt.Fprintf(stderr, "Cannot prepare the work folder: %v\n", err)
 	} else {
-		results, conclusion = runSteps(ctx, job.Job.Steps, workDir, stdout)
+		results, conclusion = runSteps(ctx, job.Job.Steps, workDir, io.MultiWriter(stdout, jobLog))
 	}
 	fmt.Fprintf(stdout, "%s: Job %s completed with result: %s\n", time.Now().UTC().Format(time.DateTime), job.Job.Name, cases(conclusion))
-	if _, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/sessions/%s/jobs/%d/result", session.SessionID, job.Job.ID), map[string]any{"conclusion": conclusion, "steps": results}, nil); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/sessions/%s/jobs/%d/result", session.SessionID, job.Job.ID), map[string]any{"conclusion": conclusion, "steps": results, "log": jobLog.String()}, nil); err != nil {
 		fmt.Fprintf(stderr, "Cannot report the result of job %s: %v\n", job.Job.Name, err)
 		return exitRetryableError
 	}
 	return exitSuccess
 }
+
+// maxJobLog caps the log a runner uploads: a job that prints without end must not make the report huge.
+const maxJobLog = 256 << 10
+
+// cappedBuffer keeps the first limit bytes written to it and drops the rest, never failing a write.
+type cappedBuffer struct {
+	buf   bytes.Buffer
+	limit int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.limit - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *cappedBuffer) String() string { return b.buf.String() }
 
 func cases(conclusion string) string {
 	if conclusion == "success" {
