@@ -9,6 +9,7 @@ export * from "./image/cache/index.ts";
 export * from "./image/disks/index.ts";
 export * from "./vmm/types.ts";
 export * from "./vmm/direct-launcher.ts";
+export * from "./vmm/netns-launcher.ts";
 export * from "./vmm/kvm-probe.ts";
 export * from "./vmm/firecracker/index.ts";
 export * from "./supervisor/index.ts";

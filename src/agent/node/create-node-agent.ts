@@ -12,10 +12,11 @@ import { fileDigestOf } from "../image/cache/index.ts";
 import { NodeNetwork } from "../network/index.ts";
 import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
 import { DirectLauncher } from "../vmm/direct-launcher.ts";
+import { NetnsLauncher } from "../vmm/netns-launcher.ts";
 import { firecrackerCmdline, FirecrackerDriver } from "../vmm/firecracker/index.ts";
 import { probeKvm } from "../vmm/kvm-probe.ts";
 import { QemuDriver, readHostTscKhz } from "../vmm/qemu/index.ts";
-import type { VmmDriver, VmmKind } from "../vmm/types.ts";
+import type { ProcessLauncher, VmmDriver, VmmKind } from "../vmm/types.ts";
 import type { AgentConfig } from "./agent-config.ts";
 import { loadOrCreateNodeKey } from "./node-key-store.ts";
 import { NodeAgent } from "./node-agent.ts";
@@ -31,7 +32,7 @@ export interface CreateNodeAgentOptions {
   readonly logger: Logger;
   /** Tests: VMM processes die with the agent (never in production). */
   readonly dieWithParent?: boolean;
-  /** Tests: run the network inside this namespace. */
+  /** Run the VM network, and every VM process with it, inside this named network namespace (tests simulate several nodes on one machine this way). */
   readonly netns?: string;
   readonly renewIntervalMs?: number;
 }
@@ -126,10 +127,13 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       chooseVmm,
       cmdline: vmCmdline,
       serialChannel: (vmm) => vmm === "qemu" && qemu.channel === "serial",
-      launcherFor: (plan, vmDir) =>
-        config.supervised && config.supervisorBinary !== undefined
-          ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
-          : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false }),
+      launcherFor: (plan, vmDir) => {
+        const launcher: ProcessLauncher =
+          config.supervised && config.supervisorBinary !== undefined
+            ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
+            : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false });
+        return options.netns === undefined ? launcher : new NetnsLauncher(launcher, options.netns);
+      },
       ...(network === undefined ? {} : { network }),
       adoptOrphans: async (vmDir) => (await adoptAllSupervised(vmDir)).adopted,
       allocateCid: (uid) => {
