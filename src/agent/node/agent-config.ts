@@ -28,7 +28,15 @@ export interface AgentConfig {
   /** Registries spoken to over plain HTTP (loopback registries always are). */
   readonly plainHttpRegistries: readonly string[];
   /** VM network; absent = VMs get no network interface. */
-  readonly network?: { readonly uplink: string; readonly bridge?: string; readonly subnet?: string; readonly blockedCIDRs?: readonly string[]; readonly dns?: readonly string[] };
+  readonly network?: {
+    readonly uplink: string;
+    readonly bridge?: string;
+    readonly subnet?: string;
+    readonly blockedCIDRs?: readonly string[];
+    readonly dns?: readonly string[];
+    /** Keep the VM network (bridge, taps, rules) and every VM process inside this named network namespace instead of the agent's. */
+    readonly netns?: string;
+  };
   /** Health/metrics port on 127.0.0.1; 0 = any; absent = 8081. */
   readonly healthPort: number;
   /** Run VMMs under the per-VM supervisor (they outlive an agent restart). Default true. */
@@ -86,6 +94,7 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
   if (vmm !== "auto" && vmm !== "qemu" && vmm !== "firecracker") bad(`"vmm" must be auto, qemu or firecracker`);
   const network = o["network"] as AgentConfig["network"] | undefined;
   if (network !== undefined && typeof network.uplink !== "string") bad(`network.uplink must name the interface VM traffic leaves by`);
+  if (network?.netns !== undefined && (typeof network.netns !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(network.netns))) bad(`network.netns must name a network namespace (as in /run/netns)`);
   return {
     nodeName: nodeName as string,
     stateDir: str("stateDir", "/var/lib/imp"),

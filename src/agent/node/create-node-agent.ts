@@ -46,6 +46,7 @@ export function vmCmdline(plan: VmPlan, vmm: VmmKind): string {
 
 export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<NodeAgent> {
   const { config, logger } = options;
+  const netns = options.netns ?? config.network?.netns;
   const kvm = await probeKvm({ mode: config.accel, qemuBinary: config.qemu.binary });
   logger.info({ kvm: kvm.kvm, accel: kvm.accel, reason: kvm.reason, ms: kvm.ms }, "kvm probe");
   const key = await loadOrCreateNodeKey(config.stateDir);
@@ -73,7 +74,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     const n = config.network;
     nodeNetwork = await NodeNetwork.open({
       config: { uplink: n.uplink, ...(n.bridge === undefined ? {} : { bridge: n.bridge }), ...(n.subnet === undefined ? {} : { subnet: n.subnet }), ...(n.blockedCIDRs === undefined ? {} : { blockedCidrs: [...n.blockedCIDRs] }), ...(n.dns === undefined ? {} : { dns: [...n.dns] }) },
-      ...(options.netns === undefined ? {} : { netns: options.netns }),
+      ...(netns === undefined ? {} : { netns }),
       logger,
     });
     const nn = nodeNetwork;
@@ -132,7 +133,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
           config.supervised && config.supervisorBinary !== undefined
             ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
             : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false });
-        return options.netns === undefined ? launcher : new NetnsLauncher(launcher, options.netns);
+        return netns === undefined ? launcher : new NetnsLauncher(launcher, netns);
       },
       ...(network === undefined ? {} : { network }),
       adoptOrphans: async (vmDir) => (await adoptAllSupervised(vmDir)).adopted,
