@@ -30,7 +30,7 @@ import { SchedulerController } from "./scheduler/index.ts";
 import { systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX, type SetupFaults } from "./setup/index.ts";
-import { WebhookServer } from "./webhook/index.ts";
+import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 
 export interface OperatorOptions {
   readonly kubeConfig: KubeConfig;
@@ -44,10 +44,10 @@ export interface OperatorOptions {
   readonly identity?: string;
   /** Health/metrics port; 0 = any free port; undefined = no server. */
   readonly healthPort?: number;
-  /** Webhook receiver port; 0 = any free port; undefined = no receiver. Needs `webhookSecrets`. */
+  /** Webhook receiver port; 0 = any free port; undefined = no receiver. Secrets: `webhookSecrets` and the pools' spec.webhook.secretRef. */
   readonly webhookPort?: number;
   readonly webhookHost?: string;
-  /** The GitHub App's webhook secret, or two while rotating. */
+  /** The GitHub App's webhook secret, or two while rotating: trusted for every pool. Optional when pools name their own. */
   readonly webhookSecrets?: readonly string[];
   /** Replaces every pool's spec.github.apiURL. */
   readonly githubUrl?: string;
@@ -193,10 +193,12 @@ export class Operator {
       });
     }
     if (options.webhookPort !== undefined) {
-      const secretsList = options.webhookSecrets ?? [];
+      // The operator's own secrets count for every pool; each pool's spec.webhook.secretRef for that pool.
+      const webhookSecrets = new PoolWebhookSecrets({ poolCache: this.poolCache, secrets, operatorSecrets: options.webhookSecrets ?? [], clock, logger: logger.child({ component: "webhook" }) });
       this.webhook = new WebhookServer({
-        secrets: secretsList,
-        onEvent: (event) => this.pools.onWorkflowJob(event),
+        secrets: [],
+        trust: (signal) => webhookSecrets.trusts(signal),
+        onEvent: (event, audience) => this.pools.onWorkflowJob(event, audience),
         port: options.webhookPort,
         ...(options.webhookHost === undefined ? {} : { host: options.webhookHost }),
         registry: this.registry,

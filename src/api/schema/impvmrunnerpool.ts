@@ -15,7 +15,9 @@ const GITHUB_NAME = "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$";
 
 export const GitHubSettings = Type.Object(
   {
-    credentialsSecretRef: objectRef("Secret with keys `appId`, `installationId` and `privateKey` (PEM) of the GitHub App. Read only by the operator."),
+    credentialsSecretRef: objectRef(
+      "Secret with keys `appId`, `installationId` and `privateKey` (PEM) of the GitHub App, or a key `token` instead (required for scope `enterprise`, whose runner endpoints refuse Apps). Read only by the operator.",
+    ),
     apiURL: Type.String({
       maxLength: 256,
       pattern: "^https?://[^\\s/]+(/[^\\s]*)?$",
@@ -55,11 +57,19 @@ export type GitHubSettings = Static<typeof GitHubSettings>;
 export const WebhookSettings = Type.Object(
   {
     enabled: Type.Boolean({ default: false, description: "Scale up on `workflow_job` webhooks in addition to polling." }),
-    secretRef: Type.Optional(Type.Object(SecretKeySelector.properties, { description: "Secret key holding the webhook secret (HMAC SHA-256)." })),
+    secretRef: Type.Optional(Type.Object(SecretKeySelector.properties, { description: "Secret key holding the webhook secret (HMAC SHA-256); read again at most every 10 s." })),
+    previousSecretRef: Type.Optional(
+      Type.Object(SecretKeySelector.properties, {
+        description: "While rotating: the secret being replaced, accepted beside `secretRef`'s until this field is removed (set it to the old key, change the secret on GitHub, then drop it).",
+      }),
+    ),
   },
   {
     description: "GitHub webhook delivery for faster scale-up.",
-    ...cel({ rule: "!self.enabled || has(self.secretRef)", message: "secretRef is required when the webhook is enabled", fieldPath: ".secretRef", reason: "FieldValueRequired" }),
+    ...cel(
+      { rule: "!self.enabled || has(self.secretRef)", message: "secretRef is required when the webhook is enabled", fieldPath: ".secretRef", reason: "FieldValueRequired" },
+      { rule: "!has(self.previousSecretRef) || has(self.secretRef)", message: "previousSecretRef is only accepted beside secretRef", fieldPath: ".previousSecretRef", reason: "FieldValueRequired" },
+    ),
   },
 );
 export type WebhookSettings = Static<typeof WebhookSettings>;

@@ -34,7 +34,7 @@ export function registerOperator(program: Command): void {
     .option("--lease-namespace <ns>", "namespace of the leader-election Lease (default: --namespace, else default)")
     .option("--agent-lease-namespace <ns>", "namespace of the node agents' liveness Leases (the agents' leaseNamespace)", DEFAULT_AGENT_LEASE_NAMESPACE)
     .option("--webhook-port <port>", `serve GitHub webhooks on this port (POST /webhooks/github; e.g. ${DEFAULT_WEBHOOK_PORT}); off when not given`)
-    .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret; give twice while rotating", (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret, trusted for every pool; give twice while rotating (pools may name their own: spec.webhook.secretRef)", (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
     .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
     .option("--no-leader-election", "run without a Lease (a single replica only)")
@@ -45,7 +45,6 @@ export function registerOperator(program: Command): void {
       if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
       else kubeConfig.loadFromDefault();
       if (opts.webhookSecretFile.length > 2) throw terminalError("InvalidFlag", "Cannot use more than two --webhook-secret-file: one secret, or two while rotating");
-      if (opts.webhookPort !== undefined && opts.webhookSecretFile.length === 0) throw terminalError("InvalidFlag", "Cannot serve webhooks: --webhook-port needs --webhook-secret-file");
       const webhookSecrets = await Promise.all(opts.webhookSecretFile.map(async (f) => (await readFile(f, "utf8")).trim()));
       const operator = new Operator({
         kubeConfig,

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Registry } from "prom-client";
 import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
+import type { WorkflowJobEvent } from "../../github/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { silentLogger, waitFor } from "../../shared/index.ts";
 import { GitHubClients } from "../setup/github-clients.ts";
@@ -81,6 +82,58 @@ describe("PoolController", () => {
     } finally {
       stop.abort();
       await running;
+    }
+  });
+
+  it("a webhook signed with one pool's secret changes that pool's demand and runners only", async () => {
+    const stop = new AbortController();
+    const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS);
+    for (const name of ["a", "b"]) await pools.create({ ...pool, metadata: { name, namespace: "ns" }, spec: { ...pool.spec, webhook: { enabled: true, secretRef: { name: `hook-${name}`, key: "secret" } } } });
+    const poolCache = new Informer({ client: pools });
+    void poolCache.start(stop.signal);
+    await poolCache.waitForSync(stop.signal);
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
+    const controller = new PoolController({
+      pools,
+      vms,
+      poolCache,
+      vmCache: new Informer({ client: vms }),
+      github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
+      registry: new Registry(),
+      logger: silentLogger,
+    });
+    try {
+      const job = (action: WorkflowJobEvent["action"], jobId: number, runnerName: string | null): WorkflowJobEvent => ({
+        deliveryId: `d-${jobId}-${action}`,
+        action,
+        jobId,
+        runId: 1,
+        runAttempt: 1,
+        jobName: "build",
+        labels: ["imp"],
+        runnerName,
+        runnerId: null,
+        runnerGroupName: null,
+        conclusion: null,
+        repository: { owner: "acme", name: "web", fullName: "acme/web" },
+        organization: undefined,
+        enterprise: undefined,
+        installationId: undefined,
+      });
+      controller.onWorkflowJob(job("queued", 1, null), new Set(["ns/b"]));
+      assert.equal(controller.activity.queuedJobs("ns/a"), 0, "pool a comes first by name, but the secret was b's");
+      assert.equal(controller.activity.queuedJobs("ns/b"), 1);
+      controller.onWorkflowJob(job("queued", 2, null), "all");
+      assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret speaks for every pool: the first match takes it");
+      controller.onWorkflowJob(job("in_progress", 1, "a-bcdfg"), new Set(["ns/b"]));
+      assert.equal(controller.activity.isBusy("a-bcdfg"), false, "b's secret cannot mark a's runner busy");
+      assert.equal(controller.activity.queuedJobs("ns/b"), 1, "nor take b's queued job away through a runner of a");
+      controller.onWorkflowJob(job("in_progress", 1, "b-bcdfg"), new Set(["ns/b"]));
+      assert.equal(controller.activity.isBusy("b-bcdfg"), true);
+      assert.equal(controller.activity.queuedJobs("ns/b"), 0);
+    } finally {
+      stop.abort();
     }
   });
 });

@@ -99,13 +99,17 @@ export class PoolController {
     });
   }
 
-  /** A verified workflow_job webhook: queued jobs burst matching pools, in_progress marks a runner busy. */
-  onWorkflowJob(event: WorkflowJobEvent): void {
+  /**
+   * A verified workflow_job webhook: queued jobs burst matching pools, in_progress marks a runner
+   * busy. `audience`: the pools the delivery's secret is trusted for (a pool's own secretRef), or all.
+   */
+  onWorkflowJob(event: WorkflowJobEvent, audience: ReadonlySet<string> | "all" = "all"): void {
+    const heard = (p: Readonly<ImpVMRunnerPool>): boolean => audience === "all" || audience.has(keyOf(p));
     if (event.action === "queued") {
       // One pool per job, the first by name: counting a job in several pools would over-create.
       const pool = this.#o.poolCache
         .list()
-        .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event))
+        .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && heard(p as Readonly<ImpVMRunnerPool>) && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event))
         .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
       if (pool !== undefined) {
         this.activity.jobQueued(keyOf(pool), event.jobId);
@@ -113,10 +117,15 @@ export class PoolController {
       }
       return;
     }
+    if (audience !== "all") {
+      // A pool's own secret speaks only about that pool's runners.
+      const runner = event.runnerName;
+      if (runner === null || !this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
+    }
     this.activity.jobTaken(event.jobId);
     if (event.runnerName !== null) this.activity.runnerBusy(event.runnerName, event.action === "in_progress");
     for (const pool of this.#o.poolCache.list()) {
-      if (event.runnerName !== null && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
+      if (event.runnerName !== null && heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
   }
 

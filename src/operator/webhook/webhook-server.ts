@@ -10,16 +10,23 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Counter, Registry } from "prom-client";
 import { Counter as PromCounter } from "prom-client";
-import { acceptWebhook, DEFAULT_MAX_WEBHOOK_BYTES, DeliveryDeduplicator, type WorkflowJobEvent } from "../../github/index.ts";
+import { acceptWebhook, DEFAULT_MAX_WEBHOOK_BYTES, DeliveryDeduplicator, type WebhookVerdict, type WorkflowJobEvent } from "../../github/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import type { WebhookAudience, WebhookTrust } from "./webhook-secrets.ts";
 
 export const WEBHOOK_PATH = "/webhooks/github";
 export const DEFAULT_WEBHOOK_PORT = 8090;
 
 export interface WebhookServerOptions {
-  /** One secret, or two while rotating (both accepted). */
+  /** One secret, or two while rotating (both accepted); deliveries signed with them speak for every pool. */
   readonly secrets: readonly string[];
-  readonly onEvent: (event: WorkflowJobEvent) => void;
+  /**
+   * Further secrets, each trusted for some pools only (the pools' spec.webhook.secretRef), asked
+   * for on every delivery; `secrets` may then be empty. The first group whose secret matches decides.
+   */
+  readonly trust?: (signal?: AbortSignal) => Promise<readonly WebhookTrust[]>;
+  /** `audience`: the pools the matching secret is trusted for. */
+  readonly onEvent: (event: WorkflowJobEvent, audience: WebhookAudience) => void;
   readonly port?: number;
   readonly host?: string;
   readonly maxBodyBytes?: number;
@@ -46,7 +53,7 @@ export class WebhookServer {
   readonly #listening = Promise.withResolvers<string>();
 
   constructor(options: WebhookServerOptions) {
-    if (options.secrets.length < 1 || options.secrets.length > 2) throw new TypeError("the webhook receiver needs one or two secrets");
+    if (options.secrets.length > 2 || (options.secrets.length < 1 && options.trust === undefined)) throw new TypeError("the webhook receiver needs one or two secrets");
     this.#o = options;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_WEBHOOK_BYTES;
     this.#dedup = new DeliveryDeduplicator(options.clock ?? systemClock, {
@@ -109,7 +116,7 @@ export class WebhookServer {
       if (err instanceof TooLarge) return this.#reply(res, 413, "too_large", "payload too large", { connection: "close" });
       throw err;
     }
-    const verdict = await acceptWebhook({ headers: req.headers, body }, { secrets: this.#o.secrets, maxBodyBytes: this.#maxBodyBytes });
+    const { verdict, audience } = await this.#verify(req, body);
     if (verdict.kind === "rejected" && verdict.authentic && req.headers["x-github-event"] !== "workflow_job") {
       // Signed by GitHub but not an event Imp acts on (ping, other events the App is subscribed to).
       return this.#reply(res, 204, "ignored", "");
@@ -120,8 +127,20 @@ export class WebhookServer {
       return this.#reply(res, verdict.authentic ? 400 : 401, "rejected", verdict.authentic ? "unsupported event" : "bad signature");
     }
     if (!this.#dedup.firstDelivery(verdict.event.deliveryId)) return this.#reply(res, 200, "duplicate", "duplicate delivery ignored");
-    this.#o.onEvent(verdict.event);
+    this.#o.onEvent(verdict.event, audience);
     return this.#reply(res, 202, "accepted", "accepted");
+  }
+
+  /** Tries each trust group until one's secret matches; an unmatched delivery is refused as unsigned. */
+  async #verify(req: IncomingMessage, body: Buffer): Promise<{ verdict: WebhookVerdict; audience: WebhookAudience }> {
+    const groups: WebhookTrust[] = this.#o.secrets.length > 0 ? [{ secrets: this.#o.secrets, audience: "all" }] : [];
+    if (this.#o.trust !== undefined) groups.push(...(await this.#o.trust()).filter((g) => g.secrets.length > 0));
+    let verdict: WebhookVerdict = { kind: "rejected", reason: "no webhook secret is configured", authentic: false };
+    for (const group of groups) {
+      verdict = await acceptWebhook({ headers: req.headers, body }, { secrets: group.secrets, maxBodyBytes: this.#maxBodyBytes });
+      if (verdict.kind === "accepted" || verdict.authentic) return { verdict, audience: group.audience };
+    }
+    return { verdict, audience: new Set() };
   }
 
   #readBody(req: IncomingMessage): Promise<Buffer> {
