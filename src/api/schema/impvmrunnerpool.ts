@@ -98,6 +98,19 @@ export type ImpVMRunnerPoolSpec = Static<typeof ImpVMRunnerPoolSpec>;
 
 const Count = (description: string) => Type.Integer({ minimum: 0, maximum: 100000, description });
 
+/** Kept in status so that an operator restart or a leader handover does not reset the backoff. */
+export const FailureBudgetStatus = Type.Object(
+  {
+    consecutiveFailures: Type.Integer({ minimum: 1, maximum: 1000000, description: "VMs in a row that failed before their runner started." }),
+    lastFailureTime: Type.String({ format: "date-time", description: "When the last of them failed." }),
+    backoffUntil: Type.Optional(Type.String({ format: "date-time", description: "No VM is created before this time (informational: derived from the two fields above and the policy)." })),
+    countedThrough: Type.String({ format: "date-time", description: "VM start and failure times up to this one are counted already; a restarted operator counts only later ones." }),
+    generation: Type.Integer({ minimum: 0, format: "int64", description: "Pool generation the count belongs to: a spec change starts a fresh budget." }),
+  },
+  { description: "The pool's start-failure budget while it is failing; absent when the last VM started." },
+);
+export type FailureBudgetStatus = Static<typeof FailureBudgetStatus>;
+
 export const ImpVMRunnerPoolStatus = Type.Object(
   {
     observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
@@ -108,6 +121,7 @@ export const ImpVMRunnerPoolStatus = Type.Object(
     starting: Type.Optional(Count("VMs not yet running their runner.")),
     failed: Type.Optional(Count("Terminal failed VMs not yet cleaned up.")),
     lastScaleTime: Type.Optional(Type.String({ format: "date-time", description: "Last time VMs were created or deleted." })),
+    failureBudget: Type.Optional(FailureBudgetStatus),
     conditions: Type.Optional(Conditions),
   },
   { description: "Observed pool state." },

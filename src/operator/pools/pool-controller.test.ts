@@ -4,7 +4,7 @@ import { Registry } from "prom-client";
 import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
-import { silentLogger, waitFor } from "../../shared/index.ts";
+import { FakeClock, silentLogger, waitFor } from "../../shared/index.ts";
 import { GitHubClients } from "../setup/github-clients.ts";
 import { PoolController } from "./pool-controller.ts";
 import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
@@ -135,5 +135,88 @@ describe("PoolController", () => {
     } finally {
       stop.abort();
     }
+  });
+
+  it("a restarted operator keeps backing off: the failure budget is taken up from the pool's status", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS, { clock });
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS, { clock });
+    const owner = await pools.create({ ...pool, spec: { ...pool.spec, minIdle: 1 } });
+    // Three VMs of the pool failed before their runner started, the last one just now. Their
+    // finalizer keeps them until their registration is removed (the setup controller's job, played here).
+    for (let i = 1; i <= 3; i++) {
+      const vm = await vms.create({
+        apiVersion: API_VERSION,
+        kind: "ImpVM",
+        metadata: { name: `p-fail${i}`, namespace: "ns", labels: { [LABELS.pool]: "p" }, finalizers: [FINALIZERS.runnerRegistration], ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVMRunnerPool", name: "p", uid: owner.metadata.uid ?? "", controller: true }] },
+        spec: { templateRef: { name: "runner" }, lifecycle: "ephemeral" },
+      } as ImpVM);
+      await vms.patchStatus({ namespace: "ns", name: vm.metadata.name ?? "" }, { status: { phase: "Failed", reason: "BootTimeout", phaseTimestamps: { failed: new Date(clock.now() - (3 - i) * 1_000).toISOString() } } });
+    }
+
+    /** One operator: its own caches and controller, fresh memory; stopped by the returned function. */
+    async function operator(): Promise<{ reconcile: () => Promise<void>; stop: () => Promise<void> }> {
+      const stop = new AbortController();
+      const poolCache = new Informer({ client: pools });
+      const vmCache = new Informer({ client: vms });
+      vmCache.addIndex("imp-operator/vm-by-pool", labelIndex(LABELS.pool));
+      void poolCache.start(stop.signal);
+      void vmCache.start(stop.signal);
+      await poolCache.waitForSync(stop.signal);
+      await vmCache.waitForSync(stop.signal);
+      const registry = new Registry();
+      const c = new PoolController({
+        pools,
+        vms,
+        poolCache,
+        vmCache,
+        github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+        recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
+        registry,
+        logger: silentLogger,
+        clock,
+      });
+      const running = c.controller.start(stop.signal);
+      let n = 0;
+      return {
+        reconcile: async () => {
+          // Let the caches catch up with the last writes first, as time would.
+          await new Promise((r) => setTimeout(r, 50));
+          n++;
+          c.controller.enqueue("ns/p");
+          await waitFor(`reconcile ${n}`, async () => ((await reconciles(registry)) >= n ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+        },
+        stop: async () => {
+          stop.abort();
+          await running;
+        },
+      };
+    }
+    const live = async (): Promise<ImpVM[]> => (await vms.list({ namespace: "ns" })).items.filter((vm) => vm.metadata.deletionTimestamp === undefined);
+
+    const first = await operator();
+    await first.reconcile();
+    let status = (await pools.get({ namespace: "ns", name: "p" })).status;
+    assert.equal(status?.failureBudget?.consecutiveFailures, 3);
+    assert.equal(status?.failureBudget?.backoffUntil, new Date(clock.now() + 20_000).toISOString(), "5 s × 2² after the last failure");
+    assert.deepEqual(await live(), [], "held back: nothing created");
+    await first.stop();
+
+    // Their registrations removed, the failed VMs go (the first operator deleted them); 5 s later
+    // a new operator starts (a restart or a leader handover) and sees no failed VM at all.
+    for (let i = 1; i <= 3; i++) await vms.patch({ namespace: "ns", name: `p-fail${i}` }, { metadata: { finalizers: null } });
+    assert.deepEqual((await vms.list({ namespace: "ns" })).items, []);
+    await clock.advance(5_000);
+    const second = await operator();
+    await second.reconcile();
+    status = (await pools.get({ namespace: "ns", name: "p" })).status;
+    assert.deepEqual(await live(), [], "the new operator still holds back");
+    assert.equal(status?.failureBudget?.consecutiveFailures, 3, "not reset");
+    assert.equal(status?.conditions?.find((c) => c.type === "ScalingLimited")?.reason, "StartFailureBackoff");
+
+    await clock.advance(15_000);
+    await second.reconcile();
+    assert.equal((await live()).length, 1, "at the same backoffUntil it probes with one VM");
+    await second.stop();
   });
 });

@@ -38,7 +38,7 @@ import { describeError, systemClock, type Clock, type Logger } from "../../share
 import type { GitHubClients } from "../setup/github-clients.ts";
 import { setCondition } from "./conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
-import { decidePool, DEFAULT_FAILURE_BUDGET, NO_FAILURES, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
+import { decidePool, DEFAULT_FAILURE_BUDGET, failureBudgetStatus, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
 import { poolTakesJob } from "./pool-scope.ts";
 import { RunnerActivity } from "./runner-activity.ts";
 
@@ -155,6 +155,8 @@ export class PoolController {
     const inCache = new Map(vms.map((vm) => [vm.metadata.name ?? "", { deleting: vm.metadata.deletionTimestamp !== undefined }]));
     const pending = this.expectations.settle(ctx.key, inCache);
     await this.#refreshRunners(ctx, pool, vms, pending.creating);
+    // A restarted operator (or a new leader) takes the budget up from the pool's status, not from zero.
+    const failures = this.#failures.get(ctx.key) ?? restoreFailures(pool.status?.failureBudget, pool.metadata.generation);
     const decision = decidePool({
       minIdle: pool.spec.minIdle,
       maxConcurrent: pool.spec.maxConcurrent,
@@ -164,11 +166,11 @@ export class PoolController {
       creating: pending.creating,
       deletingExpected: pending.deleting,
       queuedJobs: this.activity.queuedJobs(ctx.key),
-      failures: this.#failures.get(ctx.key) ?? NO_FAILURES,
+      failures,
       policy: this.#policy,
       now,
     });
-    const before = this.#failures.get(ctx.key)?.consecutive ?? 0;
+    const before = failures.consecutive;
     this.#failures.set(ctx.key, decision.failures);
     await this.#act(ctx, pool, vms, decision, before);
     await this.#writeStatus(ctx, pool, decision);
@@ -352,8 +354,11 @@ export class PoolController {
           now,
           generation,
         );
+        const { failureBudget: _previousBudget, ...rest } = old;
+        const budget = failureBudgetStatus(d.failures, this.#policy);
         const next: ImpVMRunnerPoolStatus = {
-          ...old,
+          ...rest,
+          ...(budget === undefined ? {} : { failureBudget: budget }),
           ...(generation === undefined ? {} : { observedGeneration: generation }),
           ...d.counts,
           conditions,

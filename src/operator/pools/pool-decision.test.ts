@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { FakeClock } from "../../shared/index.ts";
 import { PoolExpectations } from "./expectations.ts";
-import { decidePool, DEFAULT_FAILURE_BUDGET, failureBackoffMs, NO_FAILURES, updateFailures, type PoolObservation, type PoolVmView } from "./pool-decision.ts";
+import { decidePool, DEFAULT_FAILURE_BUDGET, failureBackoffMs, failureBudgetStatus, NO_FAILURES, restoreFailures, updateFailures, type PoolObservation, type PoolVmView } from "./pool-decision.ts";
 
 const T0 = 1_700_000_000_000;
 
@@ -178,5 +178,52 @@ describe("create expectations", () => {
     assert.equal(d.create, 1, "the deleted VM is not an idle runner any more");
     assert.deepEqual(d.scaleDown, []);
     assert.deepEqual(expectations.settle("ns/p", new Map([["p-aaaaa", { deleting: true }]])).deleting, []);
+  });
+});
+
+describe("the failure budget across an operator restart", () => {
+  it("is written to status while failing, and a fresh operator restores it: same count, same hold, nothing counted twice", async () => {
+    const clock = new FakeClock(T0);
+    const failedVms: PoolVmView[] = [];
+    let failures = NO_FAILURES;
+    for (let i = 1; i <= 3; i++) {
+      await clock.advance(1_000);
+      failedVms.push(vm(`p-fail${i}`, "Failed", { failedAt: clock.now() }));
+      failures = decidePool(observe({ vms: failedVms, failures, now: clock.now() })).failures;
+    }
+    assert.equal(failures.consecutive, 3);
+    const status = failureBudgetStatus(failures, DEFAULT_FAILURE_BUDGET);
+    assert.deepEqual(status, {
+      consecutiveFailures: 3,
+      lastFailureTime: new Date(T0 + 3_000).toISOString(),
+      backoffUntil: new Date(T0 + 3_000 + 20_000).toISOString(),
+      countedThrough: new Date(T0 + 3_000).toISOString(),
+      generation: 1,
+    });
+    // The status goes through JSON (the API server) before a new operator reads it.
+    const restored = restoreFailures(JSON.parse(JSON.stringify(status)) as typeof status, 1);
+    await clock.advance(5_000);
+    const afterRestart = decidePool(observe({ vms: failedVms, failures: restored, now: clock.now() }));
+    assert.equal(afterRestart.failures.consecutive, 3, "the failed VMs still present are not counted again");
+    assert.equal(afterRestart.create, 0);
+    assert.equal(afterRestart.holdUntil, T0 + 23_000, "the restarted operator holds until the same time");
+    assert.equal(afterRestart.budgetExhausted, false);
+    const probe = decidePool(observe({ vms: failedVms, failures: afterRestart.failures, now: T0 + 23_000 }));
+    assert.equal(probe.create, 1, "then one VM probes, as before the restart");
+    // A failure after the restart counts on top.
+    const fourth = vm("p-fail4", "Failed", { failedAt: T0 + 30_000 });
+    const later = decidePool(observe({ vms: [...failedVms, fourth], failures: probe.failures, now: T0 + 30_000 }));
+    assert.equal(later.failures.consecutive, 4);
+    assert.equal(later.holdUntil, T0 + 30_000 + 40_000);
+  });
+
+  it("a VM that starts clears the record; a record of an older generation or unreadable is a fresh budget", () => {
+    const restored = restoreFailures({ consecutiveFailures: 2, lastFailureTime: new Date(T0).toISOString(), countedThrough: new Date(T0).toISOString(), generation: 1 }, 1);
+    const started = decidePool(observe({ vms: [vm("p-ok", "Running", { runningAt: T0 + 1 })], failures: restored, now: T0 + 2 }));
+    assert.equal(started.failures.consecutive, 0);
+    assert.equal(failureBudgetStatus(started.failures, DEFAULT_FAILURE_BUDGET), undefined, "nothing left to keep");
+    assert.equal(restoreFailures({ consecutiveFailures: 2, lastFailureTime: new Date(T0).toISOString(), countedThrough: new Date(T0).toISOString(), generation: 1 }, 2).consecutive, 0, "a spec change starts afresh");
+    assert.equal(restoreFailures({ consecutiveFailures: 2, lastFailureTime: "yesterday", countedThrough: "", generation: 1 }, 1).consecutive, 0);
+    assert.equal(restoreFailures(undefined, 1).consecutive, 0);
   });
 });

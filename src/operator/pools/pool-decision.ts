@@ -11,7 +11,7 @@
  * Terminal VMs hold no capacity (they are removed and replaced); VMs being deleted still count
  * against maxConcurrent until they are gone, because their VMM may still run.
  */
-import type { VMPhase } from "../../api/index.ts";
+import type { FailureBudgetStatus, VMPhase } from "../../api/index.ts";
 
 export interface FailureBudgetPolicy {
   /** Start failures in a row after which the pool is marked as failing (ARC gives up after 5). */
@@ -41,7 +41,11 @@ export interface PoolVmView {
   readonly failedAt: number | undefined;
 }
 
-/** Start failures counted so far; kept by the controller between reconciles. */
+/**
+ * Start failures counted so far; kept by the controller between reconciles, and while failing also
+ * in the pool's status (`failureBudgetStatus`), from which a restarted operator or a new leader
+ * takes it up again (`restoreFailures`).
+ */
 export interface FailureState {
   readonly consecutive: number;
   readonly lastFailureAt: number | undefined;
@@ -49,9 +53,40 @@ export interface FailureState {
   readonly counted: ReadonlySet<string>;
   /** Pool generation the count belongs to: a spec change starts a fresh budget. */
   readonly generation: number | undefined;
+  /** Time of the latest VM event counted. */
+  readonly countedThrough: number | undefined;
+  /**
+   * Restored from status, where the uids were not kept: events at or before this time count as
+   * counted already. Errs towards counting too few (a VM event in the same millisecond as the last
+   * one counted before the restart), never counting one twice.
+   */
+  readonly restoredThrough: number | undefined;
 }
 
-export const NO_FAILURES: FailureState = { consecutive: 0, lastFailureAt: undefined, counted: new Set(), generation: undefined };
+export const NO_FAILURES: FailureState = { consecutive: 0, lastFailureAt: undefined, counted: new Set(), generation: undefined, countedThrough: undefined, restoredThrough: undefined };
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** What the pool's status keeps of the budget: nothing once the last VM started (a fresh budget needs no record). */
+export function failureBudgetStatus(state: FailureState, policy: FailureBudgetPolicy): FailureBudgetStatus | undefined {
+  if (state.consecutive <= 0 || state.lastFailureAt === undefined) return undefined;
+  return {
+    consecutiveFailures: state.consecutive,
+    lastFailureTime: iso(state.lastFailureAt),
+    backoffUntil: iso(state.lastFailureAt + failureBackoffMs(policy, state.consecutive)),
+    countedThrough: iso(state.countedThrough ?? state.lastFailureAt),
+    generation: state.generation ?? 0,
+  };
+}
+
+/** The budget a pool's status recorded, if it belongs to the pool's current generation and reads well. */
+export function restoreFailures(status: Readonly<FailureBudgetStatus> | undefined, generation: number | undefined): FailureState {
+  if (status === undefined || status.generation !== (generation ?? 0)) return { ...NO_FAILURES, generation };
+  const lastFailureAt = Date.parse(status.lastFailureTime);
+  const countedThrough = Date.parse(status.countedThrough);
+  if (!Number.isFinite(lastFailureAt) || !Number.isFinite(countedThrough) || !(status.consecutiveFailures > 0)) return { ...NO_FAILURES, generation };
+  return { consecutive: status.consecutiveFailures, lastFailureAt, counted: new Set(), generation, countedThrough, restoredThrough: countedThrough };
+}
 
 export interface PoolObservation {
   readonly minIdle: number;
@@ -113,14 +148,22 @@ export function updateFailures(state: FailureState, vms: readonly PoolVmView[], 
   const events: Array<{ readonly at: number; readonly failed: boolean; readonly uid: string }> = [];
   for (const vm of vms) {
     if (counted.has(vm.uid)) continue;
-    if (vm.runningAt !== undefined) events.push({ at: vm.runningAt, failed: false, uid: vm.uid });
-    else if (vm.phase === "Failed") events.push({ at: vm.failedAt ?? now, failed: true, uid: vm.uid });
+    const event =
+      vm.runningAt !== undefined ? { at: vm.runningAt, failed: false, uid: vm.uid } : vm.phase === "Failed" ? { at: vm.failedAt ?? now, failed: true, uid: vm.uid } : undefined;
+    if (event === undefined) continue;
+    if (base.restoredThrough !== undefined && event.at <= base.restoredThrough) {
+      counted.add(vm.uid); // counted before the restart
+      continue;
+    }
+    events.push(event);
   }
   events.sort((a, b) => a.at - b.at);
   let consecutive = base.consecutive;
   let lastFailureAt = base.lastFailureAt;
+  let countedThrough = base.countedThrough;
   for (const e of events) {
     counted.add(e.uid);
+    countedThrough = Math.max(countedThrough ?? e.at, e.at);
     if (e.failed) {
       consecutive++;
       lastFailureAt = Math.max(lastFailureAt ?? e.at, e.at);
@@ -129,7 +172,7 @@ export function updateFailures(state: FailureState, vms: readonly PoolVmView[], 
       lastFailureAt = undefined;
     }
   }
-  return { consecutive, lastFailureAt, counted, generation };
+  return { consecutive, lastFailureAt, counted, generation, countedThrough, restoredThrough: base.restoredThrough };
 }
 
 export function decidePool(o: PoolObservation): PoolDecision {
