@@ -2,7 +2,7 @@
  * The one-time runner setup path on a real API server (with garbage collection) against the GitHub
  * test server: crash between mint and store (a restarted operator, and a runner minted behind the
  * operator's back), a node that has not published its key yet, an installation token GitHub stops
- * accepting mid-run, a storm of 429s, and a VM deleted while registered. The invariant checked
+ * accepting mid-run, a storm of 429s, a VM deleted while registered, and an enterprise pool (a token, not an App). The invariant checked
  * throughout (I1): no runner name is ever registered twice, and each VM ends with at most one.
  */
 import assert from "node:assert/strict";
@@ -280,6 +280,63 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     const limited = gh.server.requests.filter((r) => r.status === 429).length;
     assert.ok(limited >= 8, `the storm was met (${limited} answers 429)`);
     assert.equal(gh.server.faultsLeft <= 4, true, "every jitconfig fault was consumed by a request");
+    assertNamesUnique(gh);
+  });
+
+  it("an enterprise pool registers with the token from its Secret; App keys alone are refused before anything is sent", async (t) => {
+    const gh = await startGitHub(t);
+    const ns = "t-enterprise";
+    await isolated(t, ns);
+    const b64 = (s: string): string => Buffer.from(s).toString("base64");
+    const TOKEN = "ghp_imp_enterprise_runners";
+    gh.server.acceptPersonalToken(TOKEN);
+    const enterprisePool = async (name: string, data: Record<string, string>): Promise<void> => {
+      await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-creds`, namespace: ns }, data });
+      await pools.create({
+        apiVersion: API_VERSION,
+        kind: "ImpVMRunnerPool",
+        metadata: { name, namespace: ns },
+        spec: {
+          templateName: "runner",
+          github: { credentialsSecretRef: { name: `${name}-creds` }, apiURL: gh.server.url, scope: "enterprise", enterprise: "acme-corp", runnerGroup: "Default", labels: ["imp"] },
+          minIdle: 1,
+          maxConcurrent: 1,
+          scaleUpStep: 1,
+          runnerCommand: ["/runner/run.sh"],
+        },
+      });
+    };
+    // App keys only: GitHub's enterprise runner endpoints refuse installation tokens, so the
+    // operator refuses the Secret itself instead of sending requests that cannot succeed.
+    await enterprisePool("entapp", { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(gh.privateKey) });
+    const refused = await waitFor("pool entapp reports its credentials invalid", async () => {
+      const pool = await pools.get({ namespace: ns, name: "entapp" });
+      const c = pool.status?.conditions?.find((x) => x.type === "CredentialsValid");
+      return c?.status === "False" ? c : undefined;
+    }, WAIT);
+    assert.match(refused.message ?? "", /CredentialsSecretInvalid|manage_runners:enterprise/);
+    assert.match(refused.message ?? "", /token/);
+    const [appVm] = await waitForVms(ns, "entapp", 1);
+    assert.ok(appVm !== undefined);
+    await bind(appVm);
+
+    await enterprisePool("enttoken", { token: b64(`${TOKEN}\n`) });
+    const [vm] = await waitForVms(ns, "enttoken", 1);
+    assert.ok(vm !== undefined);
+    await bind(vm);
+    const minted = await waitForMinted(vm);
+    await assertOneRunner(gh, minted, keyA);
+    assert.equal(gh.server.runnerNamed(vm.metadata.name ?? "")?.scopeKey, "enterprise:acme-corp");
+    const pool = await waitFor("pool enttoken lists its runners", async () => {
+      const p = await pools.get({ namespace: ns, name: "enttoken" });
+      return p.status?.conditions?.find((c) => c.type === "CredentialsValid")?.status === "True" ? p : undefined;
+    }, WAIT);
+    assert.ok(pool.status !== undefined);
+    const appVmNow = await vms.get({ namespace: ns, name: appVm.metadata.name ?? "" });
+    assert.equal(appVmNow.status?.setup, undefined, "the App-keys pool's bound VM got no setup");
+    assert.equal(gh.server.runnerNamed(appVm.metadata.name ?? ""), undefined, "and nothing was registered for it");
+    assert.equal(gh.server.requestsTo(/access_tokens$/).length, 0, "no installation token was ever asked for");
+    assert.ok(gh.server.requestsTo(/^\/enterprises\/acme-corp\/actions\/runners\/generate-jitconfig$/, "POST").every((r) => r.status === 201));
     assertNamesUnique(gh);
   });
 
