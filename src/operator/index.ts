@@ -8,3 +8,4 @@ export * from "./setup/index.ts";
 export * from "./webhook/index.ts";
 export * from "./scheduler/index.ts";
 export * from "./nodes/index.ts";
+export * from "./jobs/index.ts";

@@ -31,6 +31,7 @@ import { systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX, type SetupFaults } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
+import { JobObserver } from "./jobs/index.ts";
 
 export interface OperatorOptions {
   readonly kubeConfig: KubeConfig;
@@ -87,6 +88,8 @@ export class Operator {
   readonly nodeCache: Informer<ImpNode>;
   readonly scheduler: SchedulerController | undefined;
   readonly nodeLoss: NodeLossController | undefined;
+  /** ARC-named job metrics, job Events and per-step VM histograms (docs/operator.md). */
+  readonly jobs: JobObserver;
   /** Caches only the scheduler and node loss need. */
   readonly #extraCaches: Array<Informer<KubeObject>> = [];
   readonly #o: OperatorOptions;
@@ -143,6 +146,7 @@ export class Operator {
       clock,
       ...(options.faults === undefined ? {} : { faults: options.faults }),
     });
+    this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock, logger: logger.child({ component: "jobs" }) });
     const agentLeaseNamespace = options.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE;
     const wantScheduler = options.scheduler ?? true;
     const wantNodeLoss = options.nodeLoss ?? true;
@@ -198,7 +202,10 @@ export class Operator {
       this.webhook = new WebhookServer({
         secrets: [],
         trust: (signal) => webhookSecrets.trusts(signal),
-        onEvent: (event, audience) => this.pools.onWorkflowJob(event, audience),
+        onEvent: (event, audience) => {
+          this.pools.onWorkflowJob(event, audience);
+          this.jobs.onWorkflowJob(event, audience);
+        },
         port: options.webhookPort,
         ...(options.webhookHost === undefined ? {} : { host: options.webhookHost }),
         registry: this.registry,

@@ -146,7 +146,8 @@ export class SetupController {
       }
       const gh = await this.#o.github.forPool(pool, ctx.signal);
       const ids = vm.status?.runner === undefined ? await runnerIdsNamed(gh, name) : [vm.status.runner.id];
-      await this.#recordMinted(ctx, vm, secretName, ids[0]);
+      // The Secret was created right after the mint: its creation time is the best record of it.
+      await this.#recordMinted(ctx, vm, secretName, ids[0], Date.parse(existing.metadata?.creationTimestamp ?? ""));
       return done;
     }
     const nodeName = vm.status?.nodeName ?? "";
@@ -157,6 +158,7 @@ export class SetupController {
     }
     const gh = await this.#o.github.forPool(pool, ctx.signal);
     const runner = await mintRunner(gh, { name, labels: pool.spec.github.labels });
+    const mintedAt = this.#clock.now();
     // A throw from the fault hook stands in for a crash right here: nothing cleans up after it.
     await this.#o.faults?.afterMint?.(vm);
     try {
@@ -183,12 +185,12 @@ export class SetupController {
       if (!isAlreadyExists(err)) await gh.client.deleteRunner(gh.scope, runner.runnerId).catch(() => undefined);
       throw err;
     }
-    await this.#recordMinted(ctx, vm, secretName, runner.runnerId);
+    await this.#recordMinted(ctx, vm, secretName, runner.runnerId, mintedAt);
     await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered GitHub runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
     return done;
   }
 
-  async #recordMinted(ctx: ReconcileContext, vm: Readonly<ImpVM>, secretName: string, runnerId: number | undefined): Promise<void> {
+  async #recordMinted(ctx: ReconcileContext, vm: Readonly<ImpVM>, secretName: string, runnerId: number | undefined, mintedAt: number): Promise<void> {
     const now = this.#clock.now();
     await mutateWithRetry(this.#o.vms, {
       ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
@@ -200,7 +202,7 @@ export class SetupController {
         draft.status = {
           ...status,
           ...(status.runner === undefined && runnerId !== undefined ? { runner: { id: runnerId, name: draft.metadata.name ?? "" } } : {}),
-          setup: { state: "Minted", secretName },
+          setup: { state: "Minted", secretName, ...(Number.isFinite(mintedAt) ? { mintedAt: new Date(mintedAt).toISOString() } : {}) },
           conditions: setCondition(status.conditions, { type: CONDITION_TYPES.vm.SetupReady, status: "True", reason: "Minted", message: `Setup Secret ${secretName} holds the sealed one-time runner setup` }, now),
         };
       },
