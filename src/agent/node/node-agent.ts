@@ -292,6 +292,8 @@ export class NodeAgent {
   async #patchStatus(vm: Readonly<ImpVM>, decided: ImpVMStatus, local: LocalVm | undefined, signal: AbortSignal): Promise<void> {
     const before = vm.status?.phase ?? "Pending";
     let after = before;
+    // Points of the job's timeline this very write adds (judged on the freshest object, so never twice).
+    let gained = { booted: false, delivered: false };
     const stored = await mutateWithRetry(this.vms, {
       ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
       subresource: "status",
@@ -299,7 +301,9 @@ export class NodeAgent {
       mutate: (d) => {
         const current = d.status ?? {};
         const want = local === undefined ? forwardOnly(current, decided) : statusFromLocal(current, local);
+        gained = { booted: false, delivered: false };
         if (want === undefined) return false;
+        gained = { booted: current.bootDurationMs === undefined && want.bootDurationMs !== undefined, delivered: current.setup?.deliveredAt === undefined && want.setup?.deliveredAt !== undefined };
         d.status = want;
       },
     }).catch((err: unknown) => {
@@ -307,6 +311,8 @@ export class NodeAgent {
       throw err;
     });
     after = stored?.status?.phase ?? before;
+    if (stored !== undefined && gained.booted) await this.#events.record(stored, { type: "Normal", reason: "Booted", message: `The guest agent answered ${stored.status?.bootDurationMs ?? 0} ms after the VMM started` });
+    if (stored !== undefined && gained.delivered) await this.#events.record(stored, { type: "Normal", reason: "SetupDelivered", message: "The guest started the runner with its one-time setup" });
     if (stored !== undefined && after !== before) {
       const warning = after === "Failed";
       const st = stored.status ?? {};
