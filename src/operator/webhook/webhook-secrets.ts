@@ -91,7 +91,8 @@ export class PoolWebhookSecrets {
           return decode(cached.data?.[key]);
         }
         cached = { at: now, data: undefined };
-        this.#o.logger.warn({ pool, secret: id, err: describeError(err) }, "cannot read a pool's webhook Secret; its deliveries need the operator's own secret");
+        if (isNotFound(err)) this.#o.logger.warn({ pool, secret: id }, "a pool's webhook Secret does not exist; its deliveries need the operator's own secret");
+        else this.#o.logger.warn({ pool, secret: id, err: describeError(err) }, "cannot read a pool's webhook Secret; its deliveries need the operator's own secret");
       }
       this.#cache.set(id, cached);
       if (cached.data !== undefined && decode(cached.data[key]) === undefined) this.#o.logger.warn({ pool, secret: id, key }, "a pool's webhook Secret has no such key (or it is empty)");
