@@ -9,7 +9,7 @@
 import { LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import type { DeepReadonly, EventRecorder, Informer, KubeObject } from "../../kube/index.ts";
-import { systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { WebhookAudience } from "../webhook/index.ts";
 import type { Registry } from "prom-client";
 import { ArcJobMetrics, type ArcPoolSample } from "./arc-metrics.ts";
@@ -62,6 +62,15 @@ export class JobObserver {
    * `audience`: the pools whose webhook secret signed it; a delivery counts only for those.
    */
   onWorkflowJob(event: WorkflowJobEvent, audience: WebhookAudience = "all"): void {
+    try {
+      this.#observe(event, audience);
+    } catch (err) {
+      // Observing must never fail a delivery (a 5xx would make GitHub redeliver it to the pools too).
+      this.#o.logger.warn({ err: describeError(err), job: event.jobId }, "could not observe a workflow_job event");
+    }
+  }
+
+  #observe(event: WorkflowJobEvent, audience: WebhookAudience): void {
     if (event.action === "queued" || event.runnerName === null) return;
     const key = jobKey(event);
     const known = this.#jobs.get(key);
