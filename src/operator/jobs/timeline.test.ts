@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { API_VERSION, type ImpVM } from "../../api/index.ts";
-import { formatJobTimeline, jobTimeline } from "./timeline.ts";
+import { findReplacement, formatJobTimeline, jobTimeline } from "./timeline.ts";
 
 const T0 = Date.UTC(2026, 11, 3, 8, 0, 0);
 const iso = (offsetMs: number): string => new Date(T0 + offsetMs).toISOString();
@@ -89,4 +89,16 @@ test("the printed timeline has one line per point and names what is missing", ()
   assert.equal(lines[3], "  VM bound                +0.300 s   (+0.200 s after VM created)");
   assert.equal(lines.at(-1), "  not recorded: replacement online");
   assert.equal(lines.length, 1 + 10 + 1);
+});
+
+test("the replacement is the first other VM of the same pool created once the job started", () => {
+  const inPool = (name: string, createdMs: number, pool = "p", namespace = "ns"): ImpVM => ({
+    ...vm(name, { phaseTimestamps: { pending: iso(createdMs) } }),
+    metadata: { name, namespace, uid: name, labels: { "imp.dev/pool": pool } },
+  });
+  const ran = { ...inPool("p-ran01", 0), status: { ...cold.status } };
+  const candidates = [ran, inPool("p-idle2", 500), inPool("p-late3", 9_000), inPool("p-next4", 3_200), inPool("q-other", 3_100, "q"), inPool("p-elsewh", 3_050, "p", "other-ns")];
+  assert.equal(findReplacement(ran, candidates, T0 + 3_000)?.metadata.name, "p-next4");
+  assert.equal(findReplacement(ran, candidates)?.metadata.name, "p-next4", "without the job: after the runner came online (T0+2.8 s)");
+  assert.equal(findReplacement(ran, candidates, T0 + 10_000), undefined, "none created after the job started");
 });

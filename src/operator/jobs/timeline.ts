@@ -7,7 +7,7 @@
  * start (the runner was online before the job was queued) reads as it happened instead of as
  * negative steps; `sinceQueuedMs` says how far each point is from the job being queued.
  */
-import type { ImpVM } from "../../api/index.ts";
+import { LABELS, type ImpVM } from "../../api/index.ts";
 import type { DeepReadonly } from "../../kube/index.ts";
 import { vmPoints } from "./vm-points.ts";
 
@@ -121,6 +121,26 @@ export function jobTimeline(vm: AnyVM, job?: JobTimes, replacement?: AnyVM): Job
     executionMs: diff(at.job_started, at.job_finished),
     vmReadyMs: diff(p.vm_created, p.setup_delivered),
   };
+}
+
+/**
+ * The VM that replaced `vm` in its pool: the pool makes a new runner when one becomes busy (busy +
+ * minIdle), so it is the first other VM of the same pool created at or after the job started
+ * (`jobStartedAt`; without it, after `vm`'s runner came online).
+ */
+export function findReplacement<V extends AnyVM>(vm: AnyVM, candidates: readonly V[], jobStartedAt?: string | number): V | undefined {
+  const pool = vm.metadata.labels?.[LABELS.pool];
+  const after = ms(jobStartedAt) ?? vmPoints(vm).setup_delivered;
+  if (pool === undefined || after === undefined) return undefined;
+  let best: { vm: V; created: number } | undefined;
+  for (const c of candidates) {
+    const created = vmPoints(c).vm_created;
+    if (c.metadata.uid === vm.metadata.uid || c.metadata.labels?.[LABELS.pool] !== pool || c.metadata.namespace !== vm.metadata.namespace || created === undefined) continue;
+    // Kubernetes' creationTimestamp has whole seconds: allow the second the job started in.
+    if (created < Math.floor(after / 1000) * 1000) continue;
+    if (best === undefined || created < best.created) best = { vm: c, created };
+  }
+  return best?.vm;
 }
 
 const secs = (v: number): string => `${v < 0 ? "-" : "+"}${(Math.abs(v) / 1000).toFixed(3)} s`;
