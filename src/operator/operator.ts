@@ -27,9 +27,9 @@ import {
 } from "../kube/index.ts";
 import { NodeLossController } from "./nodes/index.ts";
 import { SchedulerController } from "./scheduler/index.ts";
-import { systemClock, type Clock, type Logger } from "../shared/index.ts";
+import { FaultPoints, systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
-import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX, type SetupFaults } from "./setup/index.ts";
+import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
 
@@ -67,8 +67,11 @@ export interface OperatorOptions {
   readonly watchKubeNodes?: boolean;
   readonly clock?: Clock;
   readonly registry?: Registry;
-  /** Tests only. */
-  readonly faults?: SetupFaults;
+  /**
+   * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
+   * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
+   */
+  readonly faults?: FaultPoints;
 }
 
 export const OPERATOR_LEASE_NAME = "imp-operator";
@@ -90,6 +93,8 @@ export class Operator {
   readonly nodeLoss: NodeLossController | undefined;
   /** ARC-named job metrics, job Events and per-step VM histograms (docs/operator.md). */
   readonly jobs: JobObserver;
+  /** The fault points this operator hits (tests read `hits`). */
+  readonly faults: FaultPoints;
   /** Caches only the scheduler and node loss need. */
   readonly #extraCaches: Array<Informer<KubeObject>> = [];
   readonly #o: OperatorOptions;
@@ -101,6 +106,8 @@ export class Operator {
     const clock = options.clock ?? systemClock;
     const logger = options.logger;
     this.registry = options.registry ?? new Registry();
+    this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => logger.warn({ point, action: action.kind }, "test fault point fired"));
+    const faults = this.faults;
     const vms = createResourceClient<ImpVM>(kc, IMP_VMS);
     const pools = createResourceClient<ImpVMRunnerPool>(kc, IMP_VM_RUNNER_POOLS);
     const nodes = createResourceClient<ImpNode>(kc, IMP_NODES);
@@ -132,6 +139,7 @@ export class Operator {
       clock,
       ...(options.failureBudget === undefined ? {} : { failureBudget: options.failureBudget }),
       ...(options.runnerListIntervalMs === undefined ? {} : { runnerListIntervalMs: options.runnerListIntervalMs }),
+      faults,
     });
     this.setup = new SetupController({
       vms,
@@ -144,7 +152,7 @@ export class Operator {
       registry: this.registry,
       logger,
       clock,
-      ...(options.faults === undefined ? {} : { faults: options.faults }),
+      faults,
     });
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock, logger: logger.child({ component: "jobs" }) });
     const agentLeaseNamespace = options.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE;
@@ -173,6 +181,7 @@ export class Operator {
         clock,
         logger,
         ...(options.nodeLostAfterMs === undefined ? {} : { nodeLostAfterMs: options.nodeLostAfterMs }),
+        faults,
       });
     }
     if (wantNodeLoss && leaseCache !== undefined) {

@@ -5,7 +5,7 @@
  * state of that id — it never sends the Exec again. A guest that cannot be asked makes the VM
  * terminal; it is never booted again with that setup.
  */
-import { terminalError, ImpError, withDeadline, type Logger } from "../../shared/index.ts";
+import { terminalError, ImpError, NO_FAULTS, withDeadline, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { ExecReply, ExecRequest, ExecStatusReply, GuestClient } from "../guest/index.ts";
 
 /** The exec id of a VM's workload. Stable across agent restarts: the guest recognises a repeat. */
@@ -25,6 +25,8 @@ export interface HandoffDeps {
   readonly recordSent: () => Promise<void>;
   readonly logger: Logger;
   readonly requestTimeoutMs: number;
+  /** Test fault point agent.exec-sent (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
 }
 
 export async function handOffExec(request: ExecRequest, deps: HandoffDeps): Promise<HandoffResult & { readonly client: GuestClient }> {
@@ -32,6 +34,9 @@ export async function handOffExec(request: ExecRequest, deps: HandoffDeps): Prom
   let reply: ExecReply;
   try {
     reply = await deps.client.exec(request, { timeoutMs: deps.requestTimeoutMs });
+    // The guest holds the Exec, its acknowledgement is not acted on yet: a fault here is the lost
+    // acknowledgement (a hang is bounded like a reply that never comes, then the guest is asked).
+    await (deps.faults ?? NO_FAULTS).hit("agent.exec-sent", AbortSignal.timeout(deps.requestTimeoutMs));
   } catch (err) {
     if (isGuestAnswer(err)) {
       // The guest answered and refused the request (bad message, shutting down): nothing started.

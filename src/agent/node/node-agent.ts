@@ -48,7 +48,7 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { describeError, ImpError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, FaultPoints, ImpError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
@@ -80,7 +80,7 @@ export interface NodeAgentOptions {
   readonly kernels: ReadonlyMap<string, KernelFiles>;
   /** Environment every workload starts with (below its own). */
   readonly baseEnv?: Readonly<Record<string, string>>;
-  readonly runtime: Omit<VmRuntimeOptions, "nodeKey" | "readSealedSetup" | "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe">;
+  readonly runtime: Omit<VmRuntimeOptions, "nodeKey" | "readSealedSetup" | "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe" | "faults">;
   readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
   readonly logger: Logger;
   readonly clock?: Clock;
@@ -89,6 +89,11 @@ export interface NodeAgentOptions {
   readonly healthPort?: number;
   readonly renewIntervalMs?: number;
   readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: ReadonlySet<string>) => Promise<readonly string[]> };
+  /**
+   * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
+   * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
+   */
+  readonly faults?: FaultPoints;
 }
 
 export class NodeAgent {
@@ -99,6 +104,8 @@ export class NodeAgent {
   readonly reporter: NodeReporter;
   readonly health: HealthServer | undefined;
   readonly sweeper: NodeSweeper;
+  /** The fault points this agent hits (tests read `hits`). */
+  readonly faults: FaultPoints;
   readonly #o: NodeAgentOptions;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -125,6 +132,7 @@ export class NodeAgent {
     this.#templates = createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES);
     this.#classes = createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES);
     this.#events = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-agent", instance: options.nodeName, clock: this.#clock });
+    this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => this.#log.warn({ point, action: action.kind }, "test fault point fired"));
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.runtime = new VmRuntime({
       ...options.runtime,
@@ -136,6 +144,7 @@ export class NodeAgent {
       deleteSetupSecret: (vm) => this.#deleteSetupSecret(vm),
       notify: (vm) => this.#controller.enqueue(keyOf(vm)),
       observe: (event) => this.metrics.onRuntimeEvent(event),
+      faults: this.faults,
     });
     this.#controller = new Controller({ name: "imp-agent-vm", registry: this.registry, workers: 4, logger: this.#log, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx), reconcileTimeoutMs: 120_000 });
     this.#controller.watch(this.#cache);

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, open, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { openSetup, parseSealedSetup, SETUP_SECRET, VM_REASONS, type ImpVM, type NodeKeyPair, type SealedSetup } from "../../api/index.ts";
-import { describeError, ImpError, runSteps, terminalError, type Clock, type Logger, type Step, type StepRun } from "../../shared/index.ts";
+import { describeError, ImpError, NO_FAULTS, runSteps, terminalError, type Clock, type FaultPoints, type Logger, type Step, type StepRun } from "../../shared/index.ts";
 import type { ExecOutcome, GuestClient, NetworkConfig } from "../guest/index.ts";
 import type { CachedImage } from "../image/cache/index.ts";
 import type { CredentialLookup } from "../image/pull/index.ts";
@@ -85,6 +85,8 @@ export interface VmRuntimeOptions {
   readonly timeouts?: Partial<RuntimeTimeouts>;
   /** Called for every delivered setup and every boot/prepare measurement (metrics). */
   readonly observe?: (event: RuntimeEvent) => void;
+  /** Test fault points agent.* and teardown.before-secret-delete (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
 }
 
 export type RuntimeEvent =
@@ -127,10 +129,12 @@ export class VmRuntime {
   readonly #o: VmRuntimeOptions;
   readonly #t: RuntimeTimeouts;
   readonly #tasks = new Map<string, VmTask>();
+  readonly #faults: FaultPoints;
 
   constructor(options: VmRuntimeOptions) {
     this.#o = options;
     this.#t = { ...DEFAULT_RUNTIME_TIMEOUTS, ...options.timeouts };
+    this.#faults = options.faults ?? NO_FAULTS;
   }
 
   vmDir(uid: string): string {
@@ -210,6 +214,7 @@ export class VmRuntime {
     await rm(this.vmDir(uid), { recursive: true, force: true });
     this.#o.releaseCid(uid);
     const processGone = orphansGone && (task.pid === undefined || isProcessGone(task.pid));
+    await this.#faults.hit("teardown.before-secret-delete");
     await this.#o.deleteSetupSecret(vm);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
     this.#o.notify(task.latest);
@@ -298,6 +303,8 @@ export class VmRuntime {
       return;
     }
     const outcome = await this.#waitForEnd(task, state, log);
+    // The workload ended, nothing reported or freed yet. Only crash/delay mean something here; a fail is logged and passes.
+    await this.#faults.hit("agent.after-exit", task.abort.signal).catch((err: unknown) => log.warn({ error: describeError(err) }, "fault at agent.after-exit"));
     // The guest powers off after reporting the exit; give it a bounded moment, then stop it.
     const vm = state.vm;
     if (vm !== undefined) {
@@ -340,8 +347,9 @@ export class VmRuntime {
       },
       {
         name: "disks",
-        run: async (s) => {
+        run: async (s, ctx) => {
           if (s.image === undefined) throw terminalError("ImageMissing", "Cannot prepare disks: no image");
+          await this.#faults.hit("agent.prepare", ctx.signal);
           s.disks = await o.images.disks(s.dir, s.image, s.plan.scratchBytes);
         },
       },
@@ -393,6 +401,7 @@ export class VmRuntime {
         name: "guest",
         run: async (s, ctx) => {
           if (s.vm === undefined || s.vmm === undefined) throw terminalError("VmMissing", "Cannot connect: no VM");
+          await this.#faults.hit("agent.boot", ctx.signal);
           s.client = await connectGuest(s.vm, { timeoutMs: t.bootMs, serial: o.serialChannel(s.vmm), signal: ctx.signal, clientName: "imp-agent" });
           const client = s.client;
           ctx.onCleanup("close guest channel", () => client.close());
@@ -445,6 +454,7 @@ export class VmRuntime {
               client: s.client,
               requestTimeoutMs: t.requestMs,
               logger: log,
+              faults: this.#faults,
               recordSent: async () => {
                 ctx.signal.throwIfAborted();
                 await o.recordSetupSent(task.latest, execId);
@@ -467,6 +477,7 @@ export class VmRuntime {
           const now = o.clock.now();
           this.#progress(task, { stage: "running", setup: s.plan.runner ? "delivered" : task.local.setup, at: { running: now, ...(s.plan.runner ? { delivered: now } : {}) } });
           if (s.plan.runner) o.observe?.({ kind: "setup-delivered" });
+          await this.#faults.hit("agent.running", ctx.signal);
         },
       },
     ];

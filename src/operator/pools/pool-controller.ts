@@ -34,7 +34,7 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { GitHubClients } from "../setup/github-clients.ts";
 import { setCondition } from "./conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
@@ -61,6 +61,8 @@ export interface PoolControllerOptions {
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
   readonly workers?: number;
+  /** Test fault point pool.before-replace (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
 }
 
 interface GitHubView {
@@ -254,6 +256,7 @@ export class PoolController {
     if (scaledDown > 0) await this.#event(ctx, pool, "Normal", "ScaledDown", `Deleted ${scaledDown} idle runner VM(s); desired ${d.counts.desired}`);
     let created = 0;
     for (let i = 0; i < d.create; i++) {
+      await (this.#o.faults ?? NO_FAULTS).hit("pool.before-replace", ctx.signal);
       const vm = await this.#o.vms.create(this.#newVm(pool), ctx.signal);
       this.expectations.expectCreated(ctx.key, vm.metadata.name ?? "");
       created++;

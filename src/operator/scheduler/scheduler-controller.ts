@@ -20,7 +20,7 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { backoffDelay, conflictError, silentLogger, systemClock, type BackoffPolicy, type Clock, type Logger } from "../../shared/index.ts";
+import { backoffDelay, conflictError, NO_FAULTS, silentLogger, systemClock, type BackoffPolicy, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { agentLeaseName, isLeaseFresh, nodeOfLease } from "./agent-lease.ts";
 import { bindVm, fateOf, labelVm, markUnschedulable, release, RELEASABLE, reserve, type ReservedVmFate } from "./bind-protocol.ts";
 import { decidePlacement, describeRequest, type BoundVm } from "./decide-placement.ts";
@@ -53,6 +53,8 @@ export interface SchedulerControllerOptions {
   readonly nodeLostAfterMs?: number;
   /** Distinguishes controllers' metrics when two run in one process (tests). Default "scheduler". */
   readonly name?: string;
+  /** Test fault point scheduler.before-bind (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
 }
 
 export class SchedulerController {
@@ -158,6 +160,8 @@ export class SchedulerController {
         throw conflictError("ReservationRefused", `Cannot reserve ${describeRequest(request)} on node ${nodeName} for ImpVM ${ctx.key}: ${reserved.detail}`);
       }
     }
+    // The node's record holds the reservation, the VM is not bound yet: a crash here leaves a reservation to prune.
+    await (this.#o.faults ?? NO_FAULTS).hit("scheduler.before-bind", ctx.signal);
     const outcome = await bindVm(this.#o.vms, { vm, nodeName, nowMs: this.#clock.now(), signal: ctx.signal });
     if (outcome === "bound" || outcome === "alreadyBound") {
       this.#unschedulableAttempts.delete(ctx.key);

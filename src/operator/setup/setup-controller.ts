@@ -42,7 +42,7 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { describeError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
 import type { SecretObject } from "../pools/resources.ts";
 import type { GitHubClients } from "./github-clients.ts";
@@ -57,11 +57,6 @@ const SETUP_PHASES = new Set(["Scheduled", "Preparing", "Booting"]);
 const NODE_KEY_WAIT_MS = 2_000;
 const BUSY_RECHECK_MS = 10_000;
 
-export interface SetupFaults {
-  /** Tests: runs after GitHub minted a setup and before it is stored; a throw stands in for a crash there. */
-  readonly afterMint?: (vm: Readonly<ImpVM>) => Promise<void> | void;
-}
-
 export interface SetupControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
   readonly secrets: Pick<ResourceClient<SecretObject>, "get" | "create">;
@@ -74,7 +69,8 @@ export interface SetupControllerOptions {
   readonly logger: Logger;
   readonly clock?: Clock;
   readonly workers?: number;
-  readonly faults?: SetupFaults;
+  /** Test fault points setup.after-mint, setup.after-store, teardown.before-deregister (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
 }
 
 const isTerminal = (vm: Readonly<ImpVM>): boolean => vm.status?.phase === "Succeeded" || vm.status?.phase === "Failed";
@@ -83,12 +79,14 @@ export class SetupController {
   readonly controller: Controller;
   readonly #o: SetupControllerOptions;
   readonly #clock: Clock;
+  readonly #faults: FaultPoints;
   /** Pools seen deleted, so VMs that outlive their pool can still be deregistered. */
   readonly #gonePools = new Map<string, Readonly<ImpVMRunnerPool>>();
 
   constructor(options: SetupControllerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
+    this.#faults = options.faults ?? NO_FAULTS;
     this.controller = new Controller({
       name: "imp-runner-setup",
       registry: options.registry,
@@ -159,8 +157,8 @@ export class SetupController {
     const gh = await this.#o.github.forPool(pool, ctx.signal);
     const runner = await mintRunner(gh, { name, labels: pool.spec.github.labels });
     const mintedAt = this.#clock.now();
-    // A throw from the fault hook stands in for a crash right here: nothing cleans up after it.
-    await this.#o.faults?.afterMint?.(vm);
+    // Outside the try below: a fault here stands in for a crash right after the mint, and nothing cleans up after it.
+    await this.#faults.hit("setup.after-mint", ctx.signal);
     try {
       const sealed = await sealSetup(new TextEncoder().encode(runner.encodedJitConfig.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
       await this.#o.secrets.create(
@@ -185,6 +183,8 @@ export class SetupController {
       if (!isAlreadyExists(err)) await gh.client.deleteRunner(gh.scope, runner.runnerId).catch(() => undefined);
       throw err;
     }
+    // The Secret exists, the status does not say so yet (nor can an agent proceed): a retry must find the Secret and never mint again.
+    await this.#faults.hit("setup.after-store", ctx.signal);
     await this.#recordMinted(ctx, vm, secretName, runner.runnerId, mintedAt);
     await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered GitHub runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
     return done;
@@ -211,6 +211,7 @@ export class SetupController {
 
   async #deregister(ctx: ReconcileContext, vm: Readonly<ImpVM>, pool: Readonly<ImpVMRunnerPool> | undefined): Promise<ReconcileResult> {
     const name = vm.metadata.name ?? "";
+    await this.#faults.hit("teardown.before-deregister", ctx.signal);
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its GitHub registration (if any) cannot be looked up and is left to GitHub's cleanup of offline runners`, signal: ctx.signal });
     } else {

@@ -33,7 +33,7 @@ import {
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, resourceDescriptor, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
-import { createLogger, waitFor } from "../../../src/shared/index.ts";
+import { createLogger, FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
 import { decodeJitSetup } from "../../github/jit-setup-format.ts";
 
@@ -176,14 +176,12 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     let mintedBeforeCrash = 0;
     const first = startOperator({
       namespace: CRASH_NS,
-      faults: {
-        // The process "dies" right after GitHub minted: it stops, and this reconcile never continues.
-        afterMint: () => {
-          mintedBeforeCrash++;
-          first.stop.abort(new Error("SIGKILL stand-in"));
-          return new Promise<never>(() => undefined);
-        },
-      },
+      // The process "dies" right after GitHub minted: it stops, and this reconcile never continues
+      // (in-process, a hang stands in for the SIGKILL that `crash` would send to the whole test).
+      faults: new FaultPoints([{ point: "setup.after-mint", action: { kind: "hang" } }], () => {
+        mintedBeforeCrash++;
+        first.stop.abort(new Error("SIGKILL stand-in"));
+      }),
     });
     await createPool(CRASH_NS, "crashpool", gh, 1);
     const [vm] = await waitForVms(CRASH_NS, "crashpool", 1);
@@ -201,6 +199,25 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assert.notEqual(minted.status?.runner?.id, stale.id, "the stale registration was replaced, not reused (its setup was lost with the crash)");
     assert.equal(gh.server.runners.has(stale.id), false);
     assert.deepEqual(gh.server.requestsTo(/generate-jitconfig$/).map((r) => r.status), [201, 409, 201], "mint, name taken, mint once more");
+    assertNamesUnique(gh);
+  });
+
+  it("a fault after the Secret is stored and before the status records it (setup.after-store=fail@1): the retry finds the Secret, never mints again", async (t) => {
+    const gh = await startGitHub(t);
+    const ns = "t-afterstore";
+    const fired: string[] = [];
+    const faults = new FaultPoints(parseFaultPlan("setup.after-store=fail@1"), (point, action) => fired.push(`${point}=${action.kind}`));
+    await isolated(t, ns, { faults });
+    await createPool(ns, "afterstore", gh, 1);
+    const [vm] = await waitForVms(ns, "afterstore", 1);
+    assert.ok(vm !== undefined);
+    await bind(vm);
+    const minted = await waitForMinted(vm);
+    await assertOneRunner(gh, minted, keyA);
+    assert.equal(faults.hits("setup.after-mint"), 1, "minted once");
+    assert.deepEqual(fired, ["setup.after-store=fail"], "the fault acted once");
+    assert.equal(faults.hits("setup.after-store"), 1, "the retry took the stored-Secret path, which does not pass the point again");
+    assert.deepEqual(gh.server.requestsTo(/generate-jitconfig$/).map((r) => r.status), [201], "one mint, no second");
     assertNamesUnique(gh);
   });
 
