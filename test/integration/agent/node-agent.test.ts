@@ -12,7 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { API_VERSION, FINALIZERS, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, SETUP_SECRET, VERSION, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
 import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, LEASE_RESOURCE, resourceDescriptor, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, resourceDescriptor, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, startTestAgent, supervisorPath, type TestAgent } from "../../harness/node-agent.ts";
@@ -181,6 +181,10 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     assert.ok(!agent.logs().includes(SENTINEL), "the setup never reaches the agent's log");
     assert.ok(!JSON.stringify(released).includes(SENTINEL), "nor the VM object");
     await assertNothingLeft(released);
+    // The job timeline's booted and delivered points are Events on the VM, once each.
+    const recorded = (await createResourceClient<CoreEvent>(plane.kubeConfig, EVENT_RESOURCE).list({ namespace: NS })).items.filter((e) => e.involvedObject.uid === vm.metadata.uid);
+    for (const reason of ["Booted", "SetupDelivered"]) assert.deepEqual(recorded.filter((e) => e.reason === reason).map((e) => e.count), [1], `one ${reason} Event: ${recorded.map((e) => e.reason).join(", ")}`);
+    assert.match(recorded.find((e) => e.reason === "Booted")?.message ?? "", new RegExp(`answered ${released.status?.bootDurationMs} ms after the VMM started`));
   });
 
   it("deleting a Running VM stops it, verifies the process is gone, then lets the object go", async () => {
