@@ -81,7 +81,7 @@ describe("the guest agent as PID 1", { timeout: 300_000 }, (suite) => {
     await t.client.configure({ hostname: "imp-e2e-host", network: { interface: "lo", address: "192.0.2.9/24", dns: ["127.0.0.53"] } });
     await assert.rejects(
       t.client.configure({ network: { interface: "nosuch0", address: "192.0.2.10/24" } }),
-      (err: unknown) => (err as { code?: string }).code === "guest.configure_failed",
+      (err: unknown) => (err as { code?: string }).code === "GuestConfigureFailed",
     );
   });
 

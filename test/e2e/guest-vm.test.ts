@@ -53,7 +53,7 @@ describe("a QEMU VM running the guest agent", { timeout: 300_000 }, (suite) => {
       return;
     }
     // vhost-device-vsock, like Firecracker, closes the Unix connection while nothing listens in the guest.
-    const temporary = new Set(["vsock.connect_failed", "vsock.ack_failed", "vsock.ack_timeout"]);
+    const temporary = new Set(["VsockConnectFailed", "VsockHandshakeFailed", "VsockHandshakeTimeout"]);
     assert.deepEqual(t.bootDialFailures.filter((code) => !temporary.has(code)), []);
   });
 

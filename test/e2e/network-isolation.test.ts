@@ -85,7 +85,7 @@ async function bootGuest(kit: BootKit, netns: string, name: string, lease: NodeN
         await client.hello({ timeoutMs: channel === "serial" ? 500 : Math.max(1, deadline - Date.now()), signal: vm.downSignal });
         break;
       } catch (err) {
-        if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "guest.timeout")) throw err;
+        if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "GuestTimeout")) throw err;
       }
     }
     await client.configure({ hostname: name, network: lease.guest });

@@ -183,7 +183,7 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
         await client.hello({ timeoutMs: channel === "serial" ? 300 : Math.max(1, deadline - Date.now()), signal: vm.downSignal });
         return client;
       } catch (err) {
-        if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "guest.timeout")) {
+        if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
           client.close();
           throw err;
         }

@@ -87,9 +87,20 @@ describe("GuestClient", () => {
     client.close();
   });
 
-  it("rejects with guest.<code> when the guest answers with an error", async () => {
+  it("maps a guest error reply to a PascalCase code (not_found → GuestExecNotFound, terminal)", async () => {
     const { client } = connect((req, g) => g.send({ v: 1, type: "error", id: req.id, code: "not_found", message: "no exec" }));
-    await assert.rejects(client.execStatus("zzz"), (err: unknown) => isCode("guest.not_found")(err) && (err as ImpError).errorClass === "terminal");
+    await assert.rejects(client.execStatus("zzz"), (err: unknown) => isCode("GuestExecNotFound")(err) && (err as ImpError).errorClass === "terminal");
+    client.close();
+  });
+
+  it("keeps the retryable guest codes retryable and turns an unknown one into a terminal GuestError", async () => {
+    const answers: Record<string, string> = { a: "configure_failed", b: "internal", c: "made_up" };
+    const { client } = connect((req, g) => g.send({ v: 1, type: "error", id: req.id, code: answers[String(req["execId"])] ?? "internal", message: "x" }));
+    const expect = (code: string, errorClass: string, wire: string) => (err: unknown): boolean =>
+      isCode(code)(err) && (err as ImpError).errorClass === errorClass && (err as ImpError).context["guestCode"] === wire;
+    await assert.rejects(client.execStatus("a"), expect("GuestConfigureFailed", "retryable", "configure_failed"));
+    await assert.rejects(client.execStatus("b"), expect("GuestInternalError", "retryable", "internal"));
+    await assert.rejects(client.execStatus("c"), expect("GuestError", "terminal", "made_up"));
     client.close();
   });
 
@@ -117,7 +128,7 @@ describe("GuestClient", () => {
     }, clock);
     const result = client.signal("a", "SIGTERM", { timeoutMs: 1000 });
     await new Promise((r) => setImmediate(r));
-    const timedOut = assert.rejects(result, isCode("guest.timeout"));
+    const timedOut = assert.rejects(result, isCode("GuestTimeout"));
     await clock.advance(1000);
     await timedOut;
     assert.ok(pendingReq);
@@ -138,12 +149,12 @@ describe("GuestClient", () => {
     client.close();
   });
 
-  it("rejects pending and later requests with guest.closed when the stream ends", async () => {
+  it("rejects pending and later requests with GuestChannelClosed when the stream ends", async () => {
     const { client, guest } = connect((_req, g) => g.end());
     const closed = new Promise<Error | undefined>((resolve) => client.once("close", resolve));
-    await assert.rejects(client.hello(), isCode("guest.closed"));
+    await assert.rejects(client.hello(), isCode("GuestChannelClosed"));
     assert.equal(await closed, undefined);
-    await assert.rejects(client.execStatus("a"), isCode("guest.closed"));
+    await assert.rejects(client.execStatus("a"), isCode("GuestChannelClosed"));
     assert.equal(client.closed, true);
     void guest;
   });
@@ -151,7 +162,7 @@ describe("GuestClient", () => {
   it("closes the stream on a malformed guest message and says why", async () => {
     const { client } = connect((req, g) => g.send(reply(req, { versions: "1", agent: "x", capabilities: [] })));
     const closed = new Promise<Error | undefined>((resolve) => client.once("close", resolve));
-    await assert.rejects(client.hello(), (err: unknown) => isCode("guest.closed")(err) && isCode("guest.bad_message")((err as Error).cause));
+    await assert.rejects(client.hello(), (err: unknown) => isCode("GuestChannelClosed")(err) && isCode("GuestMessageInvalid")((err as Error).cause));
     assert.match((await closed)?.message ?? "", /versions/);
   });
 
@@ -161,12 +172,12 @@ describe("GuestClient", () => {
     const header = Buffer.alloc(4);
     header.writeUInt32BE(2 ** 31, 0);
     guest.sendRaw(header);
-    assert.ok(isCode("guest.frame_too_large")(await closed));
+    assert.ok(isCode("GuestFrameTooLarge")(await closed));
   });
 
   it("closes the stream when a reply's type does not match its request", async () => {
     const { client } = connect((req, g) => g.send({ v: 1, type: "signal", id: req.id }));
-    await assert.rejects(client.shutdown("reboot"), isCode("guest.closed"));
+    await assert.rejects(client.shutdown("reboot"), isCode("GuestChannelClosed"));
   });
 
   it("ends an events() iterator that falls too far behind", async () => {
@@ -176,7 +187,7 @@ describe("GuestClient", () => {
     await new Promise((r) => setImmediate(r));
     await iterator.next();
     await iterator.next();
-    await assert.rejects(iterator.next(), isCode("guest.events_overflow"));
+    await assert.rejects(iterator.next(), isCode("GuestEventsOverflow"));
     client.close();
   });
 });
@@ -214,11 +225,11 @@ describe("GuestClient.waitForExit()", () => {
     client.close();
   });
 
-  it("rejects with guest.closed when the stream closes while waiting", async () => {
+  it("rejects with GuestChannelClosed when the stream closes while waiting", async () => {
     const { client } = connect((req, g) => {
       g.send(reply(req, { execId: req.execId, state: "running" }));
       setImmediate(() => g.end());
     });
-    await assert.rejects(client.waitForExit("a"), isCode("guest.closed"));
+    await assert.rejects(client.waitForExit("a"), isCode("GuestChannelClosed"));
   });
 });

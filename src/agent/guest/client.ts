@@ -71,16 +71,37 @@ function toOutcome(status: ExecOutcome | ExecStatusReply): ExecOutcome {
   };
 }
 
-/** Guest error codes a caller may retry after (the guest may succeed later); the rest are terminal. */
-const RETRYABLE_GUEST_CODES: ReadonlySet<string> = new Set(["internal", "configure_failed"]);
+/**
+ * The guest's wire error codes (snake_case, docs/guest-protocol.md) as the project's PascalCase codes,
+ * and whether a caller may retry after them (the guest may succeed later). A code the guest invents
+ * becomes a terminal `GuestError`; `context.guestCode` always keeps the wire code.
+ */
+const GUEST_ERROR_CODES: Readonly<Record<string, { readonly code: string; readonly retryable: boolean }>> = {
+  frame_too_large: { code: "GuestRequestTooLarge", retryable: false },
+  bad_json: { code: "GuestRequestUnparsable", retryable: false },
+  bad_message: { code: "GuestRequestInvalid", retryable: false },
+  unsupported_version: { code: "GuestVersionUnsupported", retryable: false },
+  unknown_type: { code: "GuestRequestUnknown", retryable: false },
+  not_found: { code: "GuestExecNotFound", retryable: false },
+  too_many_execs: { code: "GuestTooManyExecs", retryable: false },
+  shutting_down: { code: "GuestShuttingDown", retryable: false },
+  configure_failed: { code: "GuestConfigureFailed", retryable: true },
+  too_many_streams: { code: "GuestTooManyStreams", retryable: false },
+  internal: { code: "GuestInternalError", retryable: true },
+};
+
+/** The ImpError code and class of a guest `error` reply's wire code. */
+function guestErrorCode(wireCode: string): { readonly code: string; readonly retryable: boolean } {
+  return Object.hasOwn(GUEST_ERROR_CODES, wireCode) ? (GUEST_ERROR_CODES[wireCode] as { code: string; retryable: boolean }) : { code: "GuestError", retryable: false };
+}
 
 /**
  * Host side of the guest protocol over one byte stream (a net.Socket to vsock, a virtio-serial
  * chardev socket, or a test pipe). Requests are matched to replies by id, so many may be in flight.
  * Every guest message is bounded and schema-checked; a protocol violation closes the stream, rejects
  * every pending request and emits `close` with the reason. Requests after close reject at once with
- * a retryable `guest.closed` error. Guest `error` replies reject with an ImpError whose code is
- * `guest.<guest code>`. The client never logs; exec environments pass through it untouched.
+ * a retryable `GuestChannelClosed` error. Guest `error` replies reject with an ImpError whose code is
+ * `guestErrorCode(<wire code>)` (e.g. `not_found` → `GuestExecNotFound`). The client never logs; exec environments pass through it untouched.
  */
 export class GuestClient extends EventEmitter<GuestClientEvents> {
   readonly #stream: Duplex;
@@ -102,7 +123,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     this.#clock = options.clock ?? systemClock;
     stream.on("data", (chunk: Buffer) => this.#onData(chunk));
     stream.on("error", (err: Error) =>
-      this.#close(retryableError("guest.stream_error", "Cannot use guest stream: it failed", { cause: err })),
+      this.#close(retryableError("GuestChannelFailed", "Cannot use guest channel: the stream failed", { cause: err })),
     );
     // The guest ended its side: nothing more can be answered, so release our side too.
     stream.on("end", () => {
@@ -117,11 +138,11 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     return this.#closed;
   }
 
-  /** Negotiates the protocol version; fails with guest.unsupported_version when there is none in common. */
+  /** Negotiates the protocol version; fails with GuestVersionUnsupported when there is none in common. */
   async hello(options?: RequestOptions): Promise<HelloReply> {
     const reply = (await this.#request("hello", { versions: [PROTOCOL_VERSION], client: this.#clientName }, options)) as HelloReply;
     if (!reply.versions.includes(PROTOCOL_VERSION)) {
-      throw terminalError("guest.unsupported_version", `Cannot talk to guest: it speaks versions ${reply.versions.join(",")}`);
+      throw terminalError("GuestVersionUnsupported", `Cannot talk to guest: it speaks protocol versions ${reply.versions.join(",")}, this agent speaks ${PROTOCOL_VERSION} (rebuild the image with a matching guest agent)`);
     }
     return reply;
   }
@@ -145,7 +166,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     return reply;
   }
 
-  /** Current state of an exec; fails with guest.not_found for an unknown id. */
+  /** Current state of an exec; fails with GuestExecNotFound for an unknown id. */
   async execStatus(execId: string, options?: RequestOptions): Promise<ExecStatusReply> {
     const reply = (await this.#request("exec.status", { execId }, options)) as ExecStatusReply;
     this.#expectExecId(reply.execId, execId);
@@ -165,7 +186,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
   /**
    * Resolves when the exec is no longer running: from its `exit` event, or from `exec.status` if it
    * had already ended (e.g. before a reconnect). Subscribes before asking, so an exit cannot slip
-   * between the two. Rejects with guest.closed if the stream closes first, with guest.not_found for
+   * between the two. Rejects with GuestChannelClosed if the stream closes first, with GuestExecNotFound for
    * an unknown id, or with the signal's reason on abort. The wait itself has no timeout: pass a signal.
    */
   async waitForExit(execId: string, options: { signal?: AbortSignal } = {}): Promise<ExecOutcome> {
@@ -177,7 +198,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
         resolve({ execId, state: "exited", exitCode: e.exitCode, ...(e.signal === undefined ? {} : { signal: e.signal }) });
       };
       const onClose = (reason: Error | undefined): void =>
-        reject(retryableError("guest.closed", `Cannot wait for exec ${execId}: the stream closed`, reason === undefined ? {} : { cause: reason }));
+        reject(retryableError("GuestChannelClosed", `Cannot wait for exec ${execId}: the stream closed`, reason === undefined ? {} : { cause: reason }));
       const onAbort = (): void => reject(signal?.reason);
       this.on("exit", onExit);
       this.on("close", onClose);
@@ -199,7 +220,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
 
   /**
    * Output and exit events from now on, as an async iterator. Holds at most `maxBuffered` events for a
-   * slow consumer; beyond that the iterator throws guest.events_overflow. Ends when the stream closes
+   * slow consumer; beyond that the iterator throws GuestEventsOverflow. Ends when the stream closes
    * or `signal` aborts.
    */
   events(options: { signal?: AbortSignal; maxBuffered?: number } = {}): AsyncIterableIterator<GuestEvent> {
@@ -210,7 +231,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     return queue;
   }
 
-  /** Closes the stream; pending requests reject with guest.closed. Idempotent. */
+  /** Closes the stream; pending requests reject with GuestChannelClosed. Idempotent. */
   close(): void {
     this.#close(undefined);
     this.#stream.destroy();
@@ -218,7 +239,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
 
   #expectExecId(got: string, want: string): void {
     if (got !== want) {
-      const err = terminalError("guest.bad_message", `Cannot accept guest reply: it names exec ${got}, asked for ${want}`);
+      const err = terminalError("GuestMessageInvalid", `Cannot accept guest reply: it names exec ${got}, asked for ${want}`);
       this.#fail(err);
       throw err;
     }
@@ -226,7 +247,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
 
   async #request(type: RequestType, fields: Record<string, unknown>, options: RequestOptions = {}): Promise<GuestReply> {
     if (this.#closed) {
-      throw retryableError("guest.closed", `Cannot send guest request ${type}: the stream is closed`, { cause: this.#closedReason });
+      throw retryableError("GuestChannelClosed", `Cannot send guest request ${type}: the stream is closed`, { cause: this.#closedReason });
     }
     options.signal?.throwIfAborted();
     const id = this.#allocateId();
@@ -238,7 +259,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     });
     const timeout = this.#clock.sleep(timeoutMs, stopTimer.signal).then(
       () => {
-        throw retryableError("guest.timeout", `Cannot complete guest request ${type}: no reply within ${timeoutMs} ms`, { context: { id } });
+        throw retryableError("GuestTimeout", `Cannot complete guest request ${type}: no reply within ${timeoutMs} ms`, { context: { id } });
       },
       () => new Promise<never>(() => undefined),
     );
@@ -299,7 +320,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
         // A late reply to a request that timed out or was aborted is not a violation.
         if (pending === undefined) return;
         if (pending.type !== message.type) {
-          throw terminalError("guest.bad_message", `Cannot accept guest reply: request ${message.id} was ${pending.type}, reply is ${message.type}`);
+          throw terminalError("GuestMessageInvalid", `Cannot accept guest reply: request ${message.id} was ${pending.type}, reply is ${message.type}`);
         }
         pending.resolve(message);
       }
@@ -308,9 +329,10 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
 
   #onErrorReply(message: ErrorReply): void {
     const pending = this.#pending.get(message.id);
-    const make = RETRYABLE_GUEST_CODES.has(message.code) ? retryableError : terminalError;
+    const { code, retryable } = guestErrorCode(message.code);
+    const make = retryable ? retryableError : terminalError;
     // context.guestCode marks an answer from the guest (as opposed to a broken stream or a timeout).
-    const err = make(`guest.${message.code}`, `Cannot complete guest request ${pending?.type ?? "?"}: guest says ${message.code}: ${message.message}`, { context: { guestCode: message.code } });
+    const err = make(code, `Cannot complete guest request ${pending?.type ?? "?"}: guest says ${message.code}: ${message.message}`, { context: { guestCode: message.code } });
     if (pending !== undefined) {
       pending.reject(err);
       return;
@@ -326,7 +348,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
   }
 
   #fail(err: unknown): void {
-    const reason = err instanceof ImpError ? err : terminalError("guest.bad_message", "Cannot read guest stream", { cause: err });
+    const reason = err instanceof ImpError ? err : terminalError("GuestMessageInvalid", "Cannot read guest stream", { cause: err });
     this.#close(reason);
     this.#stream.destroy();
   }
@@ -335,7 +357,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     if (this.#closed) return;
     this.#closed = true;
     this.#closedReason = reason;
-    const closedErr = retryableError("guest.closed", "Cannot complete guest request: the stream closed", reason === undefined ? {} : { cause: reason });
+    const closedErr = retryableError("GuestChannelClosed", "Cannot complete guest request: the stream closed", reason === undefined ? {} : { cause: reason });
     for (const pending of this.#pending.values()) pending.reject(closedErr);
     this.#pending.clear();
     for (const queue of this.#queues) queue.end(reason);

@@ -2,7 +2,7 @@ import { terminalError } from "../../shared/index.ts";
 
 /**
  * A bounded single-consumer async iterator fed by push(). Overflow ends the iterator with
- * guest.events_overflow instead of growing without bound. end(reason) finishes it (throwing
+ * GuestEventsOverflow instead of growing without bound. end(reason) finishes it (throwing
  * `reason` to the consumer after buffered items, if given).
  */
 export class EventQueue<T> implements AsyncIterableIterator<T> {
@@ -27,7 +27,7 @@ export class EventQueue<T> implements AsyncIterableIterator<T> {
       return;
     }
     if (this.#items.length >= this.#limit) {
-      this.end(terminalError("guest.events_overflow", `Cannot buffer guest events: consumer is ${this.#limit} events behind`));
+      this.end(terminalError("GuestEventsOverflow", `Cannot buffer guest events: consumer is ${this.#limit} events behind`));
       return;
     }
     this.#items.push(item);

@@ -17,7 +17,7 @@ describe("encodeFrame()", () => {
   });
 
   it("refuses a body over the limit", () => {
-    assert.throws(() => encodeFrame({ s: "x".repeat(MAX_FRAME_BYTES) }), (err: unknown) => err instanceof ImpError && err.code === "guest.frame_too_large");
+    assert.throws(() => encodeFrame({ s: "x".repeat(MAX_FRAME_BYTES) }), (err: unknown) => err instanceof ImpError && err.code === "GuestRequestTooLarge");
   });
 });
 
@@ -91,7 +91,7 @@ describe("parseGuestFrame()", () => {
   ];
   for (const [name, value] of invalid) {
     it(`rejects ${name}`, () => {
-      assert.throws(() => parseGuestFrame(ok(value)), (err: unknown) => err instanceof ImpError && err.code === "guest.bad_message");
+      assert.throws(() => parseGuestFrame(ok(value)), (err: unknown) => err instanceof ImpError && err.code === "GuestMessageInvalid");
     });
   }
 
@@ -128,7 +128,7 @@ describe("the decode path on arbitrary bytes", () => {
           }
         }
       } catch (err) {
-        assert.ok(err instanceof ImpError && err.code === "guest.frame_too_large", String(err));
+        assert.ok(err instanceof ImpError && err.code === "GuestFrameTooLarge", String(err));
       }
     }
   });

@@ -7,12 +7,12 @@ const HEADER_BYTES = 4;
 
 /**
  * Encodes one message as a frame: 4-byte big-endian length, then the UTF-8 JSON body.
- * Throws a terminal `guest.frame_too_large` error if the body exceeds MAX_FRAME_BYTES.
+ * Throws a terminal `GuestRequestTooLarge` error if the body exceeds MAX_FRAME_BYTES.
  */
 export function encodeFrame(message: object): Buffer {
   const body = Buffer.from(JSON.stringify(message), "utf8");
   if (body.length > MAX_FRAME_BYTES) {
-    throw terminalError("guest.frame_too_large", `Cannot encode guest frame: body is ${body.length} bytes, limit ${MAX_FRAME_BYTES}`);
+    throw terminalError("GuestRequestTooLarge", `Cannot encode guest frame: body is ${body.length} bytes, limit ${MAX_FRAME_BYTES} (send less per request)`);
   }
   const frame = Buffer.allocUnsafe(HEADER_BYTES + body.length);
   frame.writeUInt32BE(body.length, 0);
@@ -43,7 +43,7 @@ export class FrameDecoder {
   /** Feeds bytes; returns every body completed by them, in order. */
   push(chunk: Uint8Array): Buffer[] {
     if (this.#poisoned) {
-      throw terminalError("guest.frame_too_large", "Cannot decode guest frame: the stream already sent an oversize frame");
+      throw terminalError("GuestFrameTooLarge", "Cannot decode guest frame: the stream already sent an oversize frame");
     }
     if (chunk.length > 0) {
       this.#chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length));
@@ -58,7 +58,7 @@ export class FrameDecoder {
         this.#chunks = [];
         this.#buffered = 0;
         throw terminalError(
-          "guest.frame_too_large",
+          "GuestFrameTooLarge",
           `Cannot decode guest frame: declared length ${length} exceeds the limit of ${this.#maxFrameBytes} bytes`,
           { context: { length, limit: this.#maxFrameBytes } },
         );
@@ -91,7 +91,7 @@ export class FrameDecoder {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Parses and validates one frame body from the guest. Throws a terminal `guest.bad_message` error
+ * Parses and validates one frame body from the guest. Throws a terminal `GuestMessageInvalid` error
  * naming the problem (never echoing more than a short prefix of untrusted content).
  */
 export function parseGuestFrame(body: Uint8Array): GuestMessage {
@@ -99,12 +99,12 @@ export function parseGuestFrame(body: Uint8Array): GuestMessage {
   try {
     value = JSON.parse(utf8.decode(body));
   } catch (err) {
-    throw terminalError("guest.bad_message", "Cannot parse guest frame: body is not UTF-8 JSON", { cause: err });
+    throw terminalError("GuestMessageInvalid", "Cannot parse guest frame: body is not UTF-8 JSON", { cause: err });
   }
   const checked = checkGuestMessage(value);
   if (!checked.ok) {
     throw terminalError(
-      "guest.bad_message",
+      "GuestMessageInvalid",
       `Cannot accept guest message: ${checked.problem.where} ${checked.problem.problem}`.slice(0, 300),
     );
   }

@@ -35,7 +35,7 @@ export class SupervisorConnection {
       socket.once("close", () => {
         clearTimeout(helloTimer);
         rejectHello(retryableError("SupervisorUnreachable", `Cannot connect to supervisor at ${socketPath}: connection closed before hello`));
-        for (const p of this.#pending.values()) p.reject(new Error("connection closed"));
+        for (const p of this.#pending.values()) p.reject(retryableError("SupervisorUnreachable", `Cannot complete supervisor request at ${socketPath}: the connection closed before the answer`));
         this.#pending.clear();
         resolve(this.#finalStatus);
       });

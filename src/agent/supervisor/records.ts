@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { terminalError } from "../../shared/index.ts";
 import type { ProcessRef } from "./proc.ts";
 
 /** Files the supervisor keeps in its directory (see docs/supervisor.md). */
@@ -92,8 +93,14 @@ async function readRecord<T>(path: string, parse: (v: unknown) => T | undefined)
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw err;
   }
-  const parsed = parse(JSON.parse(text));
-  if (parsed === undefined) throw new Error(`${path} is not a valid record`);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw terminalError("SupervisorRecordInvalid", `Cannot read supervisor record ${path}: it is not JSON`, { cause: err });
+  }
+  const parsed = parse(value);
+  if (parsed === undefined) throw terminalError("SupervisorRecordInvalid", `Cannot read supervisor record ${path}: it is not a valid record`);
   return parsed;
 }
 

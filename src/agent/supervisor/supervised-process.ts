@@ -1,6 +1,6 @@
 import { rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { backoffDelay, waitFor, type BackoffPolicy } from "../../shared/index.ts";
+import { backoffDelay, terminalError, waitFor, type BackoffPolicy } from "../../shared/index.ts";
 import type { VmExit, VmmProcess } from "../vmm/types.ts";
 import { cgroupPids, removeCgroup } from "./cgroups.ts";
 import { SupervisorConnection } from "./connection.ts";
@@ -96,7 +96,7 @@ export class SupervisedProcess implements VmmProcess {
 
   /** After the exit: removes the supervision directory, so the exit counts as collected. */
   async remove(): Promise<void> {
-    if (this.#exit === undefined) throw new Error(`Cannot remove supervision directory ${this.dir}: ${this.name} is still running`);
+    if (this.#exit === undefined) throw terminalError("SupervisedProcessRunning", `Cannot remove supervision directory ${this.dir}: ${this.name} is still running (stop it and wait for its exit first)`);
     await rm(this.dir, { recursive: true, force: true });
   }
 

@@ -91,7 +91,7 @@ describe("dialHybridVsock()", () => {
     const vmm = await fakeVmm(path, () => "ok");
     const socket = await dialing;
     assert.ok(failures.length >= 1);
-    assert.ok(failures.every((code) => code === "vsock.connect_failed"), failures.join(","));
+    assert.ok(failures.every((code) => code === "VsockConnectFailed"), failures.join(","));
     socket.destroy();
     vmm.server.close();
   });
@@ -102,18 +102,18 @@ describe("dialHybridVsock()", () => {
     const vmm = await fakeVmm(path, (n) => order[n - 1] ?? "ok");
     const failures: string[] = [];
     const socket = await dialHybridVsock({ udsPath: path, port: 10700, ...fast, onAttemptFailed: (err) => failures.push(err.code) });
-    assert.deepEqual(failures, ["vsock.ack_failed", "vsock.ack_timeout", "vsock.bad_ack"]);
+    assert.deepEqual(failures, ["VsockHandshakeFailed", "VsockHandshakeTimeout", "VsockHandshakeInvalid"]);
     assert.equal(vmm.lines.length, 4);
     socket.destroy();
     vmm.server.close();
   });
 
-  it("fails with a retryable vsock.dial_timeout naming the last attempt's error when the guest never listens", async () => {
+  it("fails with a retryable VsockDialTimeout naming the last attempt's error when the guest never listens", async () => {
     const path = sockPath();
     const vmm = await fakeVmm(path, () => "close");
     await assert.rejects(dialHybridVsock({ udsPath: path, port: 10700, ...fast, totalTimeoutMs: 300 }), (err: unknown) => {
       assert.ok(err instanceof ImpError);
-      assert.equal(err.code, "vsock.dial_timeout");
+      assert.equal(err.code, "VsockDialTimeout");
       assert.equal(err.errorClass, "retryable");
       assert.match(err.message, /closed the connection without OK/);
       return true;
@@ -126,7 +126,7 @@ describe("dialHybridVsock()", () => {
     const vmm = await fakeVmm(path, () => "close");
     await assert.rejects(
       dialHybridVsock({ udsPath: path, port: 3, ...fast, backoff: { ...fast.backoff, maxAttempts: 3 } }),
-      (err: unknown) => err instanceof ImpError && err.code === "vsock.dial_timeout",
+      (err: unknown) => err instanceof ImpError && err.code === "VsockDialTimeout",
     );
     assert.equal(vmm.lines.length, 3);
     vmm.server.close();

@@ -44,7 +44,7 @@ export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsP
  * Every step has its own timeout and every failure is temporary: the socket may not exist yet (VMM
  * starting), the VMM may close the connection without an ack (guest not listening yet), the ack may
  * be late or garbled. Attempts repeat with backoff until one succeeds, `maxAttempts` is used up or
- * `totalTimeoutMs` passes (`vsock.dial_timeout`, retryable, carrying the last attempt's error), or
+ * `totalTimeoutMs` passes (`VsockDialTimeout`, retryable, carrying the last attempt's error), or
  * `signal` aborts (rejects with the signal's reason). Never leaves a socket open on failure.
  */
 export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<Socket> {
@@ -60,7 +60,7 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
       } catch (err) {
         options.signal?.throwIfAborted();
         if (total.signal.aborted && err === total.signal.reason) break;
-        lastError = err instanceof ImpError ? err : retryableError("vsock.attempt_failed", describeError(err), { cause: err });
+        lastError = err instanceof ImpError ? err : retryableError("VsockConnectFailed", describeError(err), { cause: err });
         options.onAttemptFailed?.(lastError, attempt);
         if (attempt >= cfg.backoff.maxAttempts || total.signal.aborted) break;
         try {
@@ -72,7 +72,7 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
       }
     }
     throw retryableError(
-      "vsock.dial_timeout",
+      "VsockDialTimeout",
       `Cannot connect to guest vsock port ${options.port} via ${options.udsPath}: no OK within ${cfg.totalTimeoutMs} ms` +
         (lastError === undefined ? "" : ` (last attempt: ${lastError.message})`),
       { cause: lastError, context: { udsPath: options.udsPath, port: options.port } },
@@ -96,9 +96,9 @@ async function dialOnce(udsPath: string, port: number, cfg: StepConfig, parent: 
     await step(cfg.clock, cfg.connectTimeoutMs, parent, (done, fail) => {
       socket.once("connect", done);
       socket.once("error", (err) =>
-        fail(retryableError("vsock.connect_failed", `Cannot connect to ${udsPath}: ${err.message}`, { cause: err, context })),
+        fail(retryableError("VsockConnectFailed", `Cannot connect to ${udsPath}: ${err.message}`, { cause: err, context })),
       );
-      return () => retryableError("vsock.connect_timeout", `Cannot connect to ${udsPath}: no connection within ${cfg.connectTimeoutMs} ms`, { context });
+      return () => retryableError("VsockConnectTimeout", `Cannot connect to ${udsPath}: no connection within ${cfg.connectTimeoutMs} ms`, { context });
     });
     socket.write(connectLine(port));
     const rest = await step<Buffer>(cfg.clock, cfg.ackTimeoutMs, parent, (done, fail) => {
@@ -111,7 +111,7 @@ async function dialOnce(udsPath: string, port: number, cfg: StepConfig, parent: 
           // Removing the 'readable' listener lets a later 'data' listener put the socket in flowing mode.
           socket.removeListener("readable", onReadable);
           if (ack.kind === "bad") {
-            fail(retryableError("vsock.bad_ack", `Cannot open guest vsock port ${port}: ${ack.reason}`, { context }));
+            fail(retryableError("VsockHandshakeInvalid", `Cannot open guest vsock port ${port}: ${ack.reason}`, { context }));
           } else {
             done(ack.rest);
           }
@@ -120,12 +120,12 @@ async function dialOnce(udsPath: string, port: number, cfg: StepConfig, parent: 
       };
       socket.on("readable", onReadable);
       socket.once("end", () =>
-        fail(retryableError("vsock.ack_failed", `Cannot open guest vsock port ${port}: the VMM closed the connection without OK (guest not listening yet?)`, { context })),
+        fail(retryableError("VsockHandshakeFailed", `Cannot open guest vsock port ${port}: the VMM closed the connection without OK (guest not listening yet?)`, { context })),
       );
       socket.once("error", (err) =>
-        fail(retryableError("vsock.ack_failed", `Cannot open guest vsock port ${port}: ${err.message}`, { cause: err, context })),
+        fail(retryableError("VsockHandshakeFailed", `Cannot open guest vsock port ${port}: ${err.message}`, { cause: err, context })),
       );
-      return () => retryableError("vsock.ack_timeout", `Cannot open guest vsock port ${port}: no OK within ${cfg.ackTimeoutMs} ms`, { context });
+      return () => retryableError("VsockHandshakeTimeout", `Cannot open guest vsock port ${port}: no OK within ${cfg.ackTimeoutMs} ms`, { context });
     });
     // The handshake's listeners go; the caller attaches its own 'error' listener at once.
     socket.removeAllListeners("end");

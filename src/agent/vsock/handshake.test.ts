@@ -1,13 +1,14 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { connectLine, MAX_ACK_LINE_BYTES, parseAck } from "./handshake.ts";
+import { ImpError } from "../../shared/index.ts";
 
 describe("connectLine()", () => {
   it("writes CONNECT with the decimal port and a newline", () => {
     assert.equal(connectLine(10700).toString(), "CONNECT 10700\n");
   });
   it("rejects ports that are not u32", () => {
-    for (const port of [-1, 1.5, 2 ** 32, Number.NaN]) assert.throws(() => connectLine(port), RangeError);
+    for (const port of [-1, 1.5, 2 ** 32, Number.NaN]) assert.throws(() => connectLine(port), (err: unknown) => err instanceof ImpError && err.code === "VsockPortInvalid" && err.errorClass === "terminal");
   });
 });
 

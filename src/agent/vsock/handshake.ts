@@ -1,3 +1,5 @@
+import { terminalError } from "../../shared/index.ts";
+
 /**
  * The host half of Firecracker's hybrid-vsock handshake, as pure functions. The host connects to the
  * VM's Unix socket and writes `CONNECT <port>\n`; the VMM (Firecracker, or rust-vmm's
@@ -12,7 +14,7 @@ export const MAX_ACK_LINE_BYTES = 32;
 /** The request line for guest vsock `port` (a u32). */
 export function connectLine(port: number): Buffer {
   if (!Number.isInteger(port) || port < 0 || port > 0xffff_ffff) {
-    throw new RangeError(`Cannot build vsock CONNECT line: port ${port} is not a u32`);
+    throw terminalError("VsockPortInvalid", `Cannot build vsock CONNECT line: port ${port} is not an integer in 0..4294967295`);
   }
   return Buffer.from(`CONNECT ${port}\n`, "ascii");
 }

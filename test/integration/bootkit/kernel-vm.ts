@@ -143,7 +143,7 @@ export async function bootKernelVm(options: KernelVmOptions): Promise<KernelVm> 
         hello = await client.hello({ timeoutMs: options.channel === "serial" ? 300 : Math.max(1, deadline - Date.now()), signal: vm.downSignal });
         break;
       } catch (err) {
-        if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "guest.timeout")) {
+        if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
           client.close();
           throw err;
         }

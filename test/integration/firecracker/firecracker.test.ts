@@ -74,7 +74,7 @@ describe("Firecracker driver with the real binary", { timeout: 180_000 }, () => 
         assert.equal(vm.downSignal.aborted, false);
 
         // The halting guest never listens on vsock: Firecracker's muxer takes the connection, no OK comes.
-        await assert.rejects(vm.connectGuest({ timeoutMs: 1_500 }), (err: unknown) => err instanceof ImpError && err.code === "vsock.dial_timeout" && err.errorClass === "retryable");
+        await assert.rejects(vm.connectGuest({ timeoutMs: 1_500 }), (err: unknown) => err instanceof ImpError && err.code === "VsockDialTimeout" && err.errorClass === "retryable");
 
         const pid = vm.pid;
         const exit = await vm.stop(1_500);

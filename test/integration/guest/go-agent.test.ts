@@ -85,7 +85,7 @@ describe("GuestClient against the real Go agent", () => {
       network: { interface: "eth0", address: "172.31.0.2/30", gateway: "172.31.0.1", dns: ["172.31.0.1"] },
       entropySeed: new Uint8Array(32).fill(7),
     });
-    await assert.rejects(client.configure({ hostname: "-bad-" }), (err: unknown) => (err as { code?: string }).code === "guest.bad_message");
+    await assert.rejects(client.configure({ hostname: "-bad-" }), (err: unknown) => (err as { code?: string }).code === "GuestRequestInvalid");
     client.close();
   });
 
@@ -158,7 +158,7 @@ describe("GuestClient against the real Go agent", () => {
     }
     assert.equal(exit?.type === "exit" && exit.signal, "SIGTERM");
     await client.signal("it-sig", "SIGKILL"); // a no-op after exit, not an error
-    await assert.rejects(client.execStatus("never-started"), (err: unknown) => (err as { code?: string }).code === "guest.not_found");
+    await assert.rejects(client.execStatus("never-started"), (err: unknown) => (err as { code?: string }).code === "GuestExecNotFound");
     client.close();
   });
 

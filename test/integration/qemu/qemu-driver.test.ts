@@ -52,7 +52,7 @@ async function hello(vm: RunningVm, timeoutMs: number): Promise<GuestClient> {
       await client.hello({ timeoutMs: 500, signal: vm.downSignal });
       return client;
     } catch (err) {
-      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "guest.timeout")) {
+      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
         client.close();
         throw err;
       }

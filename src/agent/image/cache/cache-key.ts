@@ -3,6 +3,7 @@
  * canonical form. Anything not in here must not change the bytes of the image.
  */
 import { createHash } from "node:crypto";
+import { terminalError } from "../../../shared/index.ts";
 import type { Ext4Params } from "../ext4/index.ts";
 
 /**
@@ -29,7 +30,7 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 /** `sha256:`-less hex key, safe as a directory name. Throws on malformed digests. */
 export function baseImageKey(input: BaseImageKeyInput): string {
   for (const digest of [...input.layers.map((l) => l.digest), input.guestAgentDigest]) {
-    if (!DIGEST.test(digest)) throw new Error(`Cannot compute an image cache key: ${JSON.stringify(digest)} is not a sha256 digest`);
+    if (!DIGEST.test(digest)) throw terminalError("UnsupportedDigest", `Cannot compute an image cache key: ${JSON.stringify(digest)} is not a sha256 digest`, { context: { digest } });
   }
   const p = input.params;
   const canonical = JSON.stringify({

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { mapBounded } from "./pool.ts";
+import { ImpError } from "../../../shared/index.ts";
 
 describe("mapBounded", () => {
   it("keeps order and never exceeds the limit", async () => {
@@ -33,6 +34,6 @@ describe("mapBounded", () => {
     assert.equal(abortedSeen, true);
   });
   it("rejects a non-positive limit", async () => {
-    await assert.rejects(mapBounded([1], 0, async (n) => n), RangeError);
+    await assert.rejects(mapBounded([1], 0, async (n) => n), (err: unknown) => err instanceof ImpError && err.code === "PullConfigInvalid");
   });
 });

@@ -1,3 +1,5 @@
+import { terminalError } from "../../../shared/index.ts";
+
 /**
  * Runs `fn` over `items` with at most `limit` in flight, preserving result order. The first failure
  * aborts the signal handed to the others and is the error thrown (once all running calls settled, so
@@ -9,7 +11,7 @@ export async function mapBounded<T, R>(
   fn: (item: T, signal: AbortSignal) => Promise<R>,
   parent?: AbortSignal,
 ): Promise<R[]> {
-  if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`concurrency must be a positive integer, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 1) throw terminalError("PullConfigInvalid", `Cannot pull with concurrency ${limit}: need a positive integer`);
   const controller = new AbortController();
   const signal = parent === undefined ? controller.signal : AbortSignal.any([parent, controller.signal]);
   const results: R[] = new Array<R>(items.length);

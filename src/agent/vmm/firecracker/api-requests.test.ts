@@ -5,6 +5,7 @@ import { join, resolve } from "node:path";
 import { parse } from "yaml";
 import { Ajv, type ValidateFunction } from "ajv";
 import addFormatsModule from "ajv-formats";
+import { ImpError } from "../../../shared/index.ts";
 import type { VmSpec } from "../types.ts";
 import { actionRequest, configRequests, type FirecrackerRequest } from "./api-requests.ts";
 import { jailedLayout, unjailedLayout } from "./layout.ts";
@@ -178,5 +179,6 @@ describe("configRequests()", () => {
     assert.throws(() => configRequests({ ...fullSpec, network: { tap: "a-very-long-tap-name", mac: "06:00:00:00:00:01" } }, paths), /Cannot attach tap/);
     assert.throws(() => configRequests({ ...fullSpec, network: { tap: "tap0", mac: "06:00:00:00:00" } }, paths), /MAC/);
     assert.throws(() => configRequests({ ...fullSpec, cmdline: "x".repeat(2048) }, paths), /2048 bytes/);
+    assert.throws(() => configRequests({ ...fullSpec, vcpus: 0 }, paths), (err: unknown) => err instanceof ImpError && err.code === "VmSpecInvalid" && err.errorClass === "terminal");
   });
 });

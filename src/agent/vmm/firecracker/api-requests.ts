@@ -1,4 +1,5 @@
 import type { VmSpec } from "../types.ts";
+import { terminalError, type ImpError } from "../../../shared/index.ts";
 
 /**
  * The Firecracker API requests that configure and start one VM, as plain data: a pure function of
@@ -38,22 +39,24 @@ const TAP_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
 const MAX_CMDLINE_BYTES = 2047;
 
-/** Throws a RangeError naming the first thing in `spec` that Firecracker would refuse. */
+const invalid = (message: string): ImpError => terminalError("VmSpecInvalid", message);
+
+/** Throws a terminal `VmSpecInvalid` naming the first thing in `spec` that Firecracker would refuse. */
 export function assertFirecrackerSpec(spec: VmSpec): void {
-  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 32) throw new RangeError(`Cannot boot ${spec.name} with ${spec.vcpus} vCPUs: Firecracker takes 1..32`);
-  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 32) throw new RangeError(`Cannot boot ${spec.name} with ${spec.memoryMiB} MiB: need an integer ≥ 32`);
-  if (!Number.isInteger(spec.guestCid) || spec.guestCid < 3 || spec.guestCid > 0xffff_fffe) throw new RangeError(`Cannot use guest CID ${spec.guestCid}: need 3..4294967294`);
-  if (Buffer.byteLength(spec.cmdline) > MAX_CMDLINE_BYTES) throw new RangeError(`Cannot boot ${spec.name}: kernel command line is ${Buffer.byteLength(spec.cmdline)} bytes, over ${MAX_CMDLINE_BYTES}`);
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > 32) throw invalid(`Cannot boot ${spec.name} with ${spec.vcpus} vCPUs: Firecracker takes 1..32 (change the VM class)`);
+  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 32) throw invalid(`Cannot boot ${spec.name} with ${spec.memoryMiB} MiB: need an integer ≥ 32 (change the VM class)`);
+  if (!Number.isInteger(spec.guestCid) || spec.guestCid < 3 || spec.guestCid > 0xffff_fffe) throw invalid(`Cannot use guest CID ${spec.guestCid}: need 3..4294967294`);
+  if (Buffer.byteLength(spec.cmdline) > MAX_CMDLINE_BYTES) throw invalid(`Cannot boot ${spec.name}: kernel command line is ${Buffer.byteLength(spec.cmdline)} bytes, over ${MAX_CMDLINE_BYTES} (shorten the boot arguments)`);
   const ids = new Set<string>();
   for (const drive of spec.drives) {
-    if (!FC_ID.test(drive.id) || ids.has(drive.id)) throw new RangeError(`Cannot attach drive ${JSON.stringify(drive.id)}: ids must be unique and match ${FC_ID}`);
+    if (!FC_ID.test(drive.id) || ids.has(drive.id)) throw invalid(`Cannot attach drive ${JSON.stringify(drive.id)}: ids must be unique and match ${FC_ID}`);
     ids.add(drive.id);
   }
   const roots = spec.drives.filter((d) => d.isRoot).length;
-  if (roots !== 1) throw new RangeError(`Cannot boot ${spec.name}: ${roots} drives are marked root, need exactly one`);
+  if (roots !== 1) throw invalid(`Cannot boot ${spec.name}: ${roots} drives are marked root, need exactly one`);
   if (spec.network !== undefined) {
-    if (!TAP_NAME.test(spec.network.tap)) throw new RangeError(`Cannot attach tap ${JSON.stringify(spec.network.tap)}: not a valid interface name`);
-    if (!MAC.test(spec.network.mac)) throw new RangeError(`Cannot give the guest MAC ${JSON.stringify(spec.network.mac)}: need xx:xx:xx:xx:xx:xx`);
+    if (!TAP_NAME.test(spec.network.tap)) throw invalid(`Cannot attach tap ${JSON.stringify(spec.network.tap)}: not a valid interface name`);
+    if (!MAC.test(spec.network.mac)) throw invalid(`Cannot give the guest MAC ${JSON.stringify(spec.network.mac)}: need xx:xx:xx:xx:xx:xx`);
   }
 }
 
@@ -77,7 +80,7 @@ export function configRequests(spec: VmSpec, paths: FirecrackerPaths): Firecrack
   const drives = [...spec.drives].sort((a, b) => Number(b.isRoot) - Number(a.isRoot));
   for (const drive of drives) {
     const hostPath = paths.drives.get(drive.id);
-    if (hostPath === undefined) throw new RangeError(`Cannot attach drive ${drive.id}: no path for it`);
+    if (hostPath === undefined) throw invalid(`Cannot attach drive ${drive.id}: no path for it`);
     requests.push(
       put(`/drives/${drive.id}`, "/drives/{drive_id}", {
         drive_id: drive.id,

@@ -24,9 +24,9 @@ export interface JailerOptions {
 
 /** Pure: the jailer's argv (without the binary). Firecracker's own arguments follow `--`. */
 export function jailerArgv(options: JailerOptions, firecrackerBinary: string, layout: FirecrackerLayout, netns: string | undefined): string[] {
-  if (layout.jail === undefined) throw new RangeError("Cannot build jailer arguments for an unjailed layout");
+  if (layout.jail === undefined) throw terminalError("JailerConfigInvalid", "Cannot build jailer arguments for an unjailed layout (configure the driver with jailer options)");
   for (const [what, n] of [["uid", options.uid], ["gid", options.gid]] as const) {
-    if (!Number.isInteger(n) || n < 0) throw new RangeError(`Cannot jail with ${what} ${n}: need a non-negative integer`);
+    if (!Number.isInteger(n) || n < 0) throw terminalError("JailerConfigInvalid", `Cannot jail with ${what} ${n}: need a non-negative integer (fix the jailer ${what} in the node config)`);
   }
   return [
     "--id", layout.id,

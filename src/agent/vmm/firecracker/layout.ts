@@ -1,6 +1,7 @@
 import { basename, join } from "node:path";
 import type { VmSpec } from "../types.ts";
 import type { FirecrackerPaths } from "./api-requests.ts";
+import { terminalError } from "../../../shared/index.ts";
 
 /**
  * Where one Firecracker VM keeps its files, seen from the host and from the VMM. Unjailed both views
@@ -52,7 +53,7 @@ const MAX_SOCKET_PATH_BYTES = 107;
 /** Firecracker and jailer ids: alphanumeric and hyphens, up to 64. Derived from the VM's name. */
 export function firecrackerId(name: string): string {
   const id = name.replace(/[^A-Za-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 64).replace(/-+$/, "");
-  if (id === "") throw new RangeError(`Cannot derive a Firecracker id from VM name ${JSON.stringify(name)}`);
+  if (id === "") throw terminalError("VmSpecInvalid", `Cannot derive a Firecracker id from VM name ${JSON.stringify(name)}: it needs at least one letter or digit`);
   return id;
 }
 
@@ -130,6 +131,6 @@ function hostFiles(dir: string): FirecrackerLayout["host"] {
 
 function assertSocketPaths(paths: readonly string[]): void {
   for (const path of paths) {
-    if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) throw new RangeError(`Cannot use socket path ${path}: over ${MAX_SOCKET_PATH_BYTES} bytes (shorten the VM directory, chroot base or VM name)`);
+    if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) throw terminalError("VmDirTooLong", `Cannot use socket path ${path}: over ${MAX_SOCKET_PATH_BYTES} bytes (shorten the VM directory, chroot base or VM name)`);
   }
 }
