@@ -46,6 +46,6 @@ export function vmPorts(links: readonly ObservedLink[], tapPrefix: string): Obse
 }
 
 /** Ports to remove: those of VMs that are not live, and those whose owner cannot be read. */
-export function planSweep(ports: readonly ObservedPort[], live: ReadonlySet<string>): ObservedPort[] {
+export function planSweep(ports: readonly ObservedPort[], live: Pick<ReadonlySet<string>, "has">): ObservedPort[] {
   return ports.filter((p) => p.owner === undefined || !live.has(p.owner.vmId));
 }

@@ -150,9 +150,14 @@ export class NodeNetwork {
     });
   }
 
-  /** Removes the ports of VMs not in `live` (and ports whose owner cannot be read). Returns the removed ports' names. */
-  sweep(live: Iterable<string>): Promise<string[]> {
-    const liveSet = new Set(live);
+  /**
+   * Removes the ports of VMs not in `live` (and ports whose owner cannot be read). Returns the removed
+   * ports' names. `live` is asked at decision time, never copied: the agent's sweep passes a set whose
+   * membership is the live set at the moment of asking (a VM that attached while the sweep listed the
+   * links is live by then), and a copy of such a set is empty: every tap would go.
+   */
+  sweep(live: Iterable<string> | Pick<ReadonlySet<string>, "has">): Promise<string[]> {
+    const liveSet: Pick<ReadonlySet<string>, "has"> = "has" in live ? live : new Set(live);
     return this.#serial(async () => {
       const doomed = planSweep(vmPorts(await this.#observe(), this.config.tapPrefix), liveSet);
       for (const port of doomed) {

@@ -119,7 +119,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     sweep: {
       intervalMs: config.sweepIntervalSeconds * 1000,
       ...(config.supervised ? { cgroup: { parent: config.cgroupParent } } : {}),
-      ...(nodeNetwork === undefined ? {} : { sweepNetwork: (live: ReadonlySet<string>) => (nodeNetwork as NodeNetwork).sweep(live) }),
+      ...(nodeNetwork === undefined ? {} : { sweepNetwork: (live: Pick<ReadonlySet<string>, "has">) => (nodeNetwork as NodeNetwork).sweep(live) }),
     },
     runtime: {
       stateDir: config.stateDir,

@@ -23,8 +23,11 @@ export interface NodeSweeperOptions {
   /** Uids that must be kept: VMs bound here that are not yet released, and VMs the runtime holds. */
   readonly liveUids: () => ReadonlySet<string>;
   readonly cgroup?: SupervisorCgroupOptions;
-  /** Removes taps of VMs not in the set; returns the removed names. */
-  readonly sweepNetwork?: (live: ReadonlySet<string>) => Promise<readonly string[]>;
+  /**
+   * Removes taps of VMs not live; returns the removed names. `live` answers `has` with the live set at
+   * the moment of asking and cannot be listed (a copy of it would be empty).
+   */
+  readonly sweepNetwork?: (live: LiveSet) => Promise<readonly string[]>;
   readonly onSwept?: (result: SweepResult) => void;
   readonly intervalMs?: number;
   readonly clock: Clock;
@@ -72,8 +75,11 @@ export class NodeSweeper {
   }
 }
 
+/** Membership only: whether a uid is live at the moment of asking. */
+export type LiveSet = Pick<ReadonlySet<string>, "has">;
+
 /** A set whose membership is the live set at the moment of asking. */
-class LiveUids extends Set<string> {
+class LiveUids extends Set<string> implements LiveSet {
   readonly #now: () => ReadonlySet<string>;
   constructor(now: () => ReadonlySet<string>) {
     super();

@@ -76,7 +76,7 @@ export async function listSupervised(stateDir: string, cgroup?: SupervisorCgroup
 }
 
 /** What to remove: everything that maps to no live VM. Pure. */
-export function decideSweep(inventory: SupervisionInventory, liveVmIds: ReadonlySet<string>): SweepPlan {
+export function decideSweep(inventory: SupervisionInventory, liveVmIds: Pick<ReadonlySet<string>, "has">): SweepPlan {
   const orphan = (vmId: string | undefined): boolean => vmId !== undefined && !liveVmIds.has(vmId);
   const dead = inventory.entries.filter((e) => orphan(e.vmId));
   const cgroups = inventory.cgroups.filter((c) => orphan(c.vmId));
@@ -123,7 +123,7 @@ async function untilGone(refs: readonly ProcessRef[], timeoutMs: number): Promis
  * lets their supervisors record and clean up, kills supervisors that did not, then removes cgroups
  * and directories. Returns counts for metrics.
  */
-export async function sweepSupervised(stateDir: string, liveVmIds: ReadonlySet<string>, options: SweepOptions = {}): Promise<SweepCounts> {
+export async function sweepSupervised(stateDir: string, liveVmIds: Pick<ReadonlySet<string>, "has">, options: SweepOptions = {}): Promise<SweepCounts> {
   const plan = decideSweep(await listSupervised(stateDir, options.cgroup), liveVmIds);
   const errors: string[] = [];
   const grace = options.graceMs ?? 5_000;

@@ -198,6 +198,14 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
 
   it("sweeps the ports of VMs that are no longer live, then tears down everything it owns", async () => {
     assert.deepEqual(await network.sweep(["vm-1"]), []);
+    // The agent's sweep passes a membership that is asked, never listed (empty when iterated): the
+    // manager must ask it, not copy it (a copy once removed every live VM's tap).
+    const askedOnly = new (class extends Set<string> {
+      override has(id: string): boolean {
+        return id === "vm-1";
+      }
+    })();
+    assert.deepEqual(await network.sweep(askedOnly), [], "a live VM's tap survives a sweep whose live set can only be asked");
     assert.deepEqual(await network.sweep([]), [vm1.tap]);
     assert.deepEqual(network.leases(), []);
     await network.teardown();
