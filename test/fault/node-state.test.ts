@@ -12,7 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { readNodeState, uidInText, type NodeResource } from "./node-state.ts";
+import { mentionsPath, readNodeState, uidInText, type NodeResource } from "./node-state.ts";
 
 const UID = "0f3c2a9e-1111-4222-8333-944455556666";
 const kinds = (rs: readonly NodeResource[]): string[] => [...new Set(rs.map((r) => r.kind))].sort();
@@ -21,6 +21,12 @@ describe("readNodeState", () => {
   it("uidInText finds the uid after <stateDir>/vms/", () => {
     assert.equal(uidInText("/s", `qemu -drive file=/s/vms/${UID}/base.ext4,ro`), UID);
     assert.equal(uidInText("/s", "qemu -drive file=/other/vms/x"), undefined);
+  });
+
+  it("mentionsPath does not take a sibling state dir for the node's", () => {
+    assert.equal(mentionsPath("qemu -drive file=/t/node-a/vms/u/base.ext4", "/t/node-a"), true);
+    assert.equal(mentionsPath("imp agent --state /t/node-a", "/t/node-a"), true);
+    assert.equal(mentionsPath("qemu -drive file=/t/node-ab/vms/u/base.ext4", "/t/node-a"), false);
   });
 
   it("finds and attributes processes, sockets, disks, the VM dir, a port and a cgroup; forgets them once gone", { skip: process.getuid?.() !== 0 ? "needs root (network namespace, cgroup)" : false }, async (t) => {

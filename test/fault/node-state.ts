@@ -59,6 +59,15 @@ export function uidInText(stateDir: string, text: string): string | undefined {
   return m?.[0];
 }
 
+/** Whether `text` names `dir` itself or something under it (not merely a sibling with a longer name). */
+export function mentionsPath(text: string, dir: string): boolean {
+  for (let at = text.indexOf(dir); at >= 0; at = text.indexOf(dir, at + 1)) {
+    const next = text[at + dir.length];
+    if (next === undefined || next === sep || /[\s,:=;"']/.test(next)) return true;
+  }
+  return false;
+}
+
 /** Live (non-zombie) processes other than this one whose command line names the node's state dir or `uid`. */
 async function processes(node: SimulatedNode, uid: string | undefined): Promise<NodeResource[]> {
   const out: NodeResource[] = [];
@@ -66,7 +75,7 @@ async function processes(node: SimulatedNode, uid: string | undefined): Promise<
   for (const entry of entries) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid || node.agentPids?.includes(Number(entry)) === true) continue;
     const cmdline = (await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "")).replaceAll("\0", " ").trim();
-    const mentionsNode = cmdline.includes(node.stateDir);
+    const mentionsNode = mentionsPath(cmdline, node.stateDir);
     const mentionsUid = uid !== undefined && cmdline.includes(uid);
     if (!mentionsNode && !mentionsUid) continue;
     const statText = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
