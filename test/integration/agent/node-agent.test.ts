@@ -13,7 +13,7 @@ import { API_VERSION, FINALIZERS, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, SETUP_S
 import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, resourceDescriptor, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
-import { waitFor } from "../../../src/shared/index.ts";
+import { FAULT_POINTS_ENV, waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, startTestAgent, supervisorPath, type TestAgent } from "../../harness/node-agent.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
@@ -25,6 +25,10 @@ const NS = "default";
 const SENTINEL = "jit-SENTINEL-7d41c09e";
 /** Under TCG on a loaded 2-core machine a boot takes 5–30 s; everything else is quick. */
 const VM_DONE_MS = 240_000;
+
+/** The agent's fault points, armed to pass (delay 0) so each logs when reached: the runner test checks where they fire. */
+const AGENT_POINTS = ["agent.prepare", "agent.boot", "agent.exec-sent", "agent.running", "agent.after-exit", "teardown.before-secret-delete"];
+process.env[FAULT_POINTS_ENV] = AGENT_POINTS.map((p) => `${p}=delay:0`).join(",");
 
 /** Files under `dir` (recursively, raw bytes, sockets skipped) that contain `needle`. */
 async function filesContaining(dir: string, needle: string): Promise<string[]> {
@@ -153,6 +157,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     // The workload proves it received the setup under both names, without printing it. The pattern is
     // split by an empty quote so the sentinel itself appears nowhere in the VM's spec.
     const pattern = `${SENTINEL.slice(0, 8)}""${SENTINEL.slice(8)}`;
+    const logsBefore = agent.logs().length;
     const vm = await boundVm("runner-1", ["/bin/sh", "-c", `sleep 3; test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], { "imp.dev/pool": "pool-a" });
     const key = await publishedKey();
     const sealed = await sealSetup(new TextEncoder().encode(`{"config":"${SENTINEL}"}`), key, vm.metadata.uid ?? "");
@@ -185,6 +190,11 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     const recorded = (await createResourceClient<CoreEvent>(plane.kubeConfig, EVENT_RESOURCE).list({ namespace: NS })).items.filter((e) => e.involvedObject.uid === vm.metadata.uid);
     for (const reason of ["Booted", "SetupDelivered"]) assert.deepEqual(recorded.filter((e) => e.reason === reason).map((e) => e.count), [1], `one ${reason} Event: ${recorded.map((e) => e.reason).join(", ")}`);
     assert.match(recorded.find((e) => e.reason === "Booted")?.message ?? "", new RegExp(`answered ${released.status?.bootDurationMs} ms after the VMM started`));
+    // Each fault point of the runner path was passed, in the order of the path.
+    const fired = agent.logs().slice(logsBefore).split("\n").filter((l) => l.includes("test fault point fired")).map((l) => (JSON.parse(l) as { point: string }).point);
+    const from = fired.indexOf("agent.prepare");
+    const firstAt = AGENT_POINTS.map((p) => fired.indexOf(p, from));
+    assert.ok(from >= 0 && firstAt.every((i, k) => i >= 0 && (k === 0 || i > (firstAt[k - 1] ?? 0))), `fault points passed in path order: ${fired.join(" → ")}`);
   });
 
   it("deleting a Running VM stops it, verifies the process is gone, then lets the object go", async () => {
