@@ -22,7 +22,7 @@ import {
   type ResourceClient,
 } from "../../../src/kube/index.ts";
 import { agentLeaseName, parseReservations, SchedulerController } from "../../../src/operator/scheduler/index.ts";
-import { waitFor } from "../../../src/shared/index.ts";
+import { FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 
 const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
 const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
@@ -72,7 +72,7 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
     return values.filter((v) => v.labels["controller"] === name && v.labels["result"] === result).reduce((a, v) => a + v.value, 0);
   }
 
-  async function startScheduler(name: string): Promise<() => Promise<void>> {
+  async function startScheduler(name: string, faults?: FaultPoints): Promise<() => Promise<void>> {
     const kc = plane.kubeConfig;
     const vmInformer = new Informer({ client: createResourceClient<ImpVM>(kc, VMS) });
     const nodeInformer = new Informer({ client: createResourceClient<ImpNode>(kc, NODES) });
@@ -93,6 +93,7 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
       registry: registries.set(name, new Registry()).get(name) as Registry,
       recorder: new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: name }),
       workers: 2,
+      ...(faults === undefined ? {} : { faults }),
     });
     const ac = new AbortController();
     const running = caches.map((c) => c.start(ac.signal));
@@ -219,6 +220,24 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
     await stop();
     await finish("h1");
     await retire("hand-1", "hand-2");
+  });
+
+  it("a fault after reserving and before binding (scheduler.before-bind=fail@1): the retry binds the VM where it is reserved, one reservation", async () => {
+    await agentNode("fault-1", { vcpu: 8, memoryMiB: 8192, vmSlots: 2 });
+    const fired: string[] = [];
+    const faults = new FaultPoints(parseFaultPlan("scheduler.before-bind=fail@1"), (point, action) => fired.push(`${point}=${action.kind}`));
+    const stop = await startScheduler("s-fault", faults);
+    await createVm("fb1");
+    const vm = await waitBound("fb1");
+    assert.equal(vm.status?.nodeName, "fault-1");
+    assert.deepEqual(fired, ["scheduler.before-bind=fail"], "the fault acted once, with the reservation written and the VM unbound");
+    assert.ok(faults.hits("scheduler.before-bind") >= 2, "the retry passed the point again and bound");
+    const parsed = parseReservations(await nodes.get({ name: "fault-1" }));
+    assert.ok(parsed.ok);
+    assert.deepEqual(Object.keys(parsed.record), [vm.metadata.uid], "one reservation, the bound VM's");
+    await stop();
+    await finish("fb1");
+    await retire("fault-1");
   });
 
   it("two scheduler instances racing over many VMs and tight nodes never overcommit", async () => {

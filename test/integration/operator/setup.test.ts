@@ -374,6 +374,26 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assertNamesUnique(gh);
   });
 
+  it("a fault before a deleted VM's registration is removed (teardown.before-deregister=fail@1): the retry removes it, then the VM goes", async (t) => {
+    const gh = await startGitHub(t);
+    const ns = "t-deregfault";
+    const fired: string[] = [];
+    const faults = new FaultPoints(parseFaultPlan("teardown.before-deregister=fail@1"), (point, action) => fired.push(`${point}=${action.kind}`));
+    await isolated(t, ns, { faults });
+    await createPool(ns, "deregfault", gh, 1);
+    const [vm] = await waitForVms(ns, "deregfault", 1);
+    assert.ok(vm !== undefined);
+    await bind(vm);
+    const minted = await waitForMinted(vm);
+    const name = vm.metadata.name ?? "";
+    await vms.delete({ namespace: ns, name });
+    await waitFor(`ImpVM ${name} gone`, async () => (await vms.get({ namespace: ns, name }).then(() => undefined, (err: unknown) => (isNotFound(err) ? true : Promise.reject(err)))), WAIT);
+    assert.deepEqual(fired, ["teardown.before-deregister=fail"], "the first removal attempt failed at the point");
+    assert.ok(faults.hits("teardown.before-deregister") >= 2, "and was retried");
+    assert.equal(gh.server.runners.has(minted.status?.runner?.id ?? 0), false, "its registration went before the VM");
+    assertNamesUnique(gh);
+  });
+
   it("the whole operator, scheduler and node loss included, binds a pool VM to a live node and seals its setup there", async (t) => {
     const gh = await startGitHub(t);
     const ns = "t-full";
