@@ -6,12 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { mkdir, mkdtemp, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, rmdir, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { waitFor } from "../../src/shared/index.ts";
 import { mentionsPath, readNodeState, uidInText, type NodeResource } from "./node-state.ts";
 
 const UID = "0f3c2a9e-1111-4222-8333-944455556666";
@@ -38,10 +39,11 @@ describe("readNodeState", () => {
     const cgroupLeaf = join("/sys/fs/cgroup/memory", cgroupParent, UID, "qemu");
     const haveCgroupV1 = existsSync("/sys/fs/cgroup/memory/memory.limit_in_bytes");
     const server = createServer();
-    const held: { child?: ReturnType<typeof spawn> } = {};
+    const held: { child?: ReturnType<typeof spawn>; agent?: ReturnType<typeof spawn> } = {};
     // Registered first, so a failure half-way leaves nothing (and nothing keeps the test process alive).
     t.after(async () => {
       held.child?.kill("SIGKILL");
+      held.agent?.kill("SIGKILL");
       server.close();
       try {
         execFileSync("ip", ["netns", "del", netns], { stdio: "ignore" });
@@ -56,11 +58,17 @@ describe("readNodeState", () => {
     await new Promise<void>((resolve) => server.listen(join(vmDir, "vmm", "api.sock"), resolve));
     const started = spawn(process.execPath, ["-e", "setTimeout(() => {}, 120000)", join(vmDir, "vmm", "fake-vmm")], { stdio: "ignore" });
     held.child = started;
+    const agentLike = spawn(process.execPath, ["-e", "setTimeout(() => {}, 120000)", join(stateDir, "agent.yaml")], { stdio: "ignore" });
+    held.agent = agentLike;
     execFileSync("ip", ["netns", "add", netns]);
     execFileSync("ip", ["-n", netns, "tuntap", "add", "dev", "imp-0123456789", "mode", "tap"]);
     execFileSync("ip", ["-n", netns, "link", "set", "imp-0123456789", "alias", `imp-vm 10.200.0.2 none ${UID}`]);
     execFileSync("ip", ["-n", netns, "tuntap", "add", "dev", "imp-fffffffff", "mode", "tap"]); // named like a tap, no alias: nobody's
     if (haveCgroupV1) await mkdir(cgroupLeaf, { recursive: true });
+    // Both children have exec'd (their command lines are theirs, not a copy of ours) before anything is read.
+    for (const [pid, needle] of [[started.pid, "fake-vmm"], [agentLike.pid, "agent.yaml"]] as const) {
+      await waitFor(`pid ${pid} exec'd`, async () => ((await readFile(`/proc/${pid ?? 0}/cmdline`, "utf8").catch(() => "")).includes(needle) ? true : undefined), { timeoutMs: 30_000, intervalMs: 20 });
+    }
     const node = { nodeName: "node-x", stateDir, netns, cgroupParent };
 
     const all = await readNodeState(node);
@@ -68,6 +76,7 @@ describe("readNodeState", () => {
     assert.ok(all.filter((r) => r.kind !== "tap" || r.detail.startsWith("imp-0123456789")).every((r) => r.uid === UID), "each attributed to the VM");
     assert.ok(all.some((r) => r.kind === "tap" && r.uid === undefined && r.detail.startsWith("imp-fffffffff")), "a port with the prefix and no alias is reported as nobody's");
     assert.ok(all.some((r) => r.kind === "process" && r.detail.includes(`pid ${started.pid}`)));
+    assert.ok(!all.some((r) => r.kind === "process" && r.detail.includes(`pid ${agentLike.pid}`)), "a process naming the state dir but no VM directory is the node's own");
     assert.deepEqual(kinds(await readNodeState(node, { uid: "someone-else" })), []);
 
     started.kill("SIGKILL");

@@ -25,7 +25,7 @@ export interface SimulatedNode {
   readonly cgroupParent: string;
   /** The network's tapPrefix (default "imp-"): ports named so count even without an alias. */
   readonly tapPrefix?: string;
-  /** Pids that name the state dir and are the node's own, not a VM's (an `imp agent` child process). */
+  /** Pids never to count as a VM's even if they name a VM directory (e.g. a test's own helper). */
   readonly agentPids?: readonly number[];
 }
 
@@ -68,14 +68,18 @@ export function mentionsPath(text: string, dir: string): boolean {
   return false;
 }
 
-/** Live (non-zombie) processes other than this one whose command line names the node's state dir or `uid`. */
+/**
+ * Live (non-zombie) processes other than this one whose command line names the node's VM directory
+ * `<stateDir>/vms` (every VMM and supervisor names its VM's files there) or `uid`. The agent itself
+ * and its image tools name the state dir too, but not `vms/`: they are the node's own, not a VM's.
+ */
 async function processes(node: SimulatedNode, uid: string | undefined): Promise<NodeResource[]> {
   const out: NodeResource[] = [];
   const entries = await readdir("/proc").catch(() => [] as string[]);
   for (const entry of entries) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid || node.agentPids?.includes(Number(entry)) === true) continue;
     const cmdline = (await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "")).replaceAll("\0", " ").trim();
-    const mentionsNode = mentionsPath(cmdline, node.stateDir);
+    const mentionsNode = mentionsPath(cmdline, join(node.stateDir, "vms"));
     const mentionsUid = uid !== undefined && cmdline.includes(uid);
     if (!mentionsNode && !mentionsUid) continue;
     const statText = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
