@@ -55,6 +55,8 @@ export interface OperatorOptions {
   readonly githubClientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
+  /** Concurrent setup reconciles (mint, deregister); each may wait on GitHub's write pacing. */
+  readonly setupWorkers?: number;
   /** Run the scheduler (default true). Off when something else binds VMs (tests that play scheduler). */
   readonly scheduler?: boolean;
   /** Run node-loss handling (default true). */
@@ -153,6 +155,7 @@ export class Operator {
       logger,
       clock,
       faults,
+      ...(options.setupWorkers === undefined ? {} : { workers: options.setupWorkers }),
     });
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock, logger: logger.child({ component: "jobs" }) });
     const agentLeaseNamespace = options.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE;
