@@ -88,7 +88,7 @@ function vmObservation(vm: ImpVM): VmObservation {
 }
 
 /** The node's VM firewall as nft prints it; a node without a network namespace has no VM network here. */
-async function readFirewall(node: SimulatedNode): Promise<NodeFirewall> {
+export async function readFirewall(node: SimulatedNode): Promise<NodeFirewall> {
   if (node.netns === undefined) return { node: node.nodeName, noNetwork: true, ruleset: "" };
   try {
     const { stdout } = await exec("ip", ["netns", "exec", node.netns, "nft", "list", "ruleset"], { timeout: 10_000 });
