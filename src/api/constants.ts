@@ -107,6 +107,8 @@ export const VM_REASONS = {
   VmmExited: "VmmExited",
   /** The guest could not be reached after the Exec was sent; never re-run with the same setup. */
   GuestUnreachable: "GuestUnreachable",
+  /** The guest broke the protocol (malformed or oversized frames) or flooded its console; it was stopped. */
+  GuestMisbehaved: "GuestMisbehaved",
   /** The guest agent could not start the workload process (no such program, bad user...). */
   WorkloadStartFailed: "WorkloadStartFailed",
   /** The one-time runner setup could not be minted or delivered. */

@@ -20,7 +20,7 @@ export async function connectGuest(vm: RunningVm, options: { readonly timeoutMs:
       await client.hello({ timeoutMs: Math.max(1, options.serial ? Math.min(500, left) : left), signal });
       return client;
     } catch (err) {
-      const timedOut = err instanceof ImpError && /timeout/i.test(err.code);
+      const timedOut = err instanceof ImpError && err.code === "GuestTimeout";
       if (signal.aborted || left <= 0 || client.closed || !timedOut) {
         client.close();
         if (timedOut) throw terminalError("BootTimeout", `Cannot reach the guest agent: no hello within ${options.timeoutMs} ms`, { cause: err });
@@ -28,4 +28,20 @@ export async function connectGuest(vm: RunningVm, options: { readonly timeoutMs:
       }
     }
   }
+}
+
+/** Codes that mean the guest itself misbehaved (not a slow boot or a lost channel): it is never trusted again. */
+const MISBEHAVIOUR_CODES: ReadonlySet<string> = new Set(["GuestMessageInvalid", "GuestFrameTooLarge", "GuestConsoleFlood"]);
+
+/**
+ * Whether `err`, or one of its causes, says the guest broke the protocol or flooded its console. A
+ * request that failed because the stream closed carries the protocol violation as its cause.
+ */
+export function isGuestMisbehaviour(err: unknown): boolean {
+  let current: unknown = err;
+  for (let depth = 0; current !== undefined && depth < 5; depth++) {
+    if (current instanceof ImpError && MISBEHAVIOUR_CODES.has(current.code)) return true;
+    current = current instanceof Error ? current.cause : undefined;
+  }
+  return false;
 }

@@ -16,7 +16,7 @@ import type { CredentialLookup } from "../image/pull/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
 import type { ProcessLauncher, RunningVm, VmmDriver, VmmKind, VmmProcess, VmSpec } from "../vmm/types.ts";
 import { readVmRecord } from "../vmm/qemu/index.ts";
-import { connectGuest } from "./guest-connection.ts";
+import { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
 import { handOffExec, workloadExecId } from "./exec-handoff.ts";
 import { newLocalVm, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import type { VmPlan } from "./vm-plan.ts";
@@ -526,6 +526,8 @@ export class VmRuntime {
       outcome = await Promise.race([client.waitForExit(execId, { signal: task.abort.signal }), vmDown]);
     } catch (err) {
       if (task.stopRequest !== undefined) return stopped(task);
+      // A guest that broke the protocol gets no second channel: nothing it says can be trusted.
+      if (isGuestMisbehaviour(err) || isGuestMisbehaviour(vm.downSignal.reason)) return misbehaved(vm.downSignal.aborted ? vm.downSignal.reason : err);
       // A VMM that died closes the channel first; its exit follows within moments.
       const vmmGone = await Promise.race([vm.exited().then(() => true), this.#o.clock.sleep(2_000).then(() => false)]);
       if (vmmGone || vm.downSignal.aborted) return { succeeded: false, reason: VM_REASONS.VmmExited, message: describeError(vm.downSignal.reason ?? err) };
@@ -541,10 +543,15 @@ export class VmRuntime {
     }
     if (outcome === "down") {
       if (task.stopRequest !== undefined) return stopped(task);
+      if (isGuestMisbehaviour(vm.downSignal.reason)) return misbehaved(vm.downSignal.reason);
       return { succeeded: false, reason: VM_REASONS.VmmExited, message: describeError(vm.downSignal.reason) };
     }
     return outcomeOfExit(outcome);
   }
+}
+
+function misbehaved(err: unknown): VmOutcome {
+  return { succeeded: false, reason: VM_REASONS.GuestMisbehaved, message: `the guest misbehaved and was stopped: ${describeError(err)}`.slice(0, 4000) };
 }
 
 function stopped(task: VmTask): VmOutcome {
@@ -562,6 +569,7 @@ export function outcomeOfExit(exit: ExecOutcome): VmOutcome {
 export function outcomeOfBootFailure(step: string, err: unknown): VmOutcome {
   const code = err instanceof ImpError ? err.code : "Unknown";
   const message = `${step}: ${describeError(err)}`.slice(0, 4000);
+  if (isGuestMisbehaviour(err)) return { succeeded: false, reason: VM_REASONS.GuestMisbehaved, message };
   const byCode: Record<string, string> = {
     BootTimeout: VM_REASONS.BootTimeout,
     GuestUnreachable: VM_REASONS.GuestUnreachable,

@@ -5,6 +5,7 @@ import type { ConnectGuestOptions, RunningVm, VmExit, VmmProcess, VmSpec } from 
 import { actionRequest } from "./api-requests.ts";
 import type { FirecrackerApi } from "./api-client.ts";
 import type { FirecrackerLayout } from "./layout.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES, SerialLog } from "../qemu/index.ts";
 
 /** The guest agent's vsock port (docs/guest-protocol.md). */
 export const DEFAULT_GUEST_VSOCK_PORT = 10700;
@@ -49,6 +50,8 @@ export class FirecrackerVm implements RunningVm {
     readonly boot: StepRun;
     readonly logger: Logger;
     readonly killGraceMs: number;
+    /** Console bytes the guest may write before the VM is marked down with `GuestConsoleFlood` (default 16 MiB). */
+    readonly maxConsoleBytes?: number;
   }) {
     this.spec = init.spec;
     this.layout = init.layout;
@@ -58,7 +61,20 @@ export class FirecrackerVm implements RunningVm {
     this.bootTimings = init.boot.timings;
     this.#logger = init.logger;
     this.#killGraceMs = init.killGraceMs;
+    // Firecracker writes the guest's serial console to its stdout, the file console.log on the node's
+    // disk, without a size limit: a guest flooding it is marked down (the owner then stops it).
+    const maxConsoleBytes = init.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES;
+    const consoleLog = this.layout.host.consoleLog;
+    const consoleFollower = new SerialLog(consoleLog, {
+      maxBytes: maxConsoleBytes,
+      onOverflow: (bytes) => {
+        if (!this.#down.signal.aborted) {
+          this.#down.abort(terminalError("GuestConsoleFlood", `Cannot keep VM ${this.spec.name} running: its guest wrote ${bytes} bytes to the serial console, over the ${maxConsoleBytes}-byte limit (a guest flooding its console would fill the node's disk); the last lines are in ${consoleLog}`, { context: { vm: this.spec.name, consoleLog, bytes } }));
+        }
+      },
+    }).start();
     this.#cleanedUp = this.#process.exited().then(async (exit) => {
+      await consoleFollower.close();
       if (!this.#down.signal.aborted) {
         this.#down.abort(terminalError("FirecrackerExited", `Cannot reach guest of VM ${this.spec.name}: Firecracker exited (${describeExit(exit)})`, { context: { vm: this.spec.name, consoleLog: this.layout.host.consoleLog } }));
       }

@@ -14,6 +14,8 @@ export interface QemuDriverOptions {
   readonly tscKhz?: number;
   readonly serialPortName?: string;
   readonly backendReadyTimeoutMs?: number;
+  /** Console bytes a guest may write before its VM is marked down with `GuestConsoleFlood` (default 16 MiB). */
+  readonly maxConsoleBytes?: number;
 }
 
 /**
@@ -74,6 +76,7 @@ export class QemuDriver implements VmmDriver {
       ...(o.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: o.vhostDeviceVsock }),
       ...(o.serialPortName === undefined ? {} : { serialPortName: o.serialPortName }),
       ...(o.backendReadyTimeoutMs === undefined ? {} : { backendReadyTimeoutMs: o.backendReadyTimeoutMs }),
+      ...(o.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: o.maxConsoleBytes }),
     };
   }
 }

@@ -2,7 +2,7 @@ export { buildQemuArgv, kernelCmdline, qemuEscape, type QemuDrive, type QemuGues
 export { parseCpuinfoTscKhz, readHostTscKhz } from "./cpuinfo.ts";
 export { describeExit, type ChildExit } from "./child.ts";
 export { cmdlineArgs, orderedDrives, QemuDriver, type QemuDriverOptions } from "./driver.ts";
-export { FATAL_CONSOLE_PATTERNS, findFatalConsoleLine, SerialLog } from "./serial-log.ts";
+export { DEFAULT_MAX_CONSOLE_BYTES, FATAL_CONSOLE_PATTERNS, findFatalConsoleLine, SerialLog } from "./serial-log.ts";
 export {
   DEFAULT_GUEST_VSOCK_PORT,
   DEFAULT_SERIAL_PORT_NAME,

@@ -54,4 +54,21 @@ describe("SerialLog", () => {
     await follower.close();
     assert.match(follower.tail(), /^price €\nimp-initramfs/);
   });
+
+  it("reports a console past maxBytes once, with a tail that stays bounded however much the guest writes", async () => {
+    const path = join(dir, "c.log");
+    writeFileSync(path, "");
+    const overflows: number[] = [];
+    const log = new SerialLog(path, { tailBytes: 1024, maxBytes: 256 * 1024, onOverflow: (bytes) => overflows.push(bytes) });
+    const line = "flood ".repeat(20) + "\n";
+    for (let i = 0; i < 5; i++) {
+      appendFileSync(path, line.repeat(1000));
+      await log.poll();
+    }
+    await log.close();
+    assert.equal(log.bytes, line.length * 5000);
+    assert.equal(overflows.length, 1, "reported once");
+    assert.ok((overflows[0] ?? 0) > 256 * 1024);
+    assert.ok(log.tail().length <= 1024);
+  });
 });

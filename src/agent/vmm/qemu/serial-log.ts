@@ -24,18 +24,26 @@ export function findFatalConsoleLine(text: string): string | undefined {
   return undefined;
 }
 
+/** Console bytes a VM may write before it counts as flooding (a boot log is ~50 KB, the agent's own lines a few KB per exec). */
+export const DEFAULT_MAX_CONSOLE_BYTES = 16 * 1024 * 1024;
+
 /**
  * The guest's serial console, which QEMU appends to a file: this follows the file (polling every
  * `pollMs`; inotify would add little for one small file and misses nothing a poll would catch), keeps
  * the last `tailBytes` in memory for error messages, and reports the first fatal line. The console is
  * guest output, so it is untrusted: it is stored and shown, never interpreted beyond
- * {@link findFatalConsoleLine}.
+ * {@link findFatalConsoleLine}. Memory stays bounded whatever the guest writes (64 KiB reads, a
+ * `tailBytes` tail); the file itself is on the node's disk, so once it passes `maxBytes` the log
+ * reports `onOverflow` once and the owner stops the VM (QEMU has no size limit for a file chardev).
  */
 export class SerialLog {
   readonly path: string;
   readonly #tailBytes: number;
   readonly #pollMs: number;
   readonly #onFatal: (line: string) => void;
+  readonly #maxBytes: number;
+  readonly #onOverflow: (bytes: number) => void;
+  #overflowed = false;
   readonly #decoder = new StringDecoder("utf8");
   readonly #chunk = Buffer.alloc(64 * 1024);
   #tail = "";
@@ -46,11 +54,18 @@ export class SerialLog {
   #timer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
 
-  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void } = {}) {
+  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void; maxBytes?: number; onOverflow?: (bytes: number) => void } = {}) {
     this.path = path;
     this.#tailBytes = options.tailBytes ?? 64 * 1024;
     this.#pollMs = options.pollMs ?? 50;
     this.#onFatal = options.onFatal ?? (() => undefined);
+    this.#maxBytes = options.maxBytes ?? DEFAULT_MAX_CONSOLE_BYTES;
+    this.#onOverflow = options.onOverflow ?? (() => undefined);
+  }
+
+  /** Bytes of the console read so far. */
+  get bytes(): number {
+    return this.#offset;
   }
 
   /** Starts following the file (which may not exist yet). */
@@ -81,6 +96,10 @@ export class SerialLog {
       if (bytesRead === 0) return;
       this.#offset += bytesRead;
       this.#append(this.#decoder.write(this.#chunk.subarray(0, bytesRead)));
+      if (this.#offset > this.#maxBytes && !this.#overflowed) {
+        this.#overflowed = true;
+        this.#onOverflow(this.#offset);
+      }
     }
   }
 

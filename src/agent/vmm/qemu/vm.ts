@@ -20,7 +20,7 @@ import { DirectLauncher } from "../direct-launcher.ts";
 import type { ConnectGuestOptions, ProcessLauncher, RunningVm, VmExit, VmSpec, VmmProcess } from "../types.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
 import { assertExecutable, describeExit } from "./child.ts";
-import { SerialLog } from "./serial-log.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES, SerialLog } from "./serial-log.ts";
 import { removeVmRecord, writeVmRecord } from "./vm-record.ts";
 
 /** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
@@ -52,12 +52,18 @@ export interface QemuVmOptions {
   readonly signal?: AbortSignal;
   /** The driver-neutral description this VM answers as `spec`; derived from the options when absent. */
   readonly spec?: VmSpec;
+  /**
+   * Console bytes the guest may write to `serial.log` before the VM is marked down with
+   * `GuestConsoleFlood` (the file is on the node's disk and QEMU does not bound it). Default 16 MiB.
+   */
+  readonly maxConsoleBytes?: number;
 }
 
 export type QemuExit = VmExit;
 
-export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock">> {
+export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock" | "maxConsoleBytes">> {
   return {
+    maxConsoleBytes: DEFAULT_MAX_CONSOLE_BYTES,
     qemuBinary: "qemu-system-x86_64",
     guestCid: 3,
     serialPortName: DEFAULT_SERIAL_PORT_NAME,
@@ -117,8 +123,15 @@ function guestChannelOf(cfg: BootConfig, dir: QemuVmDir): { channel?: QemuGuestC
 const FOLLOW_CONSOLE: Step<Boot> = {
   name: "follow console",
   run: (boot, step) => {
-    const { dir, down } = boot;
+    const { dir, down, cfg } = boot;
     const serial = new SerialLog(dir.serialLog(), {
+      maxBytes: cfg.maxConsoleBytes,
+      // Marking the VM down ends its run like a VMM exit would; the owner's stop() then kills QEMU.
+      onOverflow: (bytes) => {
+        if (!down.signal.aborted) {
+          down.abort(terminalError("GuestConsoleFlood", `Cannot keep VM running: its guest wrote ${bytes} bytes to the serial console, over the ${cfg.maxConsoleBytes}-byte limit (a guest flooding its console would fill the node's disk); the last lines are in ${dir.serialLog()}`, { context: { serialLog: dir.serialLog(), bytes } }));
+        }
+      },
       onFatal: (line) => {
         if (!down.signal.aborted) {
           down.abort(terminalError("GuestBootFailed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
