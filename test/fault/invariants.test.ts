@@ -14,7 +14,7 @@ import { startControlPlane, type ControlPlane } from "../../src/devcluster/index
 import { createResourceClient, type KubeObject, type ResourceClient } from "../../src/kube/index.ts";
 import { IMP_VMS, SECRETS, type SecretObject } from "../../src/operator/index.ts";
 import { startGitHub } from "../github/harness.ts";
-import { checkInvariants, type FaultWorld } from "./invariants.ts";
+import { checkInvariants, observe, type FaultWorld } from "./invariants.ts";
 
 const NS = "fault-check";
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false } as const;
@@ -73,6 +73,13 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
     assert.equal((await session()).status, 201);
     assert.equal((await session()).status, 409);
 
+    const rounds: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const started = performance.now();
+      await observe(world);
+      rounds.push(Math.round(performance.now() - started));
+    }
+    console.log(`# one observation (API lists, GitHub state, /proc scan, node files, ip link, nft): ${rounds.join(", ")} ms`);
     const broken = new Map((await checkInvariants(world, { boundsMs: { I2: 1_500, I3: 1_500, I4: 1_500, I5: 1_500 }, intervalMs: 200 })).map((o) => [o.id, o]));
     assert.equal(broken.get("I1")?.held, false, broken.get("I1")?.detail);
     assert.match(broken.get("I1")?.detail ?? "", /409/);
