@@ -11,11 +11,17 @@ import { dialHybridVsock } from "./dial.ts";
 /** How the fake VMM answers the Nth connection (1-based): like Firecracker / vhost-device-vsock. */
 type Behaviour = "ok" | "ok-with-data" | "close" | "silent" | "garbage";
 
+/** Every fake VMM and connection, closed after the suite even when a test failed half-way (else the file never ends). */
+const servers = new Set<Server>();
+const connections = new Set<Socket>();
+
 /** A hybrid-vsock Unix socket whose "guest" echoes after OK; records the CONNECT lines it got. */
 async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promise<{ server: Server; lines: string[] }> {
   const lines: string[] = [];
   let n = 0;
   const server = createServer((socket: Socket) => {
+    connections.add(socket);
+    socket.once("close", () => connections.delete(socket));
     const mine = behaviour(++n);
     let buf = "";
     const onData = (chunk: Buffer): void => {
@@ -46,13 +52,18 @@ async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promi
     socket.on("data", onData);
     socket.on("error", () => undefined);
   });
+  servers.add(server);
   server.listen(path);
   await once(server, "listening");
   return { server, lines };
 }
 
 const dir = mkdtempSync(join(tmpdir(), "imp-vsock-test-"));
-after(() => rmSync(dir, { recursive: true, force: true }));
+after(() => {
+  for (const socket of connections) socket.destroy();
+  for (const server of servers) server.close();
+  rmSync(dir, { recursive: true, force: true });
+});
 let seq = 0;
 const sockPath = (): string => join(dir, `vm${++seq}.vsock`);
 const fast = { connectTimeoutMs: 200, ackTimeoutMs: 200, backoff: { baseMs: 10, factor: 1, capMs: 10, jitter: 0, maxAttempts: Infinity } };
