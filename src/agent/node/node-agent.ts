@@ -54,7 +54,7 @@ import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import type { LocalVm } from "./local-vm.ts";
 import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
-import { NodeSweeper } from "./node-sweeper.ts";
+import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
 import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
 import { planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
 import { VmRuntime, type VmRuntimeOptions } from "./vm-runtime.ts";
@@ -88,7 +88,7 @@ export interface NodeAgentOptions {
   /** Health and metrics server port; 0 = any free port, undefined = none. */
   readonly healthPort?: number;
   readonly renewIntervalMs?: number;
-  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: ReadonlySet<string>) => Promise<readonly string[]> };
+  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: LiveSet) => Promise<readonly string[]> };
   /**
    * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
    * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
