@@ -12,6 +12,7 @@ import { parseArgs } from "node:util";
 import { loadavg } from "node:os";
 import { loadBootKit } from "../test/harness/vm.ts";
 import { bootKernelVm, kernelBoot, loadGuestKernel, type GuestKernelKind } from "../test/integration/bootkit/kernel-vm.ts";
+import { percentile } from "./stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -24,10 +25,6 @@ const boots = Number(values.boots);
 const kit = await loadBootKit();
 const own = await loadGuestKernel();
 
-/** Nearest-rank percentile of sorted samples. */
-function percentile(sorted: readonly number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
-}
 
 interface Combo {
   readonly kernel: GuestKernelKind;

@@ -24,6 +24,7 @@ import { layerBlobsOf, type LayerBlob } from "../src/agent/image/layers/index.ts
 import { FsContentStore, pullImage } from "../src/agent/image/pull/index.ts";
 import { buildImage, buildLayer, type LayerEntry } from "../test/harness/oci-image.ts";
 import { pushImage, startRegistry } from "../test/harness/registry.ts";
+import { percentile, table } from "./stats.ts";
 
 const smoke = process.argv.includes("--smoke");
 const scale = smoke ? 0.01 : 1;
@@ -66,18 +67,6 @@ function benchLayers(pool: Buffer): LayerEntry[][] {
 }
 
 const ms = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
-
-function percentile(values: readonly number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
-}
-
-function table(title: string, header: readonly string[], rows: readonly (readonly (string | number)[])[]): void {
-  const cells = [header, ...rows.map((r) => r.map((c) => (typeof c !== "number" ? c : Number.isInteger(c) ? String(c) : c.toFixed(c >= 100 ? 0 : 2))))];
-  const widths = header.map((_, i) => Math.max(...cells.map((r) => String(r[i]).length)));
-  const line = (r: readonly (string | number)[]): string => `| ${r.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join(" | ")} |`;
-  process.stdout.write(`\n${title}\n${line(header)}\n| ${widths.map((w) => "-".repeat(w)).join(" | ")} |\n${cells.slice(1).map(line).join("\n")}\n`);
-}
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(process.env.IMP_BENCH_DIR ?? tmpdir(), "imp-bench-"));

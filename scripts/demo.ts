@@ -1,99 +1,95 @@
 /**
- * The demo behind `npm run demo`: the newest things that work end to end, on real components.
- * 1. A real control plane (etcd, kube-apiserver, kube-controller-manager) on loopback.
- * 2. The Imp CRDs installed, sample objects applied, and an invalid object rejected by the API server.
- * 3. A real Debian kernel booted under QEMU with the Imp guest agent as PID 1, reached over the same
- *    hybrid-vsock protocol Firecracker uses; a job runs with a secret in its environment, its output
- *    streams back, its exit code is reported exactly, and a repeated exec id starts nothing new.
- * Everything started here is stopped when the demo ends, also on failure or Ctrl-C.
+ * The demo behind `npm run demo`: one CI job in one microVM, the whole runner path on real parts
+ * (test/e2e/runner-path/world.ts): a local control plane, `imp operator`, two `imp agent`s on two
+ * simulated nodes, a real OCI registry, real QEMU booting the guest kernel with the guest agent, and
+ * the GitHub test server in place of GitHub (these machines cannot reach GitHub).
+ *
+ * Each step prints what it did, how long it took, and the checks that held; the first check that
+ * does not hold ends the demo with exit code 1. Everything it started is removed at the end, also on
+ * failure or Ctrl-C. test/e2e/demo.test.ts runs this demo in CI and checks its output.
  */
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
-import { installCrds } from "../src/api/index.ts";
-import { startControlPlane, type ControlPlane } from "../src/devcluster/index.ts";
-import { bootTestVm, runExec } from "../test/harness/vm.ts";
+import { formatJobTimeline } from "../src/operator/index.ts";
+import { checks, isolatedJobs, jobRuns, poolComesOnline, replacementOnline, timelineOf, vmCleanedUp, POOL } from "../test/e2e/runner-path/scenario.ts";
+import { NAMESPACE, nameOf, RunnerWorld, worldUnavailable } from "../test/e2e/runner-path/world.ts";
 
-const run = promisify(execFile);
-const say = (text: string): void => void process.stdout.write(`\n\x1b[1m== ${text}\x1b[0m\n`);
+const bold = (s: string): string => (process.stdout.isTTY || process.env["IMP_DEMO_COLOR"] === "1" ? `\x1b[1m${s}\x1b[0m` : s);
+const out = (line: string): void => void process.stdout.write(`${line}\n`);
+const started = Date.now();
+const steps: Array<{ step: string; ms: number }> = [];
 
-async function kubectl(plane: ControlPlane, args: readonly string[], input?: string): Promise<string> {
-  const child = run(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, ...args]);
-  if (input !== undefined) {
-    child.child.stdin?.end(input);
-  }
-  try {
-    const { stdout, stderr } = await child;
-    return stdout + stderr;
-  } catch (err) {
-    const e = err as { stdout?: string; stderr?: string };
-    return `${e.stdout ?? ""}${e.stderr ?? ""}`;
-  }
+async function step<T>(title: string, body: () => Promise<T>): Promise<T> {
+  out("");
+  out(bold(`== ${title}`));
+  const t0 = Date.now();
+  const result = await body();
+  const ms = Date.now() - t0;
+  steps.push({ step: title, ms });
+  out(`   (${(ms / 1000).toFixed(1)} s)`);
+  return result;
 }
 
-const INVALID_POOL = `apiVersion: imp.dev/v1alpha1
-kind: ImpVMRunnerPool
-metadata:
-  name: broken
-spec:
-  templateName: ubuntu-runner
-  github:
-    credentialsSecretRef: { name: github-app }
-    labels: [self-hosted]
-    scope: repo
-  minIdle: 5
-  maxConcurrent: 2
-  runnerCommand: ["/home/runner/run.sh"]
-`;
-
-async function controlPlaneDemo(plane: ControlPlane): Promise<void> {
-  say(`control plane ready in ${(plane.startupMs / 1000).toFixed(1)} s at ${plane.server}`);
-  const installed = await installCrds(plane.kubeConfig);
-  say(`installed ${installed.length} CRDs`);
-  process.stdout.write(await kubectl(plane, ["get", "crd", "-o", "custom-columns=NAME:.metadata.name,SHORT:.spec.names.shortNames,SCOPE:.spec.scope"]));
-  say("kubectl apply -f deploy/samples/");
-  process.stdout.write(await kubectl(plane, ["apply", "-f", "deploy/samples/"]));
-  say("kubectl get imp   (the `imp` category lists every Imp kind)");
-  process.stdout.write(await kubectl(plane, ["get", "imp"]));
-  say("an invalid runner pool is rejected by the API server itself (schema + CEL):");
-  process.stdout.write(await kubectl(plane, ["apply", "-f", "-"], INVALID_POOL));
+const why = await worldUnavailable();
+if (why !== undefined) {
+  out(`demo: cannot run on this machine: ${why}`);
+  process.exit(1);
 }
 
-async function vmDemo(): Promise<void> {
-  say("booting a microVM under QEMU (software emulation here; Firecracker on KVM nodes)");
-  const vm = await bootTestVm({ name: "demo" });
-  let passed = false;
-  try {
-    say(`guest agent ${vm.hello.agent} answered hello over ${vm.channel} ${(vm.bootMs / 1000).toFixed(1)} s after spawn`);
-    const job = {
-      execId: "demo-job-1",
-      argv: ["/bin/sh", "-c", 'echo "job running as $(id -u) on $(uname -sr) in $(hostname)"; echo "secret has ${#RUNNER_SECRET} chars"; echo scratch > /tmp/out; exit 7'],
-      env: { PATH: "/bin:/sbin:/usr/bin", RUNNER_SECRET: "one-time-setup-never-logged" },
-    };
-    const result = await runExec(vm.client, job);
-    process.stdout.write(result.stdout);
-    say(`job exited with code ${result.exitCode} (reported exactly by the guest)`);
-    const again = await vm.client.exec(job);
-    say(`the same exec id again: started=${again.started}, state=${again.state} (no second process)`);
-    await vm.client.shutdown("poweroff");
-    const exit = await vm.vm.exited();
-    say(`guest powered off; QEMU exited with code ${String(exit.code)}`);
-    passed = true;
-  } finally {
-    await vm.dispose(passed);
-  }
-}
-
-const plane = await startControlPlane();
-const stop = async (): Promise<void> => {
-  await plane.stop();
+const check = checks((what) => out(`   ✓ ${what}`));
+let world: RunnerWorld | undefined;
+const onSignal = (): void => {
+  void (world?.dispose() ?? Promise.resolve()).finally(() => process.exit(130));
 };
-for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
-  process.once(signal, () => void stop().then(() => process.exit(code)));
-}
+process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
+
+let failed = false;
 try {
-  await controlPlaneDemo(plane);
-  await vmDemo();
+  world = await step("Start the world: control plane, registry, GitHub test server, imp operator, two imp agents", () => RunnerWorld.start({ say: (line) => out(`   ${line}`) }));
+  const w = world;
+  const { vm } = await step("1. kubectl apply a runner pool (minIdle 1): a VM boots, gets its sealed one-time setup, its runner comes online", async () => {
+    const r = await poolComesOnline(w, check);
+    out(`   $ kubectl apply -f pool.yaml\n   ${r.applied.trim()}`);
+    out(indent(await w.kubectl(["-n", NAMESPACE, "get", "impvmrunnerpool,impvm", "-o", "wide"])));
+    return r;
+  });
+  const job = await step("2. Queue a harmless job: it runs inside the VM, its log reaches GitHub", async () => {
+    const j = await jobRuns(w, vm, check);
+    out(indent(`job log (as GitHub shows it):\n${j.result?.log ?? ""}`));
+    return j;
+  });
+  const ended = await step("3. The runner exits: the VM ends Succeeded, its registration and Secret go, nothing of it stays on the node", () => vmCleanedUp(w, vm, check));
+  const replacement = await step("4. A replacement VM boots and comes online", () => replacementOnline(w, ended, check));
+  out("");
+  out(indent(formatJobTimeline(timelineOf(w, job, nameOf(vm), replacement)).join("\n")));
+  const round = await step("5. Three jobs at once: separate VMs over both nodes, none sees another's files or network", async () => {
+    const r = await isolatedJobs(w, check);
+    out(indent(await w.kubectl(["-n", NAMESPACE, "get", "impvm", "-o", "wide"])));
+    return r;
+  });
+  for (const j of round.jobs) {
+    const runner = j.runnerName ?? "";
+    out("");
+    out(indent(formatJobTimeline(timelineOf(w, j, runner)).join("\n")));
+  }
+  out("");
+  out(bold("== Summary"));
+  for (const s of steps) out(`   ${(s.ms / 1000).toFixed(1).padStart(6)} s  ${s.step}`);
+  out(`   ${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s  total; ${check.held.length} checks held; pool ${POOL}, kernel: ${w.kernelLabel}`);
+} catch (err) {
+  failed = true;
+  out("");
+  out(bold(`demo FAILED: ${(err as Error).message}`));
 } finally {
-  await stop();
-  say("stopped everything the demo started");
+  if (world !== undefined) {
+    const left = await world.dispose();
+    if (left.length === 0) out("   stopped everything the demo started: no namespace, link, process or cgroup of it is left");
+    else {
+      failed = true;
+      out(bold(`demo FAILED: left on the machine: ${left.join(", ")}`));
+    }
+  }
+}
+process.exit(failed ? 1 : 0);
+
+function indent(text: string): string {
+  return text.trimEnd().replace(/^/gm, "   ");
 }

@@ -127,6 +127,7 @@ export class GitHubTestServer {
   readonly #options: GitHubTestServerOptions;
   readonly #groups = new Map<string, Array<{ id: number; name: string; default: boolean }>>();
   #faults: Array<Fault & { remaining: number }> = [];
+  readonly #barriers = new Map<string, Map<string, string>>();
   #tamper: ((reply: Reply) => Reply) | undefined;
   #server: Server | undefined;
   #nextId = 100;
@@ -542,11 +543,30 @@ export class GitHubTestServer {
       this.injectFault({ ...fault, ...(typeof fault.path === "string" ? { path: new RegExp(fault.path) } : {}) } as Fault);
       return { status: 204 };
     }
+    if ((m = /^\/control\/barriers\/([\w.-]{1,64})$/.exec(path)) && method === "POST") return this.#arrive(m[1] ?? "", input);
     if (method === "POST" && path === "/control/tokens/expire") {
       this.expireTokens();
       return { status: 204 };
     }
     return { status: 404, body: { message: "no such test path" } };
+  }
+
+  /**
+   * A barrier for jobs that must overlap in time (the isolation check: three jobs on three VMs, each
+   * probing the others while they all run). A party posts {parties, party, value}; the answer is 204
+   * until `parties` distinct parties arrived (after a long poll of up to 20 s; the caller asks again),
+   * then 200 with every party's value.
+   */
+  async #arrive(name: string, input: Record<string, unknown>): Promise<Reply> {
+    const parties = Number(input["parties"]);
+    const party = String(input["party"] ?? "");
+    if (!Number.isInteger(parties) || parties < 1 || parties > 64 || party === "") return { status: 400, body: { message: "need parties (1-64) and party" } };
+    const values = this.#barriers.get(name) ?? new Map<string, string>();
+    this.#barriers.set(name, values);
+    values.set(party, String(input["value"] ?? "").slice(0, 256));
+    const deadline = Date.now() + 20_000;
+    while (values.size < parties && Date.now() < deadline) await sleep(50);
+    return values.size < parties ? { status: 204 } : { status: 200, body: { values: Object.fromEntries(values) } };
   }
 
   #openSession(input: Record<string, unknown>): Reply {

@@ -1,0 +1,106 @@
+/**
+ * Job startup latency, job queued → job running, on the real runner path (test/e2e/runner-path:
+ * control plane, `imp operator`, two `imp agent`s, registry, QEMU, the GitHub test server), two
+ * cases side by side in one run, alternating so the machine's noise hits both alike:
+ *   warm: a pool with minIdle 1 — an idle runner is waiting when the job is queued;
+ *   cold: a pool with minIdle 0 — the job's queued webhook makes the pool create a VM for it.
+ * For each job: startup (GitHub's queued → started, what ARC's gha_job_startup_duration_seconds
+ * measures), the VMM boot of the VM that ran it (spawn → guest hello, measured by the agent in the
+ * same run), and Imp's own overhead = startup − VMM boot for a cold start (the boot happened before
+ * the job for a warm one, so there all of startup is overhead). The cold start is broken into the
+ * timeline's steps. Targets: warm ≤ 1 s; cold ≤ VMM boot + 2 s.
+ *
+ *   node bench/startup.ts [--jobs 5]
+ */
+import { parseArgs } from "node:util";
+import { jobTimeline, type TimelinePointName } from "../src/operator/index.ts";
+import type { ImpVM } from "../src/api/index.ts";
+import { waitFor } from "../src/shared/index.ts";
+import type { TestJob } from "../test/github/server.ts";
+import { nameOf, RunnerWorld, worldUnavailable } from "../test/e2e/runner-path/world.ts";
+import { median, percentile, table } from "./stats.ts";
+
+const { values } = parseArgs({ options: { jobs: { type: "string", default: "5" } } });
+const jobs = Number(values.jobs);
+const why = await worldUnavailable();
+if (why !== undefined) {
+  process.stdout.write(`bench:startup: cannot run on this machine: ${why}\n`);
+  process.exit(1);
+}
+
+type Mode = "warm" | "cold";
+interface Sample {
+  readonly mode: Mode;
+  readonly startupMs: number;
+  readonly bootMs: number;
+  readonly overheadMs: number;
+  readonly executionMs: number;
+  readonly steps: Partial<Record<TimelinePointName, number>>;
+}
+
+const labels = (mode: Mode): string[] => ["self-hosted", "imp", mode];
+const steps = [{ name: "hi", run: "echo hi" }];
+const samples: Sample[] = [];
+
+const world = await RunnerWorld.start({ say: (line) => process.stdout.write(`  ${line}\n`) });
+try {
+  await world.applyPool("warm", { minIdle: 1, maxConcurrent: 1, labels: labels("warm") });
+  await world.applyPool("cold", { minIdle: 0, maxConcurrent: 1, labels: labels("cold") });
+  const ofPool = (vms: ImpVM[], pool: Mode): ImpVM[] => vms.filter((vm) => vm.metadata.labels?.["imp.dev/pool"] === pool);
+  for (let i = 0; i < jobs; i++) {
+    for (const mode of ["warm", "cold"] as const) {
+      if (mode === "warm") {
+        await world.waitForVm("an idle warm runner", (vms) => ofPool(vms, "warm").find((vm) => vm.status?.phase === "Running" && world.github.runnerNamed(nameOf(vm))?.status === "online" && world.github.runnerNamed(nameOf(vm))?.busy === false), 600_000);
+      } else {
+        await waitFor("no VM of the cold pool", async () => (ofPool(await world.listVms(), "cold").length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 200 });
+      }
+      const job = world.queueJob(`${mode}-${i + 1}`, steps, labels(mode));
+      await world.waitForJob(job, "completed", 600_000);
+      samples.push(sampleOf(mode, job));
+      const s = samples.at(-1);
+      process.stdout.write(`  ${job.name}: startup ${s?.startupMs} ms, boot ${s?.bootMs} ms, overhead ${s?.overheadMs} ms\n`);
+    }
+  }
+} finally {
+  await world.dispose();
+}
+
+function sampleOf(mode: Mode, job: TestJob): Sample {
+  const vm = world.history(job.runnerName ?? "")?.last;
+  if (vm === undefined || job.startedAt === undefined) throw new Error(`job ${job.name} ran on no VM this bench saw`);
+  const t = jobTimeline(vm, { queuedAt: job.queuedAt, startedAt: job.startedAt, completedAt: job.completedAt });
+  const startupMs = job.startedAt - job.queuedAt;
+  const bootMs = vm.status?.bootDurationMs ?? Number.NaN;
+  const stepMs: Partial<Record<TimelinePointName, number>> = {};
+  for (const p of t.points) if (p.sincePreviousMs !== undefined) stepMs[p.point] = p.sincePreviousMs;
+  return { mode, startupMs, bootMs, overheadMs: mode === "cold" ? startupMs - bootMs : startupMs, executionMs: t.executionMs ?? Number.NaN, steps: stepMs };
+}
+
+const rows = (["warm", "cold"] as const).map((mode) => {
+  const of = samples.filter((s) => s.mode === mode);
+  const col = (f: (s: Sample) => number): number[] => of.map(f);
+  const startup = col((s) => s.startupMs);
+  const boot = col((s) => s.bootMs);
+  const overhead = col((s) => s.overheadMs);
+  const target = mode === "warm" ? "startup ≤ 1000 ms" : "startup ≤ boot + 2000 ms";
+  const met = mode === "warm" ? percentile(startup, 50) <= 1000 : percentile(overhead, 50) <= 2000;
+  return [mode, of.length, median(startup), percentile(startup, 95), mode === "cold" ? median(boot) : Number.NaN, mode === "cold" ? percentile(boot, 95) : Number.NaN, median(overhead), percentile(overhead, 95), median(col((s) => s.executionMs)), target, met ? "met (median)" : "missed (median)"];
+});
+table(
+  `Job startup, queued → running (${jobs} jobs each, alternating; ${world.kernelLabel})`,
+  ["case", "jobs", "startup p50 ms", "startup p95 ms", "VMM boot p50 ms", "VMM boot p95 ms", "Imp overhead p50 ms", "overhead p95 ms", "execution p50 ms", "target", "result"],
+  rows,
+);
+const cold = samples.filter((s) => s.mode === "cold");
+const coldSteps: TimelinePointName[] = ["vm_created", "vm_bound", "setup_minted", "disk_ready", "booted", "setup_delivered", "job_started"];
+table(
+  "Cold start by step (time since the previous point of the job's timeline)",
+  ["step", "p50 ms", "p95 ms"],
+  coldSteps.map((step) => {
+    const v = cold.map((s) => s.steps[step]).filter((x): x is number => x !== undefined);
+    return [step, median(v), percentile(v, 95)];
+  }),
+);
+const warmStartup = median(samples.filter((s) => s.mode === "warm").map((s) => s.startupMs));
+const coldStartup = median(cold.map((s) => s.startupMs));
+process.stdout.write(`\ncold/warm startup median ratio: ${(coldStartup / warmStartup).toFixed(1)}×\n`);

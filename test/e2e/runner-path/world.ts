@@ -1,0 +1,512 @@
+/**
+ * The whole runner path on one machine, with real parts: the local control plane (kube-apiserver,
+ * etcd, controller-manager), `imp operator` and one `imp agent` per simulated node as their own
+ * processes, a real OCI registry holding a base image and a runner layer, real QEMU booting the
+ * guest kernel with the guest agent under the per-VM supervisor, and the GitHub test server standing
+ * in for GitHub (the one stand-in; it holds every request to GitHub's OpenAPI description).
+ *
+ * The end-to-end test, the README demo and the fault suite all start this world; the fault suite
+ * arms fault points in the operator and agents through their environment (IMP_TEST_FAULT_POINTS).
+ */
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, GROUP, IMP_NODE, IMP_VM, IMP_VM_RUNNER_POOL, VERSION, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../../../src/api/index.ts";
+import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { createResourceClient, resourceDescriptor, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
+import { waitFor } from "../../../src/shared/index.ts";
+import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
+import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
+import { buildImage, buildLayer, busyboxLayer } from "../../harness/oci-image.ts";
+import { guestAgentPath, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
+import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
+import { loadBootKit } from "../../harness/vm.ts";
+import { loadGuestKernel } from "../../integration/bootkit/kernel-vm.ts";
+import { ImpProcess } from "./imp-process.ts";
+import { SimNodes, simNodesUnavailable, type SimNodeNet } from "./sim-nodes.ts";
+
+const execFileAsync = promisify(execFile);
+const repoRoot = resolve(import.meta.dirname, "../../..");
+const cacheDir = process.env.IMP_CACHE ?? join(repoRoot, ".cache");
+export const testRunnerPath = join(cacheDir, "guest/imp-test-runner");
+
+export const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
+export const POOLS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_RUNNER_POOL });
+export const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
+const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true } as const;
+const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false } as const;
+
+export const NAMESPACE = "ci";
+
+export const nameOf = (vm: ImpVM): string => vm.metadata.name ?? "";
+export const REPO = { owner: "acme", repo: "api" } as const;
+export const RUNNER_LABELS = ["self-hosted", "imp"] as const;
+
+export interface WorldNode {
+  readonly name: string;
+  readonly net: SimNodeNet;
+  readonly stateDir: string;
+  readonly cgroupParent: string;
+  readonly agent: ImpProcess;
+}
+
+export interface WorldOptions {
+  /** Simulated nodes; default 2. */
+  readonly nodes?: number;
+  /** VM slots per node; default 2. */
+  readonly vmSlots?: number;
+  /** Extra environment of the operator (a fault plan). */
+  readonly operatorEnv?: Record<string, string>;
+  /** Extra environment of every agent. */
+  readonly agentEnv?: Record<string, string>;
+  /** Seconds an idle runner waits for a job before it gives up (the real runner waits for ever). */
+  readonly runnerIdleSeconds?: number;
+  /** Progress lines (the demo prints them). */
+  readonly say?: (line: string) => void;
+}
+
+/** Why this machine cannot run the world, or undefined when it can. */
+export async function worldUnavailable(): Promise<string | undefined> {
+  const net = await simNodesUnavailable();
+  if (net !== undefined) return net;
+  try {
+    await loadBootKit();
+  } catch (err) {
+    return `no boot kit: ${(err as Error).message}`;
+  }
+  for (const [what, path] of [["guest agent", guestAgentPath], ["supervisor", supervisorPath], ["test runner", testRunnerPath]] as const) {
+    if (!existsSync(path)) return `the ${what} is missing at ${path}: run scripts/setup.sh`;
+  }
+  return undefined;
+}
+
+/** The guest kernel the agents boot: Imp's own when setup built it (faster), else Debian's + initramfs. */
+async function kernelConfig(): Promise<{ kernel: string; initrd?: string; args: string[]; label: string }> {
+  const own = await loadGuestKernel();
+  if (own !== undefined) return { kernel: own.bzImage, args: ["console=ttyS0", "quiet", "rootfstype=ext4", "rootflags=noload"], label: `Imp's kernel ${own.release}` };
+  const kit = await loadBootKit();
+  return { kernel: kit.kernel, initrd: kit.initrd, args: ["console=ttyS0", "quiet"], label: `Debian's kernel ${kit.kernelRelease} + initramfs` };
+}
+
+export interface VmHistory {
+  /** Phases in the order they were first seen. */
+  readonly phases: string[];
+  last: ImpVM;
+  readonly firstSeenAt: number;
+  goneAt: number | undefined;
+}
+
+interface WorldParts {
+  readonly root: string;
+  readonly plane: ControlPlane;
+  readonly registry: RunningRegistry;
+  readonly github: GitHubTestServer;
+  readonly githubPrivateKey: string;
+  readonly sim: SimNodes;
+  readonly kernelLabel: string;
+  readonly baseImage: string;
+  readonly runnerImage: string;
+  readonly webhookUrl: string;
+  readonly say: (line: string) => void;
+}
+
+export class RunnerWorld {
+  readonly root: string;
+  readonly plane: ControlPlane;
+  readonly registry: RunningRegistry;
+  readonly github: GitHubTestServer;
+  readonly githubPrivateKey: string;
+  readonly sim: SimNodes;
+  readonly kernelLabel: string;
+  readonly baseImage: string;
+  readonly runnerImage: string;
+  /** Where the operator receives GitHub's webhooks. */
+  readonly webhookUrl: string;
+  readonly say: (line: string) => void;
+  readonly nodes: WorldNode[] = [];
+  readonly vms: ResourceClient<ImpVM>;
+  readonly pools: ResourceClient<ImpVMRunnerPool>;
+  readonly impNodes: ResourceClient<ImpNode>;
+  readonly secrets: ResourceClient<KubeObject & { data?: Record<string, string> }>;
+  #operator: ImpProcess | undefined;
+  #disposed = false;
+  readonly #seen = new Map<string, VmHistory>();
+  #watching: NodeJS.Timeout | undefined;
+  #runnerIdleSeconds = 600;
+
+  private constructor(parts: WorldParts) {
+    this.root = parts.root;
+    this.plane = parts.plane;
+    this.registry = parts.registry;
+    this.github = parts.github;
+    this.githubPrivateKey = parts.githubPrivateKey;
+    this.sim = parts.sim;
+    this.kernelLabel = parts.kernelLabel;
+    this.baseImage = parts.baseImage;
+    this.runnerImage = parts.runnerImage;
+    this.webhookUrl = parts.webhookUrl;
+    this.say = parts.say;
+    this.vms = createResourceClient<ImpVM>(parts.plane.kubeConfig, VMS);
+    this.pools = createResourceClient<ImpVMRunnerPool>(parts.plane.kubeConfig, POOLS);
+    this.impNodes = createResourceClient<ImpNode>(parts.plane.kubeConfig, NODES);
+    this.secrets = createResourceClient<KubeObject & { data?: Record<string, string> }>(parts.plane.kubeConfig, SECRETS);
+  }
+
+  /**
+   * Every VM this world has seen, with each phase it was seen in and its last state: a VM the pool
+   * replaces can be deleted moments after it ended, before a test's wait would look again.
+   */
+  history(name: string): VmHistory | undefined {
+    return this.#seen.get(name);
+  }
+
+  get seenVms(): ReadonlyMap<string, VmHistory> {
+    return this.#seen;
+  }
+
+  #watch(): void {
+    const tick = async (): Promise<void> => {
+      const vms = await this.listVms().catch(() => undefined);
+      if (vms !== undefined) {
+        const now = Date.now();
+        const present = new Set<string>();
+        for (const vm of vms) {
+          present.add(nameOf(vm));
+          const h = this.#seen.get(nameOf(vm)) ?? { phases: [], last: vm, firstSeenAt: now, goneAt: undefined };
+          const phase = vm.status?.phase ?? "";
+          if (phase !== "" && !h.phases.includes(phase)) h.phases.push(phase);
+          h.last = vm;
+          this.#seen.set(nameOf(vm), h);
+        }
+        for (const [name, h] of this.#seen) if (!present.has(name) && h.goneAt === undefined) h.goneAt = now;
+      }
+      if (!this.#disposed) this.#watching = setTimeout(() => void tick(), 150);
+    };
+    void tick();
+  }
+
+  get operator(): ImpProcess {
+    if (this.#operator === undefined) throw new Error("the operator has not been started");
+    return this.#operator;
+  }
+
+  static async start(options: WorldOptions = {}): Promise<RunnerWorld> {
+    const say = options.say ?? ((): void => undefined);
+    const root = await mkdtemp(join(tmpdir(), "imp-e2e-"));
+    const cleanups: Array<() => Promise<unknown>> = [async () => rm(root, { recursive: true, force: true })];
+    const undo = async (): Promise<void> => {
+      for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    };
+    try {
+      const plane = await startControlPlane({ controllerManager: true });
+      cleanups.push(() => plane.stop());
+      await installCrds(plane.kubeConfig);
+      say(`control plane up (kube-apiserver ${plane.server}) in ${(plane.startupMs / 1000).toFixed(1)} s; CRDs installed`);
+      await createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: NAMESPACE } });
+
+      const registry = await startRegistry();
+      cleanups.push(() => registry.stop());
+      await pushImage(registry.url, "ci/base", "1", buildImage([await busyboxLayer()]));
+      const runnerProgram = await readFile(testRunnerPath);
+      const runnerLayer = await buildLayer([
+        { path: "runner/", type: "directory" },
+        { path: "runner/imp-test-runner", content: runnerProgram, mode: 0o755 },
+        // The real runner's entry point; the setup arrives as ACTIONS_RUNNER_INPUT_JITCONFIG.
+        { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
+      ]);
+      await pushImage(registry.url, "ci/runner", "1", buildImage([runnerLayer]));
+      const baseImage = `${registry.host}/ci/base:1`;
+      const runnerImage = `${registry.host}/ci/runner:1`;
+      say(`registry up at ${registry.host}: ${baseImage} (busybox) and ${runnerImage} (runner layer)`);
+
+      const sim = new SimNodes();
+      cleanups.push(() => sim.dispose());
+      const nodeNames = Array.from({ length: options.nodes ?? 2 }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
+      for (const name of nodeNames) await sim.add(name);
+
+      const keys = appKeyPair();
+      const github = await new GitHubTestServer({ appId: APP_ID, installationId: INSTALLATION_ID, appPublicKey: keys.publicKey, host: sim.serviceAddress }).start();
+      cleanups.push(() => github.stop());
+      say(`GitHub test server at ${github.url} (reachable from the VMs of every node)`);
+
+      const b64 = (s: string): string => Buffer.from(s).toString("base64");
+      const secrets = createResourceClient<KubeObject>(plane.kubeConfig, SECRETS);
+      await secrets.create({
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: { name: "github-app", namespace: NAMESPACE },
+        data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(keys.privateKey) },
+      } as KubeObject);
+      const webhookSecret = `whsec-${Math.random().toString(36).slice(2)}`;
+      const webhookSecretFile = join(root, "webhook-secret");
+      await writeFile(webhookSecretFile, webhookSecret, { mode: 0o600 });
+
+      const kernel = await kernelConfig();
+      const kit = await loadBootKit();
+      const webhookPort = await freePort();
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, say });
+      // From here the world's own dispose removes everything, the processes it started included.
+      cleanups.splice(0, cleanups.length, async () => world.dispose());
+      github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
+      await world.kubectl(["apply", "-f", "-"], classAndTemplateYaml(baseImage, runnerImage));
+      world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
+
+      const operator = new ImpProcess(
+        "imp operator",
+        ["operator", "--kubeconfig", plane.kubeconfigPath, "--namespace", NAMESPACE, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--webhook-secret-file", webhookSecretFile, "--health-port", "0", "--log-level", "debug"],
+        join(root, "operator.log"),
+        options.operatorEnv,
+      );
+      world.#operator = operator;
+      await operator.start();
+
+      for (const net of sim.nodes) {
+        const stateDir = join(root, net.nodeName);
+        await mkdir(stateDir, { recursive: true });
+        // Per run: the sweep removes VM cgroups under its parent that are not its own, so two worlds
+        // on one machine (the end-to-end and fault suites in parallel) must never share one.
+        const cgroupParent = `imp/${sim.prefix}-${net.nodeName}`;
+        const config = {
+          nodeName: net.nodeName,
+          stateDir,
+          leaseNamespace: NAMESPACE,
+          capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: options.vmSlots ?? 2 },
+          accel: "auto",
+          vmm: "qemu",
+          qemu: { binary: "qemu-system-x86_64", ...(kit.vhostDeviceVsock === null ? {} : { vhostDeviceVsock: kit.vhostDeviceVsock }) },
+          kernels: { default: { kernel: kernel.kernel, ...(kernel.initrd === undefined ? {} : { initrd: kernel.initrd }), args: kernel.args } },
+          guestAgent: guestAgentPath,
+          imageCacheMaxBytes: 2 * 1024 ** 3,
+          network: { uplink: net.uplink, netns: net.netns },
+          healthPort: 0,
+          supervised: true,
+          supervisorBinary: supervisorPath,
+          cgroupParent,
+          sweepIntervalSeconds: 10,
+        };
+        const configPath = join(root, `${net.nodeName}.agent.json`);
+        await writeFile(configPath, JSON.stringify(config, null, 2));
+        const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", plane.kubeconfigPath, "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
+        world.nodes.push({ name: net.nodeName, net, stateDir, cgroupParent, agent });
+        await agent.start();
+      }
+      await Promise.all(
+        world.nodes.map((node) =>
+          waitFor(`ImpNode ${node.name} published with its setup key`, async () => {
+            if (!node.agent.running) throw new Error(`${node.agent.name} exited: ${await node.agent.exited()}\n${node.agent.tail()}`);
+            const published = await world.impNodes.get({ name: node.name }).catch(() => undefined);
+            return published?.status?.setupKey !== undefined ? published : undefined;
+          }, { timeoutMs: 120_000, intervalMs: 200 }),
+        ),
+      );
+      const accel = (await world.impNodes.get({ name: world.nodes[0]?.name ?? "" })).status;
+      world.#watch();
+      say(`imp operator and ${world.nodes.length} imp agents up (${world.nodes.map((n) => `${n.name}: netns ${n.net.netns}`).join(", ")}); accel ${accel?.accel ?? "?"} (${accel?.kvmReason ?? ""}); kernel: ${kernel.label}`);
+      return world;
+    } catch (err) {
+      await undo();
+      throw err;
+    }
+  }
+
+  async kubectl(args: readonly string[], input?: string): Promise<string> {
+    const child = execFileAsync(this.plane.binaries.kubectl, ["--kubeconfig", this.plane.kubeconfigPath, ...args], { timeout: 60_000, maxBuffer: 8 << 20 });
+    if (input !== undefined) {
+      child.child.stdin?.end(input);
+    }
+    const { stdout } = await child;
+    return stdout;
+  }
+
+  /** `kubectl apply` of a runner pool for the test repository. */
+  async applyPool(name: string, spec: PoolShape): Promise<string> {
+    return this.kubectl(["apply", "-f", "-"], poolYaml(name, this.github.url, spec, this.#runnerIdleSeconds));
+  }
+
+  async deletePool(name: string): Promise<void> {
+    await this.kubectl(["-n", NAMESPACE, "delete", "impvmrunnerpool", name, "--ignore-not-found", "--wait=false"]);
+  }
+
+  /** Queues a job for runners with `labels` (default the pools' default labels). */
+  queueJob(name: string, steps: readonly JobStep[], labels: readonly string[] = RUNNER_LABELS): TestJob {
+    return this.github.queueJob({ repo: REPO, labels: [...labels], steps, name });
+  }
+
+  async listVms(pool?: string): Promise<ImpVM[]> {
+    const all = (await this.vms.list({ namespace: NAMESPACE })).items;
+    return pool === undefined ? [...all] : all.filter((vm) => vm.metadata.labels?.["imp.dev/pool"] === pool || vm.metadata.ownerReferences?.some((o) => o.kind === "ImpVMRunnerPool" && o.name === pool));
+  }
+
+  getVm(name: string): Promise<ImpVM | undefined> {
+    return this.vms.get({ namespace: NAMESPACE, name }).catch(() => undefined);
+  }
+
+  /** Waits until `check` holds for some VM; fails early, with the logs, if a part of the world died. */
+  async waitForVm(what: string, check: (vms: ImpVM[]) => ImpVM | undefined, timeoutMs = 300_000): Promise<ImpVM> {
+    return waitFor(what, async () => {
+      this.#assertAlive();
+      return check(await this.listVms());
+    }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
+  }
+
+  async waitForJob(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
+    return waitFor(`job ${job.name} ${status}`, () => {
+      this.#assertAlive();
+      return job.status === status ? job : undefined;
+    }, { timeoutMs, intervalMs: 100 }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
+  }
+
+  nodeOf(vm: ImpVM): WorldNode {
+    const node = this.nodes.find((n) => n.name === vm.status?.nodeName);
+    if (node === undefined) throw new Error(`VM ${nameOf(vm)} is on no node of this world (${vm.status?.nodeName ?? "unbound"})`);
+    return node;
+  }
+
+  /** What of a VM remains on its node's host: processes, sockets, taps, cgroups, disks and its directory. */
+  async leftoversOf(node: WorldNode, uid: string): Promise<string[]> {
+    const left: string[] = [];
+    for (const pid of await processesMentioning(uid)) left.push(`process ${pid}: ${(await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).replaceAll("\0", " ").slice(0, 120)}`);
+    const vmDir = join(node.stateDir, "vms", uid);
+    if (existsSync(vmDir)) {
+      for (const entry of await readdir(vmDir, { recursive: true }).catch(() => [] as string[])) left.push(`file ${join(vmDir, String(entry))}`);
+      left.push(`dir ${vmDir}`);
+    }
+    for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"]) {
+      const dir = join(mount, node.cgroupParent, uid);
+      if (existsSync(dir)) left.push(`cgroup ${dir}`);
+    }
+    for (const link of await this.sim.linksOf(node.net)) {
+      if (link.alias?.split(" ").includes(uid) === true) left.push(`tap ${link.name} (${link.alias})`);
+    }
+    return left;
+  }
+
+  #assertAlive(): void {
+    if (this.#operator?.running === false) throw new Error(`imp operator exited:\n${this.operator.tail()}`);
+    for (const node of this.nodes) if (!node.agent.running) throw new Error(`${node.agent.name} exited:\n${node.agent.tail()}`);
+  }
+
+  #withLogs(err: unknown): Error {
+    const logs = [...(this.#operator === undefined ? [] : [this.#operator]), ...this.nodes.map((n) => n.agent)].map((p) => `--- ${p.name} (last lines) ---\n${p.tail(25)}`).join("\n");
+    return new Error(`${(err as Error).message}\n${logs}`, { cause: err });
+  }
+
+  /**
+   * Deletes the pools (the operator removes registrations, the agents tear the VMs down), stops
+   * every process, and removes everything of this world from the machine. Idempotent. Returns what
+   * of the world is still on the machine afterwards (namespaces, links, processes, cgroups): nothing.
+   */
+  async dispose(): Promise<string[]> {
+    if (this.#disposed) return this.leftoversOnHost();
+    this.#disposed = true;
+    clearTimeout(this.#watching);
+    if (this.#operator?.running === true && this.nodes.every((n) => n.agent.running)) {
+      await this.kubectl(["-n", NAMESPACE, "delete", "impvmrunnerpool", "--all", "--wait=false"]).catch(() => "");
+      await waitFor("every VM gone", async () => ((await this.listVms().catch(() => [])).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 250 }).catch(() => undefined);
+    }
+    await this.#operator?.stop().catch(() => undefined);
+    for (const node of this.nodes) await node.agent.stop().catch(() => undefined);
+    // Supervised VMMs outlive their agent by design: remove whatever of this run is still running.
+    for (const pid of await processesMentioning(this.root)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    for (const node of this.nodes) {
+      for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"]) await removeCgroupTree(join(mount, node.cgroupParent));
+    }
+    await this.github?.stop().catch(() => undefined);
+    await this.sim?.dispose();
+    await this.registry?.stop().catch(() => undefined);
+    await this.plane?.stop().catch(() => undefined);
+    await rm(this.root, { recursive: true, force: true }).catch(() => undefined);
+    return this.leftoversOnHost();
+  }
+
+  async leftoversOnHost(): Promise<string[]> {
+    const left = await this.sim.leftovers();
+    for (const pid of await processesMentioning(this.root)) left.push(`process ${pid}`);
+    for (const node of this.nodes) {
+      for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"]) if (existsSync(join(mount, node.cgroupParent))) left.push(`cgroup ${join(mount, node.cgroupParent)}`);
+    }
+    if (existsSync(this.root)) left.push(`dir ${this.root}`);
+    return left;
+  }
+
+}
+
+/** rmdir of a cgroup and its children, deepest first (cgroup dirs cannot be removed recursively). */
+async function removeCgroupTree(dir: string): Promise<void> {
+  if (!existsSync(dir)) return;
+  for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+    if (entry.isDirectory()) await removeCgroupTree(join(dir, entry.name));
+  }
+  await rmdir(dir).catch(() => undefined);
+}
+
+function classAndTemplateYaml(baseImage: string, runnerImage: string): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMClass
+metadata:
+  name: runner-small
+spec:
+  vcpu: 1
+  memoryMiB: 384
+  scratchDisk: 512Mi
+  arch: amd64
+---
+apiVersion: ${API_VERSION}
+kind: ImpVMTemplate
+metadata:
+  name: runner
+  namespace: ${NAMESPACE}
+spec:
+  classRef:
+    name: runner-small
+  image: ${baseImage}
+  extraLayers:
+    - image: ${runnerImage}
+  kernel: default
+  network:
+    egress: internet
+  expireAfter: 1h
+`;
+}
+
+export interface PoolShape {
+  readonly minIdle: number;
+  readonly maxConcurrent: number;
+  readonly scaleUpStep?: number;
+  /** Runner labels; default self-hosted, imp. */
+  readonly labels?: readonly string[];
+}
+
+function poolYaml(name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMRunnerPool
+metadata:
+  name: ${name}
+  namespace: ${NAMESPACE}
+spec:
+  templateName: runner
+  github:
+    credentialsSecretRef:
+      name: github-app
+    apiURL: ${githubUrl}
+    scope: repo
+    repository: ${REPO.owner}/${REPO.repo}
+    runnerGroup: Default
+    labels: [${(spec.labels ?? RUNNER_LABELS).join(", ")}]
+  minIdle: ${spec.minIdle}
+  maxConcurrent: ${spec.maxConcurrent}
+  scaleUpStep: ${spec.scaleUpStep ?? 5}
+  runnerCommand: ["/runner/run.sh"]
+  runnerEnv:
+    - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
+`;
+}
