@@ -39,7 +39,7 @@ interface RunnerExit {
 }
 
 function startRunner(args: string[], env: Record<string, string>, cwd: string): { exited: Promise<RunnerExit> } {
-  const child = spawn(binary ?? "", args, { cwd, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", IMP_TEST_RUNNER_IDLE_SECONDS: "60", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(binary ?? "", args, { cwd, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", TEST_RUNNER_IDLE_SECONDS: "60", ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));

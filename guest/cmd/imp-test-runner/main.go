@@ -249,7 +249,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitTerminatedError
 	}
 	cfg := config{idleTimeout: 10 * time.Minute, pollSeconds: 10}
-	if v, err := strconv.Atoi(getenv("IMP_TEST_RUNNER_IDLE_SECONDS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(getenv("TEST_RUNNER_IDLE_SECONDS")); err == nil && v > 0 {
 		cfg.idleTimeout = time.Duration(v) * time.Second
 		cfg.pollSeconds = min(cfg.pollSeconds, v)
 	}

@@ -112,7 +112,7 @@ func TestOneJobThenRefuseReuse(t *testing.T) {
 	setup := encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")
 	t.Chdir(t.TempDir())
 	var out, errOut bytes.Buffer
-	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": setup, "IMP_TEST_RUNNER_IDLE_SECONDS": "5"}
+	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": setup, "TEST_RUNNER_IDLE_SECONDS": "5"}
 	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errOut)
 	if code != exitSuccess {
 		t.Fatalf("exit %d, stderr %s", code, errOut.String())
