@@ -25,6 +25,8 @@ import { guestAgentPath, processesMentioning, supervisorPath } from "../../harne
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 import { loadBootKit } from "../../harness/vm.ts";
 import { loadGuestKernel } from "../../integration/bootkit/kernel-vm.ts";
+import type { FaultWorld } from "../../fault/invariants.ts";
+import { readNodeState, type SimulatedNode } from "../../fault/node-state.ts";
 import { ImpProcess } from "./imp-process.ts";
 import { SimNodes, simNodesUnavailable, type SimNodeNet } from "./sim-nodes.ts";
 
@@ -205,7 +207,6 @@ export class RunnerWorld {
       cleanups.push(() => plane.stop());
       await installCrds(plane.kubeConfig);
       say(`control plane up (kube-apiserver ${plane.server}) in ${(plane.startupMs / 1000).toFixed(1)} s; CRDs installed`);
-      await createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: NAMESPACE } });
 
       const registry = await startRegistry();
       cleanups.push(() => registry.stop());
@@ -232,14 +233,6 @@ export class RunnerWorld {
       cleanups.push(() => github.stop());
       say(`GitHub test server at ${github.url} (reachable from the VMs of every node)`);
 
-      const b64 = (s: string): string => Buffer.from(s).toString("base64");
-      const secrets = createResourceClient<KubeObject>(plane.kubeConfig, SECRETS);
-      await secrets.create({
-        apiVersion: "v1",
-        kind: "Secret",
-        metadata: { name: "github-app", namespace: NAMESPACE },
-        data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(keys.privateKey) },
-      } as KubeObject);
       const webhookSecret = `whsec-${Math.random().toString(36).slice(2)}`;
       const webhookSecretFile = join(root, "webhook-secret");
       await writeFile(webhookSecretFile, webhookSecret, { mode: 0o600 });
@@ -251,12 +244,13 @@ export class RunnerWorld {
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
-      await world.kubectl(["apply", "-f", "-"], classAndTemplateYaml(baseImage, runnerImage));
+      await world.kubectl(["apply", "-f", "-"], classYaml());
+      await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
 
       const operator = new ImpProcess(
         "imp operator",
-        ["operator", "--kubeconfig", plane.kubeconfigPath, "--namespace", NAMESPACE, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--webhook-secret-file", webhookSecretFile, "--health-port", "0", "--log-level", "debug"],
+        ["operator", "--kubeconfig", plane.kubeconfigPath, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--webhook-secret-file", webhookSecretFile, "--health-port", "0", "--log-level", "debug"],
         join(root, "operator.log"),
         options.operatorEnv,
       );
@@ -312,6 +306,31 @@ export class RunnerWorld {
     }
   }
 
+  /** A namespace for runner pools: the GitHub App's credentials Secret and the runner template in it. */
+  async addNamespace(namespace: string): Promise<void> {
+    await createResourceClient<KubeObject>(this.plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } });
+    const b64 = (v: string): string => Buffer.from(v).toString("base64");
+    await this.secrets.create({
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: "github-app", namespace },
+      data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(this.githubPrivateKey) },
+    } as KubeObject);
+    await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
+  }
+
+  /** Stops the operator (SIGTERM) if it runs and starts it again; `env` replaces its extra environment (a fault plan, or {}). */
+  async restartOperator(env?: Record<string, string>): Promise<void> {
+    await this.operator.stop();
+    await this.operator.start(env);
+  }
+
+  /** The same for one node's agent (its VMs keep running under their supervisors). */
+  async restartAgent(node: WorldNode, env?: Record<string, string>): Promise<void> {
+    await node.agent.stop();
+    await node.agent.start(env);
+  }
+
   async kubectl(args: readonly string[], input?: string): Promise<string> {
     const child = execFileAsync(this.plane.binaries.kubectl, ["--kubeconfig", this.plane.kubeconfigPath, ...args], { timeout: 60_000, maxBuffer: 8 << 20 });
     if (input !== undefined) {
@@ -322,12 +341,12 @@ export class RunnerWorld {
   }
 
   /** `kubectl apply` of a runner pool for the test repository. */
-  async applyPool(name: string, spec: PoolShape): Promise<string> {
-    return this.kubectl(["apply", "-f", "-"], poolYaml(name, this.github.url, spec, this.#runnerIdleSeconds));
+  async applyPool(name: string, spec: PoolShape, namespace = NAMESPACE): Promise<string> {
+    return this.kubectl(["apply", "-f", "-"], poolYaml(namespace, name, this.github.url, spec, this.#runnerIdleSeconds));
   }
 
-  async deletePool(name: string): Promise<void> {
-    await this.kubectl(["-n", NAMESPACE, "delete", "impvmrunnerpool", name, "--ignore-not-found", "--wait=false"]);
+  async deletePool(name: string, namespace = NAMESPACE): Promise<void> {
+    await this.kubectl(["-n", namespace, "delete", "impvmrunnerpool", name, "--ignore-not-found", "--wait=false"]);
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -335,13 +354,14 @@ export class RunnerWorld {
     return this.github.queueJob({ repo: REPO, labels: [...labels], steps, name });
   }
 
+  /** VMs of every namespace (or of one pool). */
   async listVms(pool?: string): Promise<ImpVM[]> {
-    const all = (await this.vms.list({ namespace: NAMESPACE })).items;
+    const all = (await this.vms.list()).items;
     return pool === undefined ? [...all] : all.filter((vm) => vm.metadata.labels?.["imp.dev/pool"] === pool || vm.metadata.ownerReferences?.some((o) => o.kind === "ImpVMRunnerPool" && o.name === pool));
   }
 
-  getVm(name: string): Promise<ImpVM | undefined> {
-    return this.vms.get({ namespace: NAMESPACE, name }).catch(() => undefined);
+  getVm(name: string, namespace = NAMESPACE): Promise<ImpVM | undefined> {
+    return this.vms.get({ namespace, name }).catch(() => undefined);
   }
 
   /** Waits until `check` holds for some VM; fails early, with the logs, if a part of the world died. */
@@ -367,21 +387,17 @@ export class RunnerWorld {
 
   /** What of a VM remains on its node's host: processes, sockets, taps, cgroups, disks and its directory. */
   async leftoversOf(node: WorldNode, uid: string): Promise<string[]> {
-    const left: string[] = [];
-    for (const pid of await processesMentioning(uid)) left.push(`process ${pid}: ${(await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).replaceAll("\0", " ").slice(0, 120)}`);
-    const vmDir = join(node.stateDir, "vms", uid);
-    if (existsSync(vmDir)) {
-      for (const entry of await readdir(vmDir, { recursive: true }).catch(() => [] as string[])) left.push(`file ${join(vmDir, String(entry))}`);
-      left.push(`dir ${vmDir}`);
-    }
-    for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"]) {
-      const dir = join(mount, node.cgroupParent, uid);
-      if (existsSync(dir)) left.push(`cgroup ${dir}`);
-    }
-    for (const link of await this.sim.linksOf(node.net)) {
-      if (link.alias?.split(" ").includes(uid) === true) left.push(`tap ${link.name} (${link.alias})`);
-    }
-    return left;
+    return (await readNodeState(this.simulatedNode(node), { uid })).map((r) => `${r.kind} ${r.detail}`);
+  }
+
+  /** A node as the fault suite's checker reads it (test/fault/node-state.ts); the agent's own pid is never a VM's. */
+  simulatedNode(node: WorldNode): SimulatedNode {
+    return { nodeName: node.name, stateDir: node.stateDir, netns: node.net.netns, cgroupParent: node.cgroupParent, agentPids: node.agent.pid === undefined ? [] : [node.agent.pid] };
+  }
+
+  /** The world as the invariant checker sees one namespace of it. */
+  faultWorld(namespace: string): FaultWorld {
+    return { kubeConfig: this.plane.kubeConfig, namespace, github: this.github, nodes: this.nodes.map((n) => this.simulatedNode(n)) };
   }
 
   #assertAlive(): void {
@@ -404,7 +420,7 @@ export class RunnerWorld {
     this.#disposed = true;
     clearTimeout(this.#watching);
     if (this.#operator?.running === true && this.nodes.every((n) => n.agent.running)) {
-      await this.kubectl(["-n", NAMESPACE, "delete", "impvmrunnerpool", "--all", "--wait=false"]).catch(() => "");
+      await this.kubectl(["delete", "impvmrunnerpool", "--all", "--all-namespaces", "--wait=false"]).catch(() => "");
       await waitFor("every VM gone", async () => ((await this.listVms().catch(() => [])).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 250 }).catch(() => undefined);
     }
     await this.#operator?.stop().catch(() => undefined);
@@ -449,7 +465,7 @@ async function removeCgroupTree(dir: string): Promise<void> {
   await rmdir(dir).catch(() => undefined);
 }
 
-function classAndTemplateYaml(baseImage: string, runnerImage: string): string {
+function classYaml(): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMClass
 metadata:
@@ -459,12 +475,15 @@ spec:
   memoryMiB: 384
   scratchDisk: 512Mi
   arch: amd64
----
-apiVersion: ${API_VERSION}
+`;
+}
+
+function templateYaml(namespace: string, baseImage: string, runnerImage: string): string {
+  return `apiVersion: ${API_VERSION}
 kind: ImpVMTemplate
 metadata:
   name: runner
-  namespace: ${NAMESPACE}
+  namespace: ${namespace}
 spec:
   classRef:
     name: runner-small
@@ -486,12 +505,12 @@ export interface PoolShape {
   readonly labels?: readonly string[];
 }
 
-function poolYaml(name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
+function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMRunnerPool
 metadata:
   name: ${name}
-  namespace: ${NAMESPACE}
+  namespace: ${namespace}
 spec:
   templateName: runner
   github:
