@@ -107,7 +107,7 @@ test("other events and unhandled actions are rejected with a reason, though auth
   assert.match(waitingVerdict.kind === "rejected" ? waitingVerdict.reason : "", /action "waiting"/);
 });
 
-test("in_progress and completed carry the runner; without one they are rejected", () => {
+test("in_progress and completed carry the runner; in_progress without one is rejected, a completed job without one must have a conclusion (cancelled while queued)", () => {
   const running = parseWorkflowJobWebhook("workflow_job", "d-1", payload({ action: "in_progress" }, { runner_name: "imp-abc", runner_id: 5, runner_group_name: "Default" }));
   assert.ok(running.ok);
   assert.equal(running.event.runnerName, "imp-abc");
@@ -115,7 +115,12 @@ test("in_progress and completed carry the runner; without one they are rejected"
   const done = parseWorkflowJobWebhook("workflow_job", "d-2", payload({ action: "completed" }, { runner_name: "imp-abc", runner_id: 5, conclusion: "success" }));
   assert.ok(done.ok);
   assert.equal(done.event.conclusion, "success");
-  assert.deepEqual(parseWorkflowJobWebhook("workflow_job", "d-3", payload({ action: "completed" })), { ok: false, reason: "a completed job has no runner_name" });
+  assert.deepEqual(parseWorkflowJobWebhook("workflow_job", "d-3", payload({ action: "in_progress" })), { ok: false, reason: "an in_progress job has no runner_name" });
+  assert.deepEqual(parseWorkflowJobWebhook("workflow_job", "d-3", payload({ action: "completed" })), { ok: false, reason: "a completed job has neither a runner_name nor a conclusion" });
+  // What GitHub sends for a job cancelled before any runner took it.
+  const cancelled = parseWorkflowJobWebhook("workflow_job", "d-3", payload({ action: "completed" }, { runner_name: null, runner_id: null, runner_group_name: null, conclusion: "cancelled" }));
+  assert.ok(cancelled.ok);
+  assert.deepEqual([cancelled.event.runnerName, cancelled.event.runnerId, cancelled.event.conclusion], [null, null, "cancelled"]);
 });
 
 test("the job's created, started and completed times are read; a time that is not ISO 8601 is rejected", () => {

@@ -14,7 +14,11 @@ export interface WorkflowJobEvent {
   readonly runAttempt: number;
   readonly jobName: string;
   readonly labels: readonly string[];
-  /** Set once a runner took the job (in_progress, completed); null while queued. */
+  /**
+   * Set once a runner took the job (in_progress, completed); null while queued, and null on a
+   * `completed` job no runner ever took (cancelled while queued: GitHub sends runner_id and
+   * runner_name null and conclusion "cancelled").
+   */
   readonly runnerName: string | null;
   readonly runnerId: number | null;
   readonly runnerGroupName: string | null;
@@ -126,7 +130,9 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
       ...(startedAt === undefined ? {} : { startedAt }),
       ...(completedAt === undefined ? {} : { completedAt }),
     };
-    if (event.action !== "queued" && event.runnerName === null) throw new Reject(`a ${event.action} job has no runner_name`);
+    if (event.action === "in_progress" && event.runnerName === null) throw new Reject("an in_progress job has no runner_name");
+    // A job that ends without a runner (cancelled while queued) must still say how it ended.
+    if (event.action === "completed" && event.runnerName === null && event.conclusion === null) throw new Reject("a completed job has neither a runner_name nor a conclusion");
     return { ok: true, event };
   } catch (err) {
     if (err instanceof Reject) return { ok: false, reason: err.message };

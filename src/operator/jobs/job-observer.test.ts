@@ -158,11 +158,13 @@ describe("JobObserver", () => {
     assert.equal(startedEvent?.involvedObject.kind, "ImpVM");
   });
 
-  it("counts a completed job whose in_progress was lost as started too; ignores runners that are no ImpVM and deliveries another pool's secret signed", async () => {
+  it("counts a completed job whose in_progress was lost as started too; ignores runners that are no ImpVM, jobs cancelled before any runner took them and deliveries another pool's secret signed", async () => {
     observer.onWorkflowJob(jobEvent("completed", { jobId: 42, conclusion: "failure" }));
     observer.onWorkflowJob(jobEvent("in_progress", { jobId: 43, runnerName: "someone-elses-runner" }));
     observer.onWorkflowJob(jobEvent("completed", { jobId: 43, runnerName: "someone-elses-runner" }));
     observer.onWorkflowJob(jobEvent("in_progress", { jobId: 44 }), new Set(["ns/other-pool"])); // signed by another pool's secret
+    // Cancelled while queued: completed with no runner ran nothing on an Imp runner, so it counts nowhere.
+    observer.onWorkflowJob(jobEvent("completed", { jobId: 45, runnerName: null, runnerId: null, conclusion: "cancelled" }));
     const s = await scrape(registry);
     const job = { repository: "web", job_name: "build" };
     assert.equal(only(s, "gha_started_jobs_total", job).reduce((n, x) => n + x.value, 0), 2);

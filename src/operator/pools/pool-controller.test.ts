@@ -132,6 +132,19 @@ describe("PoolController", () => {
       controller.onWorkflowJob(job("in_progress", 1, "b-bcdfg"), new Set(["ns/b"]));
       assert.equal(controller.activity.isBusy("b-bcdfg"), true);
       assert.equal(controller.activity.queuedJobs("ns/b"), 0);
+      // Cancelled while queued: completed with no runner (as GitHub sends it). It ends the demand,
+      // but only in the pools the delivery's secret speaks for.
+      controller.onWorkflowJob({ ...job("queued", 3, null), deliveryId: "d-3-q" }, new Set(["ns/b"]));
+      assert.equal(controller.activity.queuedJobs("ns/b"), 1);
+      const cancelled = { ...job("completed", 3, null), conclusion: "cancelled" };
+      controller.onWorkflowJob(cancelled, new Set(["ns/a"]));
+      assert.equal(controller.activity.queuedJobs("ns/b"), 1, "a's secret cannot cancel b's queued job");
+      controller.onWorkflowJob(cancelled, new Set(["ns/b"]));
+      assert.equal(controller.activity.queuedJobs("ns/b"), 0, "a job cancelled while queued is no longer demand");
+      controller.onWorkflowJob(job("queued", 4, null), "all");
+      assert.equal(controller.activity.queuedJobs("ns/a"), 2);
+      controller.onWorkflowJob({ ...job("completed", 4, null), conclusion: "cancelled" }, "all");
+      assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret ends it wherever it was counted");
     } finally {
       stop.abort();
     }

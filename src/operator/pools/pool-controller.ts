@@ -103,7 +103,8 @@ export class PoolController {
 
   /**
    * A verified workflow_job webhook: queued jobs burst matching pools, in_progress marks a runner
-   * busy. `audience`: the pools the delivery's secret is trusted for (a pool's own secretRef), or all.
+   * busy, completed frees it; a job completed without a runner (cancelled while queued) is no
+   * longer demand. `audience`: the pools the delivery's secret is trusted for (a pool's own secretRef), or all.
    */
   onWorkflowJob(event: WorkflowJobEvent, audience: ReadonlySet<string> | "all" = "all"): void {
     const heard = (p: Readonly<ImpVMRunnerPool>): boolean => audience === "all" || audience.has(keyOf(p));
@@ -119,15 +120,22 @@ export class PoolController {
       }
       return;
     }
+    if (event.runnerName === null) {
+      // Completed without a runner: cancelled while queued. No pool waits for it any more; a
+      // pool's own secret can end only that pool's demand.
+      const waited = this.activity.jobTaken(event.jobId, audience === "all" ? undefined : (poolKey) => audience.has(poolKey));
+      for (const poolKey of waited) this.controller.enqueue(poolKey);
+      return;
+    }
     if (audience !== "all") {
       // A pool's own secret speaks only about that pool's runners.
       const runner = event.runnerName;
-      if (runner === null || !this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
+      if (!this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
     }
     this.activity.jobTaken(event.jobId);
-    if (event.runnerName !== null) this.activity.runnerBusy(event.runnerName, event.action === "in_progress");
+    this.activity.runnerBusy(event.runnerName, event.action === "in_progress");
     for (const pool of this.#o.poolCache.list()) {
-      if (event.runnerName !== null && heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
+      if (heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
   }
 

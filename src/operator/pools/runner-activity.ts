@@ -37,9 +37,15 @@ export class RunnerActivity {
     jobs.set(jobId, this.#clock.now() + this.#queuedTtlMs);
   }
 
-  /** A job was taken (by any runner, ours or not) or ended: no pool waits for it any more. */
-  jobTaken(jobId: number): void {
-    for (const jobs of this.#queued.values()) jobs.delete(jobId);
+  /**
+   * A job was taken (by any runner, ours or not) or ended (also cancelled while queued): no pool
+   * waits for it any more. `inPool`: only the pools it answers true for (a pool's own webhook
+   * secret). Returns the pools that were waiting for it.
+   */
+  jobTaken(jobId: number, inPool: (poolKey: string) => boolean = () => true): string[] {
+    const waited: string[] = [];
+    for (const [poolKey, jobs] of this.#queued) if (inPool(poolKey) && jobs.delete(jobId)) waited.push(poolKey);
+    return waited;
   }
 
   queuedJobs(poolKey: string): number {
