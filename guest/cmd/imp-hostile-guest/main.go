@@ -9,6 +9,8 @@
 //	oversized  every vsock connection gets a frame header declaring 4 GiB, then zeros until it closes
 //	silent     accepts every vsock connection, reads everything, never answers
 //	flood      the real server, and the serial console flooded with junk lines as fast as the guest can write
+//	late       the real server, until 2 s after its exec reply went out: then a non-JSON frame on that
+//	           stream, between two real frames (the workload is running by then)
 //
 // It never exits: a PID 1 that exits panics the kernel, which would end the VM for a reason other
 // than the one under test.
@@ -68,6 +70,9 @@ func main() {
 	case "flood":
 		go flood()
 		serveReal(ln, log)
+	case "late":
+		srv := realServer(log)
+		acceptForever(ln, func(c net.Conn) { proxyThenGarbage(c, srv) })
 	default:
 		serveReal(ln, log)
 	}
@@ -86,20 +91,68 @@ func hostileMode() string {
 	return ""
 }
 
-// serveReal runs the real guest agent's protocol server (as cmd/imp-guest wires it in PID-1 mode).
-func serveReal(ln net.Listener, log *slog.Logger) {
-	ctx := context.Background()
+// realServer is the real guest agent's protocol server (as cmd/imp-guest wires it in PID-1 mode).
+func realServer(log *slog.Logger) *server.Server {
 	reaper := execmgr.NewReaper(log)
-	go reaper.Run(ctx)
-	srv := server.New(reaper, log, server.Options{
+	go reaper.Run(context.Background())
+	return server.New(reaper, log, server.Options{
 		Agent:    "imp-hostile-guest/0 (control)",
 		System:   &system.Linux{Root: "/", Log: log},
 		Shutdown: func(mode string) { pid1.PowerOff(log, mode) },
 	})
-	if err := srv.Serve(ctx, ln, "vsock"); err != nil {
+}
+
+func serveReal(ln net.Listener, log *slog.Logger) {
+	if err := realServer(log).Serve(context.Background(), ln, "vsock"); err != nil {
 		log.Error("hostile guest: server stopped", "error", err)
 	}
 	idle()
+}
+
+// proxyThenGarbage serves the host through the real server on an in-memory pipe, copying the
+// server's frames to the host one whole frame at a time; 2 s after a frame of type "exec" passed it
+// slips a non-JSON frame in between two real ones.
+func proxyThenGarbage(host net.Conn, srv *server.Server) {
+	inner, agent := net.Pipe()
+	defer inner.Close()
+	go srv.ServeConn(context.Background(), agent, "vsock-proxy")
+	go func() { _, _ = io.Copy(inner, host) }()
+	var inject <-chan time.Time
+	frames := make(chan []byte)
+	go func() {
+		defer close(frames)
+		for {
+			header := make([]byte, 4)
+			if _, err := io.ReadFull(inner, header); err != nil {
+				return
+			}
+			body := make([]byte, binary.BigEndian.Uint32(header))
+			if _, err := io.ReadFull(inner, body); err != nil {
+				return
+			}
+			frames <- append(header, body...)
+		}
+	}()
+	for {
+		select {
+		case frame, ok := <-frames:
+			if !ok {
+				return
+			}
+			if _, err := host.Write(frame); err != nil {
+				return
+			}
+			if inject == nil && strings.Contains(string(frame[4:]), `"type":"exec"`) {
+				inject = time.After(2 * time.Second)
+			}
+		case <-inject:
+			body := []byte("\xff\xfe late garbage, not JSON")
+			header := make([]byte, 4)
+			binary.BigEndian.PutUint32(header, uint32(len(body)))
+			_, _ = host.Write(append(header, body...))
+			inject = nil
+		}
+	}
 }
 
 func acceptForever(ln net.Listener, handle func(net.Conn)) {

@@ -273,7 +273,7 @@ export class VmRuntime {
       log.info("re-adopted a running VM");
       this.#o.notify(task.latest);
       const outcome = await this.#waitForEnd(task, state, log);
-      const exited = await Promise.race([running.exited().then(() => true), this.#o.clock.sleep(this.#t.powerOffMs).then(() => false)]);
+      const exited = outcome.reason !== VM_REASONS.GuestMisbehaved && (await Promise.race([running.exited().then(() => true), this.#o.clock.sleep(this.#t.powerOffMs).then(() => false)]));
       if (!exited) await running.stop(this.#t.stopGraceMs);
       this.#end(task, outcome, log);
     })();
@@ -305,10 +305,11 @@ export class VmRuntime {
     const outcome = await this.#waitForEnd(task, state, log);
     // The workload ended, nothing reported or freed yet. Only crash/delay mean something here; a fail is logged and passes.
     await this.#faults.hit("agent.after-exit", task.abort.signal).catch((err: unknown) => log.warn({ error: describeError(err) }, "fault at agent.after-exit"));
-    // The guest powers off after reporting the exit; give it a bounded moment, then stop it.
+    // The guest powers off after reporting the exit; give it a bounded moment, then stop it. A guest
+    // that misbehaved gets no moment: it is stopped at once.
     const vm = state.vm;
     if (vm !== undefined) {
-      const exited = await Promise.race([vm.exited().then(() => true), this.#o.clock.sleep(this.#t.powerOffMs).then(() => false)]);
+      const exited = outcome.reason !== VM_REASONS.GuestMisbehaved && (await Promise.race([vm.exited().then(() => true), this.#o.clock.sleep(this.#t.powerOffMs).then(() => false)]));
       if (!exited) await vm.stop(this.#t.stopGraceMs);
     }
     this.#end(task, outcome, log);

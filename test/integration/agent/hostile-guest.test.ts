@@ -153,9 +153,16 @@ describe("hostile guests: a real agent ends each misbehaving VM cleanly and noth
     for (const name of ["garbage", "oversized", "control-1", "silent"]) await assertReleasedAndGone(name);
   });
 
-  it("a guest flooding its serial console is stopped at the limit, and the agent keeps running VMs", async () => {
+  it("a guest flooding its serial console, or sending garbage while its workload runs, is stopped; the agent keeps running VMs", async () => {
     await boundVm("flood", ["/bin/sh", "-c", "sleep 3600"], "flood");
+    await boundVm("late", ["/bin/sh", "-c", "sleep 3600"], "late");
     await boundVm("control-2", ["/bin/sh", "-c", "sleep 10; echo still fine"]);
+    const late = await waitForEnd("late", VM_DONE_MS);
+    assert.equal(late.status?.phase, "Failed", JSON.stringify(late.status));
+    assert.ok(late.status?.phaseTimestamps?.running !== undefined, `the workload was running first: ${JSON.stringify(late.status)}`);
+    assert.equal(late.status?.reason, "GuestMisbehaved", JSON.stringify(late.status));
+    assert.match(late.status?.message ?? "", /not UTF-8 JSON/);
+    process.stdout.write(`# garbage while running: Running → Failed in ${Date.parse(late.status?.phaseTimestamps?.failed ?? "") - Date.parse(late.status?.phaseTimestamps?.running ?? "")} ms\n`);
     const flood = await waitForEnd("flood", FLOOD_DONE_MS);
     assert.equal(flood.status?.phase, "Failed", JSON.stringify(flood.status));
     assert.equal(flood.status?.reason, "GuestMisbehaved", JSON.stringify(flood.status));
@@ -166,7 +173,7 @@ describe("hostile guests: a real agent ends each misbehaving VM cleanly and noth
     process.stdout.write(`# console flood: ${written} bytes, Booting → Failed in ${bootToEndMs(flood)} ms\n`);
     const control = await waitForEnd("control-2", VM_DONE_MS);
     assert.equal(control.status?.phase, "Succeeded", JSON.stringify(control.status));
-    for (const name of ["flood", "control-2"]) await assertReleasedAndGone(name);
+    for (const name of ["flood", "late", "control-2"]) await assertReleasedAndGone(name);
   });
 
   it("the agent's memory stayed bounded throughout", () => {
