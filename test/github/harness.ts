@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import type { TestContext } from "node:test";
-import { GitHubClient, type GitHubClientOptions } from "../../src/github/index.ts";
+import { acceptWebhook, GitHubClient, readWebhookBody, type GitHubClientOptions, type WorkflowJobEvent } from "../../src/github/index.ts";
 import { GitHubTestServer } from "./server.ts";
 
 /** GitHub issues App keys as PKCS#1 PEM; so do we. */
@@ -25,7 +27,7 @@ export interface GitHubFixture {
 }
 
 /** Starts a test server for one test; stops it afterwards and fails the test on any OpenAPI violation. */
-export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean; apiPrefix?: string } = {}): Promise<GitHubFixture> {
+export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean; apiPrefix?: string; jobLockTimeoutMs?: number } = {}): Promise<GitHubFixture> {
   const keys = appKeyPair();
   const server = await new GitHubTestServer({
     appId: APP_ID,
@@ -33,6 +35,7 @@ export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: n
     appPublicKey: keys.publicKey,
     ...(options.tokenTtlSeconds === undefined ? {} : { tokenTtlSeconds: options.tokenTtlSeconds }),
     ...(options.apiPrefix === undefined ? {} : { apiPrefix: options.apiPrefix }),
+    ...(options.jobLockTimeoutMs === undefined ? {} : { jobLockTimeoutMs: options.jobLockTimeoutMs }),
   }).start();
   t.after(async () => {
     await server.stop();
@@ -53,4 +56,27 @@ export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: n
 
 export function assertNoViolations(server: GitHubTestServer): void {
   assert.deepEqual(server.violations, [], "the GitHub test server saw requests or sent responses that break GitHub's OpenAPI description");
+}
+
+/**
+ * Points the server's webhooks at a receiver that takes them as the operator does (signature,
+ * then parseWorkflowJobWebhook); `events` are the accepted ones, `rejected` the reasons of the rest.
+ */
+export async function receiveWebhooks(t: TestContext, server: GitHubTestServer): Promise<{ events: WorkflowJobEvent[]; rejected: string[] }> {
+  const events: WorkflowJobEvent[] = [];
+  const rejected: string[] = [];
+  const secret = "receiver-secret";
+  const http = createServer((req, res) => {
+    void (async () => {
+      const read = await readWebhookBody(req, req.headers["content-length"]);
+      const verdict = read.ok ? await acceptWebhook({ headers: req.headers, body: read.body }, { secrets: [secret] }) : { kind: "rejected" as const, reason: read.reason };
+      if (verdict.kind === "accepted") events.push(verdict.event);
+      else rejected.push(verdict.reason);
+      res.writeHead(verdict.kind === "accepted" ? 202 : 422).end();
+    })();
+  });
+  await new Promise<void>((r) => http.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise<void>((r) => http.close(() => r())));
+  server.webhooks.target = { url: `http://127.0.0.1:${(http.address() as AddressInfo).port}/webhook`, secret };
+  return { events, rejected };
 }

@@ -13,8 +13,10 @@ import { WebhookSender } from "./webhook-sender.ts";
  * (openapi-contract.ts checks every request and response on a GitHub path). Besides GitHub's
  * paths it serves:
  *  - /_imp-test/runner/…: a minimal runner session API for guest/cmd/imp-test-runner (come online
- *    with the one-time secret from the jitconfig, take one job, report it). A setup works once: a
- *    second session for a runner, or any session after the first, is refused.
+ *    with the one-time secret from the jitconfig, take one job, renew its lock while it runs, report
+ *    it). A setup works once: a second session for a runner, or any session after the first, is
+ *    refused. A runner that goes silent is lost, as on GitHub: a job whose lock is not renewed
+ *    within `jobLockTimeoutMs` fails, and a session that stops polling is closed (see #expireLost).
  *  - /_imp-test/control/…: test control over HTTP (the same operations as the methods below), for
  *    tests that drive the server from another process.
  * Faults (5xx, rate limits, delays, expired tokens, dropped or duplicated webhooks) are injected
@@ -33,7 +35,16 @@ export interface GitHubTestServerOptions {
    * (the jitconfig's ServerUrl carries it), so an end-to-end test gives one its VMs can route to.
    */
   readonly host?: string;
+  /**
+   * How long a job in progress survives without its runner renewing the job's lock, and an open
+   * session without its runner polling; then the runner counts as lost (its VM died): the job
+   * completes as a failure and the runner goes offline, no longer busy. Real GitHub's job lock is
+   * about 10 minutes; tests want the consequence within seconds. Default 15 s.
+   */
+  readonly jobLockTimeoutMs?: number;
 }
+
+export const DEFAULT_JOB_LOCK_TIMEOUT_MS = 15_000;
 
 export type Fault = { readonly count: number; readonly path?: RegExp; readonly method?: string } & (
   | { readonly kind: "server-error"; readonly status?: 500 | 502 | 503 }
@@ -57,12 +68,14 @@ export interface TestJob {
   status: "queued" | "in_progress" | "completed";
   runnerId: number | undefined;
   runnerName: string | undefined;
-  conclusion: "success" | "failure" | undefined;
+  conclusion: "success" | "failure" | "cancelled" | undefined;
   result: { readonly conclusion: string; readonly steps: ReadonlyArray<{ readonly name: string; readonly exitCode: number }>; readonly log: string } | undefined;
   /** Date.now() when the job was queued, taken by a runner, and reported done. */
   readonly queuedAt: number;
   startedAt: number | undefined;
   completedAt: number | undefined;
+  /** Date.now() of the last renewal of the job's lock by its runner (or of its start). */
+  renewedAt: number | undefined;
 }
 
 export interface TestRunner {
@@ -79,6 +92,11 @@ export interface TestRunner {
   setupUsed: boolean;
   session: string | undefined;
   jobId: number | undefined;
+  /**
+   * Until when the runner has shown it is alive: the time of its last request, or the end of the
+   * long poll it is in. An open session idle for jobLockTimeoutMs past this is closed as lost.
+   */
+  seenUntil: number;
 }
 
 export interface LoggedRequest {
@@ -130,6 +148,7 @@ export class GitHubTestServer {
   readonly #barriers = new Map<string, Map<string, string>>();
   #tamper: ((reply: Reply) => Reply) | undefined;
   #server: Server | undefined;
+  #lostTimer: NodeJS.Timeout | undefined;
   #nextId = 100;
   #url = "";
 
@@ -159,10 +178,20 @@ export class GitHubTestServer {
     });
     this.#server = server;
     this.#url = `http://${this.#options.host ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
+    // Lost runners are noticed by a timer, as GitHub notices them, not only when someone asks.
+    const every = Math.min(1000, Math.max(50, Math.floor(this.jobLockTimeoutMs / 10)));
+    this.#lostTimer = setInterval(() => this.#expireLost(Date.now()), every);
+    this.#lostTimer.unref();
     return this;
   }
 
+  get jobLockTimeoutMs(): number {
+    return this.#options.jobLockTimeoutMs ?? DEFAULT_JOB_LOCK_TIMEOUT_MS;
+  }
+
   async stop(): Promise<void> {
+    clearInterval(this.#lostTimer);
+    this.#lostTimer = undefined;
     await this.webhooks.settled();
     const server = this.#server;
     if (server === undefined) return;
@@ -215,10 +244,31 @@ export class GitHubTestServer {
       queuedAt: Date.now(),
       startedAt: undefined,
       completedAt: undefined,
+      renewedAt: undefined,
     };
     this.jobs.set(id, record);
     this.#jobWebhook(record, "queued");
     return record;
+  }
+
+  /**
+   * Cancels a job as a user does on GitHub. A queued job completes with conclusion `cancelled` and
+   * no runner (runner_id and runner_name null in the webhook, as GitHub sends it); a job in
+   * progress completes `cancelled` on its runner, which learns it at its next lock renewal and
+   * stops. A completed job is left as it is (GitHub answers 409 there too); returns whether it was cancelled.
+   */
+  cancelJob(id: number): boolean {
+    const job = this.jobs.get(id);
+    if (job === undefined) throw new Error(`no job ${id}`);
+    if (job.status === "completed") return false;
+    const runner = job.runnerId === undefined ? undefined : this.runners.get(job.runnerId);
+    job.status = "completed";
+    job.completedAt = Date.now();
+    job.conclusion = "cancelled";
+    job.result = { conclusion: "cancelled", steps: [], log: "##[error]The operation was canceled.\n" };
+    if (runner !== undefined && runner.jobId === id) runner.busy = false;
+    this.#jobWebhook(job, "completed");
+    return true;
   }
 
   /** Sets a runner's state as if its runner process had come online or picked up a job. */
@@ -260,7 +310,10 @@ export class GitHubTestServer {
       }
     }
     if (url.pathname.startsWith("/_imp-test/")) {
-      const reply = await this.#handleTestPath(method, url, body);
+      // A runner that hangs up in a long poll is gone; the poll must not hand it a job.
+      const hungUp = new AbortController();
+      res.once("close", () => hungUp.abort());
+      const reply = await this.#handleTestPath(method, url, body, hungUp.signal);
       this.requests.push({ method, path: url.pathname, status: reply.status, operationId: undefined, faulted: false, at });
       return send(res, reply);
     }
@@ -477,6 +530,7 @@ export class GitHubTestServer {
       setupUsed: false,
       session: undefined,
       jobId: undefined,
+      seenUntil: 0,
     };
     this.runners.set(id, runner);
     const encoded = encodeJitSetup(
@@ -509,14 +563,15 @@ export class GitHubTestServer {
 
   // ---- runner sessions and test control -------------------------------------------------------
 
-  async #handleTestPath(method: string, url: URL, body: unknown): Promise<Reply> {
+  async #handleTestPath(method: string, url: URL, body: unknown, hungUp: AbortSignal): Promise<Reply> {
     const path = url.pathname.slice("/_imp-test".length);
     const input = (body ?? {}) as Record<string, unknown>;
     let m: RegExpExecArray | null;
     if (method === "POST" && path === "/runner/sessions") return this.#openSession(input);
     if ((m = /^\/runner\/sessions\/([\w-]+)\/acquire$/.exec(path)) && method === "POST") {
-      return this.#acquire(m[1] ?? "", Math.min(30, Number(url.searchParams.get("waitSeconds") ?? "10")));
+      return this.#acquire(m[1] ?? "", Math.max(0, Math.min(30, Number(url.searchParams.get("waitSeconds") ?? "10") || 0)), hungUp);
     }
+    if ((m = /^\/runner\/sessions\/([\w-]+)\/jobs\/(\d+)\/renew$/.exec(path)) && method === "POST") return this.#renew(m[1] ?? "", Number(m[2]));
     if ((m = /^\/runner\/sessions\/([\w-]+)\/jobs\/(\d+)\/result$/.exec(path)) && method === "POST") return this.#complete(m[1] ?? "", Number(m[2]), input);
     if ((m = /^\/runner\/sessions\/([\w-]+)$/.exec(path)) && method === "DELETE") return this.#closeSession(m[1] ?? "");
     if (method === "POST" && path === "/control/jobs") {
@@ -526,6 +581,10 @@ export class GitHubTestServer {
     if ((m = /^\/control\/jobs\/(\d+)$/.exec(path)) && method === "GET") {
       const job = this.jobs.get(Number(m[1]));
       return job === undefined ? { status: 404 } : { status: 200, body: job };
+    }
+    if ((m = /^\/control\/jobs\/(\d+)\/cancel$/.exec(path)) && method === "POST") {
+      if (!this.jobs.has(Number(m[1]))) return { status: 404 };
+      return this.cancelJob(Number(m[1])) ? { status: 204 } : { status: 409, body: { message: "the job is completed already" } };
     }
     if ((m = /^\/control\/runners\/(\d+)$/.exec(path)) && method === "POST") {
       this.setRunnerState(Number(m[1]), input as { status?: "online" | "offline"; busy?: boolean });
@@ -579,6 +638,7 @@ export class GitHubTestServer {
     runner.setupUsed = true;
     runner.session = randomUUID();
     runner.status = "online";
+    runner.seenUntil = Date.now();
     runner.version = typeof input["version"] === "string" ? input["version"] : "imp-test";
     return { status: 201, body: { sessionId: runner.session } };
   }
@@ -587,23 +647,33 @@ export class GitHubTestServer {
     return [...this.runners.values()].find((r) => r.session === sessionId);
   }
 
-  async #acquire(sessionId: string, waitSeconds: number): Promise<Reply> {
+  async #acquire(sessionId: string, waitSeconds: number, hungUp: AbortSignal): Promise<Reply> {
     const deadline = Date.now() + waitSeconds * 1000;
+    const polling = this.#sessionRunner(sessionId);
+    // In a long poll the runner is alive until the poll ends (or it hangs up).
+    if (polling !== undefined) polling.seenUntil = Math.max(polling.seenUntil, deadline);
     for (;;) {
       const runner = this.#sessionRunner(sessionId);
       if (runner === undefined) return { status: 404, body: { error: "NoSession" } };
+      if (hungUp.aborted) {
+        runner.seenUntil = Date.now();
+        return { status: 204 };
+      }
       if (runner.jobId !== undefined) return { status: 409, body: { error: "JobAlreadyTaken", message: "an ephemeral runner takes exactly one job" } };
       const names = new Set(runner.labels.map((l) => l.name.toLowerCase()));
       const job = [...this.jobs.values()].find((j) => j.status === "queued" && this.#canRun(runner, j) && j.labels.every((l) => names.has(l.toLowerCase())));
       if (job !== undefined) {
+        const now = Date.now();
         job.status = "in_progress";
-        job.startedAt = Date.now();
+        job.startedAt = now;
         job.runnerId = runner.id;
         job.runnerName = runner.name;
+        job.renewedAt = now;
         runner.jobId = job.id;
         runner.busy = true;
+        runner.seenUntil = now;
         this.#jobWebhook(job, "in_progress");
-        return { status: 200, body: { job: { id: job.id, name: job.name, steps: job.steps } } };
+        return { status: 200, body: { job: { id: job.id, name: job.name, steps: job.steps }, renewSeconds: this.#renewSeconds() } };
       }
       if (Date.now() >= deadline) return { status: 204 };
       await sleep(50);
@@ -614,10 +684,58 @@ export class GitHubTestServer {
     return runner.scopeKey === `repo:${job.repo.owner}/${job.repo.repo}` || runner.scopeKey === `org:${job.repo.owner}` || runner.scopeKey.startsWith("enterprise:");
   }
 
+  /** How often a runner renews its job's lock: a few times per timeout, so one slow renewal does not lose the job. */
+  #renewSeconds(): number {
+    return Math.max(1, Math.floor(this.jobLockTimeoutMs / 4000));
+  }
+
+  /** The runner still holds its job (GitHub's job-lock renewal): 404 once it lost it, 409 once it was cancelled. */
+  #renew(sessionId: string, jobId: number): Reply {
+    const runner = this.#sessionRunner(sessionId);
+    const job = this.jobs.get(jobId);
+    if (runner === undefined || job === undefined || runner.jobId !== jobId) return { status: 404, body: { error: "NoSuchJob", message: "this session holds no such job" } };
+    runner.seenUntil = Date.now();
+    if (job.status === "completed" && job.conclusion === "cancelled") return { status: 409, body: { error: "JobCancelled", message: `job ${job.name} was cancelled` } };
+    if (job.status !== "in_progress") return { status: 404, body: { error: "NoSuchJob", message: `job ${job.name} is ${job.status}` } };
+    job.renewedAt = Date.now();
+    return { status: 200, body: { lockedUntil: new Date(job.renewedAt + this.jobLockTimeoutMs).toISOString(), renewSeconds: this.#renewSeconds() } };
+  }
+
+  /**
+   * What GitHub does about runners that went silent (their VM died): a job in progress whose lock
+   * was not renewed within jobLockTimeoutMs fails ("lost communication with the server", webhook
+   * `completed`), and its runner goes offline, no longer busy, and, being ephemeral with its job
+   * done, is removed as on a close of its session. An open session whose runner stopped polling
+   * is closed the same way (a runner that never took a job stays registered, offline, deletable).
+   */
+  #expireLost(now: number): void {
+    const timeout = this.jobLockTimeoutMs;
+    for (const job of this.jobs.values()) {
+      if (job.status !== "in_progress" || now - (job.renewedAt ?? job.startedAt ?? now) <= timeout) continue;
+      job.status = "completed";
+      job.completedAt = now;
+      job.conclusion = "failure";
+      const log = `##[error]The self-hosted runner: ${job.runnerName ?? ""} lost communication with the server. Verify the machine is running and has a healthy network connection.\n`;
+      job.result = { conclusion: "failure", steps: [], log };
+      const runner = job.runnerId === undefined ? undefined : this.runners.get(job.runnerId);
+      if (runner !== undefined && runner.jobId === job.id) {
+        runner.busy = false;
+        this.#endSession(runner);
+      }
+      this.#jobWebhook(job, "completed");
+    }
+    for (const runner of this.runners.values()) {
+      if (runner.session === undefined) continue;
+      const inJob = runner.jobId !== undefined && runner.busy;
+      if (!inJob && now - runner.seenUntil > timeout) this.#endSession(runner);
+    }
+  }
+
   #complete(sessionId: string, jobId: number, input: Record<string, unknown>): Reply {
     const runner = this.#sessionRunner(sessionId);
     const job = this.jobs.get(jobId);
     if (runner === undefined || job === undefined || runner.jobId !== jobId || job.status !== "in_progress") return { status: 404, body: { error: "NoSuchJob" } };
+    runner.seenUntil = Date.now();
     const conclusion = input["conclusion"] === "success" ? "success" : "failure";
     const steps = Array.isArray(input["steps"]) ? (input["steps"] as Array<{ name: string; exitCode: number }>) : [];
     // The step output, as GitHub shows a job's log; the runner caps what it sends, so do we.
@@ -634,11 +752,15 @@ export class GitHubTestServer {
   #closeSession(sessionId: string): Reply {
     const runner = this.#sessionRunner(sessionId);
     if (runner === undefined) return { status: 404, body: { error: "NoSession" } };
+    this.#endSession(runner);
+    return { status: 204 };
+  }
+
+  #endSession(runner: TestRunner): void {
     runner.session = undefined;
     runner.status = "offline";
     // GitHub removes an ephemeral runner once its job is done and it disconnects.
     if (runner.jobId !== undefined && !runner.busy) this.runners.delete(runner.id);
-    return { status: 204 };
   }
 
   #jobWebhook(job: TestJob, action: "queued" | "in_progress" | "completed"): void {
@@ -668,10 +790,11 @@ export class GitHubTestServer {
         labels: job.labels,
         status: action,
         conclusion: action === "completed" ? (job.conclusion ?? null) : null,
+        // Null while queued, and on a job that completed without ever having a runner (cancelled while queued).
         runner_id: action === "queued" ? null : (job.runnerId ?? null),
         runner_name: action === "queued" ? null : (job.runnerName ?? null),
-        runner_group_id: action === "queued" ? null : 1,
-        runner_group_name: action === "queued" ? null : "Default",
+        runner_group_id: action === "queued" || job.runnerId === undefined ? null : 1,
+        runner_group_name: action === "queued" || job.runnerId === undefined ? null : "Default",
         created_at: iso(job.queuedAt),
         started_at: iso(job.startedAt ?? job.queuedAt),
         completed_at: action === "completed" ? iso(job.completedAt ?? Date.now()) : null,

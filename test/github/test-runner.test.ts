@@ -1,14 +1,14 @@
 import { test, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { GitHubScope } from "../../src/github/index.ts";
-import { startGitHub } from "./harness.ts";
+import { receiveWebhooks, startGitHub } from "./harness.ts";
 
 // guest/cmd/imp-test-runner on the host against the test server: a one-time setup runs one job,
-// and is refused when used again.
+// and is refused when used again; a runner killed mid-job loses its job within the lock timeout.
 
 const GUEST = resolve(import.meta.dirname, "../../guest");
 const ORG: GitHubScope = { kind: "org", org: "acme" };
@@ -38,7 +38,7 @@ interface RunnerExit {
   readonly stderr: string;
 }
 
-function startRunner(args: string[], env: Record<string, string>, cwd: string): { exited: Promise<RunnerExit> } {
+function startRunner(args: string[], env: Record<string, string>, cwd: string): { exited: Promise<RunnerExit>; kill: (signal: NodeJS.Signals) => void } {
   const child = spawn(binary ?? "", args, { cwd, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", TEST_RUNNER_IDLE_SECONDS: "60", ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
@@ -46,6 +46,7 @@ function startRunner(args: string[], env: Record<string, string>, cwd: string): 
   child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
   const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
   return {
+    kill: (signal) => child.kill(signal),
     exited: new Promise((resolve) =>
       child.on("close", (code) => {
         clearTimeout(timer);
@@ -131,4 +132,75 @@ test("a setup the runner cannot decode exits 1 without contacting anyone", async
   const exit = await startRunner(["--jitconfig", "not-a-setup"], {}, tmpdir()).exited;
   assert.equal(exit.code, 1);
   assert.match(exit.stderr, /Cannot start the runner: the jitconfig is not/);
+});
+
+test("a runner SIGKILLed mid-job stops renewing its lock: the server fails the job and frees the runner within the timeout", async (t) => {
+  if (skipReason !== undefined) return t.skip(skipReason);
+  const lockMs = 6_000;
+  const { server, client } = await startGitHub(t, { jobLockTimeoutMs: lockMs });
+  const hooks = await receiveWebhooks(t, server);
+  const work = mkdtempSync(join(tmpdir(), "imp-runner-work-"));
+  const github = client();
+  const jit = await github.generateJitConfig(ORG, { name: "imp-vm-killed", runnerGroupId: 1, labels: ["imp"] });
+  // The step records its pid, so the `sleep` the killed runner leaves behind (a dead VM takes it
+  // along; a host process does not) can be ended afterwards.
+  const job = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [{ name: "long", run: "echo $$ > step.pid; exec sleep 60" }] });
+  const runner = startRunner([], { ACTIONS_RUNNER_INPUT_JITCONFIG: jit.encodedJitConfig.reveal() }, work);
+  t.after(() => {
+    try {
+      process.kill(Number(readFileSync(join(work, "_work", "step.pid"), "utf8")), "SIGKILL");
+    } catch {
+      // already gone
+    }
+    rmSync(work, { recursive: true, force: true });
+  });
+  await until("the job runs", () => job.status === "in_progress");
+  // Alive, it renews: the job outlives the lock timeout while the runner renews every second.
+  const renewals = (): number => server.requestsTo(new RegExp(`/jobs/${job.id}/renew$`)).filter((r) => r.status === 200).length;
+  await until("the runner renewed its lock past the timeout", () => renewals() > lockMs / 1000);
+  assert.equal(job.status, "in_progress");
+  assert.equal((await github.getRunner(ORG, jit.runnerId))?.busy, true);
+  assert.equal(await github.deleteRunner(ORG, jit.runnerId), "busy");
+
+  runner.kill("SIGKILL");
+  const exit = await runner.exited;
+  assert.equal(exit.code, null, "killed, it gave back nothing");
+  const killedAt = Date.now();
+  await until("the server failed the lost job", () => job.status === "completed");
+  assert.equal(job.conclusion, "failure");
+  assert.match(job.result?.log ?? "", /imp-vm-killed lost communication with the server/);
+  assert.ok((job.completedAt ?? 0) - (job.renewedAt ?? 0) > lockMs, "not before the lock timeout");
+  assert.ok((job.renewedAt ?? 0) <= killedAt, "its last renewal came before the kill");
+  t.diagnostic(`the job failed ${(job.completedAt ?? 0) - killedAt} ms after the kill (lock timeout ${lockMs} ms)`);
+  // Freed: the registration is no longer busy — GitHub removed the ephemeral runner, so Imp's delete is done.
+  assert.equal(server.runners.get(jit.runnerId), undefined);
+  assert.equal(await github.deleteRunner(ORG, jit.runnerId), "gone");
+  await server.webhooks.settled();
+  assert.deepEqual(hooks.rejected, []);
+  assert.deepEqual(
+    hooks.events.filter((e) => e.jobId === job.id).map((e) => [e.action, e.runnerName, e.conclusion]),
+    [
+      ["queued", null, null],
+      ["in_progress", "imp-vm-killed", null],
+      ["completed", "imp-vm-killed", "failure"],
+    ],
+  );
+});
+
+test("a job cancelled while it runs: the runner learns it at its next renewal, stops the step's processes and exits 0", async (t) => {
+  if (skipReason !== undefined) return t.skip(skipReason);
+  const { server, client } = await startGitHub(t, { jobLockTimeoutMs: 4_000 });
+  const work = mkdtempSync(join(tmpdir(), "imp-runner-work-"));
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const jit = await client().generateJitConfig(ORG, { name: "imp-vm-cancel", runnerGroupId: 1, labels: ["imp"] });
+  const job = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [{ name: "long", run: "sleep 60 & wait; echo not-stopped" }] });
+  const runner = startRunner([], { ACTIONS_RUNNER_INPUT_JITCONFIG: jit.encodedJitConfig.reveal() }, work);
+  await until("the job runs", () => job.status === "in_progress");
+  assert.equal(server.cancelJob(job.id), true);
+  const exit = await runner.exited;
+  assert.equal(exit.code, 0, exit.stderr);
+  assert.match(exit.stdout, /Job job-\d+ was cancelled/);
+  assert.doesNotMatch(exit.stdout, /not-stopped/);
+  assert.equal(job.conclusion, "cancelled");
+  assert.equal(server.runners.get(jit.runnerId), undefined, "its session closed with its job done: removed");
 });

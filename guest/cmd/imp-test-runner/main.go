@@ -7,6 +7,10 @@
 //   - the runner comes online, takes exactly one job, runs its shell steps with their output on
 //     stdout, reports the result with the job's log (its first 256 KiB, as a job log GitHub shows)
 //     and exits 0, whatever the job's conclusion;
+//   - while the job runs it renews the job's lock every few seconds (the real runner renews its
+//     job request), so the server can tell a runner that died mid-job from a slow job; if the
+//     server says the job was cancelled the steps are stopped and it exits 0, and if the server
+//     lost the job (the lock expired) the steps are stopped and it exits 1;
 //   - a setup that cannot be used exits non-zero with the real runner's return codes:
 //     1 terminated (bad or already-used setup), 2 retryable (server unreachable, no job in time),
 //     5 session conflict (another process holds this runner's session).
@@ -137,6 +141,11 @@ func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]S
 	for _, step := range steps {
 		fmt.Fprintf(out, "##[group]Run %s\n", step.Name)
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-e", "-c", step.Run)
+		// A stopped job stops the whole step, its children included (a `sleep` holding the output
+		// pipe open would otherwise keep Run waiting), as the real runner kills a cancelled step's tree.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
 		cmd.Dir = dir
 		cmd.Stdout = out
 		cmd.Stderr = out
@@ -289,6 +298,8 @@ func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writ
 			Name  string `json:"name"`
 			Steps []Step `json:"steps"`
 		} `json:"job"`
+		// How often to renew the job's lock; the server derives it from its lock timeout.
+		RenewSeconds int `json:"renewSeconds"`
 	}
 	deadline := time.Now().Add(cfg.idleTimeout)
 	for job.Job == nil {
@@ -317,10 +328,23 @@ func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writ
 	var results []StepResult
 	conclusion := "failure"
 	jobLog := &cappedBuffer{limit: maxJobLog}
+	jobCtx, stopJob := context.WithCancel(ctx)
+	renewPath := fmt.Sprintf("/sessions/%s/jobs/%d/renew", session.SessionID, job.Job.ID)
+	renewed := make(chan renewOutcome, 1)
+	go func() { renewed <- renewLock(jobCtx, c, renewPath, renewInterval(job.RenewSeconds), stopJob, stderr) }()
 	if err != nil {
 		fmt.Fprintf(stderr, "Cannot prepare the work folder: %v\n", err)
 	} else {
-		results, conclusion = runSteps(ctx, job.Job.Steps, workDir, io.MultiWriter(stdout, jobLog))
+		results, conclusion = runSteps(jobCtx, job.Job.Steps, workDir, io.MultiWriter(stdout, jobLog))
+	}
+	stopJob()
+	switch <-renewed {
+	case renewCancelled:
+		fmt.Fprintf(stdout, "%s: Job %s was cancelled\n", time.Now().UTC().Format(time.DateTime), job.Job.Name)
+		return exitSuccess
+	case renewLost:
+		fmt.Fprintf(stderr, "Cannot finish job %s: the server no longer holds it for this runner (its lock expired)\n", job.Job.Name)
+		return exitTerminatedError
 	}
 	fmt.Fprintf(stdout, "%s: Job %s completed with result: %s\n", time.Now().UTC().Format(time.DateTime), job.Job.Name, cases(conclusion))
 	if _, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/sessions/%s/jobs/%d/result", session.SessionID, job.Job.ID), map[string]any{"conclusion": conclusion, "steps": results, "log": jobLog.String()}, nil); err != nil {
@@ -328,6 +352,54 @@ func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writ
 		return exitRetryableError
 	}
 	return exitSuccess
+}
+
+type renewOutcome int
+
+const (
+	renewHeld      renewOutcome = iota // the job ran to its end holding its lock
+	renewCancelled                     // the server cancelled the job
+	renewLost                          // the server no longer holds the job for us
+)
+
+// renewInterval is the server's renewSeconds, or 5 s when it gave none, within 1..60 s.
+func renewInterval(seconds int) time.Duration {
+	if seconds <= 0 {
+		seconds = 5
+	}
+	return time.Duration(min(max(seconds, 1), 60)) * time.Second
+}
+
+// renewLock renews the job's lock every interval until ctx ends. A refusal (cancelled, or the job
+// is gone) stops the job through stop; a failed request is only reported, and tried again at the
+// next tick: a short network hiccup must not lose a job the server still holds.
+func renewLock(ctx context.Context, c *client, path string, interval time.Duration, stop context.CancelFunc, stderr io.Writer) renewOutcome {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return renewHeld
+		case <-ticker.C:
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, interval+10*time.Second)
+		_, err := c.do(reqCtx, http.MethodPost, path, nil, nil)
+		cancel()
+		var apiErr *apiError
+		switch {
+		case err == nil:
+		case errors.As(err, &apiErr) && apiErr.Code == "JobCancelled":
+			stop()
+			return renewCancelled
+		case errors.As(err, &apiErr) && (apiErr.Status == http.StatusNotFound || apiErr.Status == http.StatusGone):
+			stop()
+			return renewLost
+		case ctx.Err() != nil:
+			return renewHeld
+		default:
+			fmt.Fprintf(stderr, "Cannot renew the job's lock (will try again): %v\n", err)
+		}
+	}
 }
 
 // maxJobLog caps the log a runner uploads: a job that prints without end must not make the report huge.

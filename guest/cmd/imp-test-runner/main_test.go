@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func b64(v any) string {
@@ -59,6 +60,12 @@ type fakeServer struct {
 	active   bool
 	result   map[string]any
 	jobTaken bool
+	// job, when set, replaces the default job answer to acquire.
+	job string
+	// renewAnswer, when set, is the status and body of every renewal; else 200.
+	renewStatus int
+	renewBody   string
+	renewals    int
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +100,19 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.jobTaken = true
+		if f.job != "" {
+			_, _ = w.Write([]byte(f.job))
+			return
+		}
 		_, _ = w.Write([]byte(`{"job":{"id":9,"name":"build","steps":[{"name":"hello","run":"echo hello-from-step; echo \"jit=${ACTIONS_RUNNER_INPUT_JITCONFIG:-unset}\""},{"name":"fail","run":"exit 3"},{"name":"never","run":"echo never-runs"}]}}`))
+	case strings.HasSuffix(path, "/jobs/9/renew"):
+		f.renewals++
+		if f.renewStatus != 0 {
+			w.WriteHeader(f.renewStatus)
+			_, _ = w.Write([]byte(f.renewBody))
+			return
+		}
+		_, _ = w.Write([]byte(`{"renewSeconds":1}`))
 	case strings.HasSuffix(path, "/jobs/9/result"):
 		_ = json.NewDecoder(r.Body).Decode(&f.result)
 		w.WriteHeader(http.StatusNoContent)
@@ -158,5 +177,64 @@ func TestExitCodes(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "wrong")}, none, &out, &errOut); code != exitTerminatedError {
 		t.Errorf("wrong secret: exit %d", code)
+	}
+}
+
+// runJob runs the runner against fake with one job and returns its exit code and output.
+func runJob(t *testing.T, fake *fakeServer) (int, string, string) {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	t.Chdir(t.TempDir())
+	var out, errOut bytes.Buffer
+	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": encodeSetup(srv.URL+"/_imp-test/runner", "s3cret"), "TEST_RUNNER_IDLE_SECONDS": "5"}
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestRenewsTheJobLockWhileTheJobRuns(t *testing.T) {
+	fake := &fakeServer{job: `{"job":{"id":9,"name":"slow","steps":[{"name":"wait","run":"sleep 2.5; echo done-waiting"}]},"renewSeconds":1}`}
+	code, out, errOut := runJob(t, fake)
+	if code != exitSuccess || !strings.Contains(out, "done-waiting") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if fake.renewals < 2 || fake.result["conclusion"] != "success" {
+		t.Fatalf("renewals %d, result %v", fake.renewals, fake.result)
+	}
+}
+
+func TestAJobTheServerCancelledOrLostIsStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		code   int
+	}{
+		{"cancelled", http.StatusConflict, `{"error":"JobCancelled","message":"cancelled"}`, exitSuccess},
+		{"lost", http.StatusNotFound, `{"error":"NoSuchJob","message":"gone"}`, exitTerminatedError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// `sleep 60` in a child of the step's shell: stopping the job must stop it too, well before a minute.
+			fake := &fakeServer{job: `{"job":{"id":9,"name":"long","steps":[{"name":"wait","run":"sleep 60 & wait; echo not-stopped"}]},"renewSeconds":1}`, renewStatus: tc.status, renewBody: tc.body}
+			code, out, errOut := runJob(t, fake)
+			if code != tc.code || strings.Contains(out, "not-stopped") {
+				t.Fatalf("exit %d (want %d)\n%s\n%s", code, tc.code, out, errOut)
+			}
+			fake.mu.Lock()
+			defer fake.mu.Unlock()
+			if fake.result != nil {
+				t.Fatalf("a stopped job reported a result: %v", fake.result)
+			}
+		})
+	}
+}
+
+func TestRenewInterval(t *testing.T) {
+	for in, want := range map[int]time.Duration{0: 5 * time.Second, -3: 5 * time.Second, 1: time.Second, 3: 3 * time.Second, 600: time.Minute} {
+		if got := renewInterval(in); got != want {
+			t.Errorf("renewInterval(%d) = %s, want %s", in, got, want)
+		}
 	}
 }
