@@ -43,6 +43,9 @@ const steps = [{ name: "hi", run: "echo hi" }];
 const samples: Sample[] = [];
 
 const world = await RunnerWorld.start({ say: (line) => process.stdout.write(`  ${line}\n`) });
+// Supervised VMMs outlive this process by design: on Ctrl-C remove the world before exiting.
+const onSignal = (): void => void world.dispose().finally(() => process.exit(130));
+process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
 try {
   await world.applyPool("warm", { minIdle: 1, maxConcurrent: 1, labels: labels("warm") });
   await world.applyPool("cold", { minIdle: 0, maxConcurrent: 1, labels: labels("cold") });

@@ -13,5 +13,14 @@ for step in scripts/test.d/*.sh; do
   bash "$step"
 done
 log "node tests ($(node --version))"
-exec node --test --test-concurrency="${IMP_TEST_CONCURRENCY:-2}" --test-timeout=600000 \
-  "src/**/*.test.ts" "test/**/*.test.ts" "$@"
+# The fault suite records one result per case here; docs/failure-proof.md is generated from the run.
+results="${IMP_FAULT_RESULTS_DIR:-$IMP_CACHE/fault-results}"
+rm -rf "$results"
+rc=0
+node --test --test-concurrency="${IMP_TEST_CONCURRENCY:-2}" --test-timeout=900000 \
+  "src/**/*.test.ts" "test/**/*.test.ts" "$@" || rc=$?
+if compgen -G "$results/*.json" >/dev/null; then
+  log "docs/failure-proof.md from this run's fault cases"
+  node scripts/gen-failure-proof.ts || rc=$((rc == 0 ? 1 : rc))
+fi
+exit "$rc"

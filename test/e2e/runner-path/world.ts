@@ -112,6 +112,7 @@ interface WorldParts {
   readonly baseImage: string;
   readonly runnerImage: string;
   readonly webhookUrl: string;
+  readonly webhookSecret: string;
   readonly say: (line: string) => void;
 }
 
@@ -129,6 +130,7 @@ export class RunnerWorld {
   readonly webhookUrl: string;
   readonly say: (line: string) => void;
   readonly nodes: WorldNode[] = [];
+  readonly #webhookSecret: string;
   readonly vms: ResourceClient<ImpVM>;
   readonly pools: ResourceClient<ImpVMRunnerPool>;
   readonly impNodes: ResourceClient<ImpNode>;
@@ -150,6 +152,7 @@ export class RunnerWorld {
     this.baseImage = parts.baseImage;
     this.runnerImage = parts.runnerImage;
     this.webhookUrl = parts.webhookUrl;
+    this.#webhookSecret = parts.webhookSecret;
     this.say = parts.say;
     this.vms = createResourceClient<ImpVM>(parts.plane.kubeConfig, VMS);
     this.pools = createResourceClient<ImpVMRunnerPool>(parts.plane.kubeConfig, POOLS);
@@ -234,13 +237,11 @@ export class RunnerWorld {
       say(`GitHub test server at ${github.url} (reachable from the VMs of every node)`);
 
       const webhookSecret = `whsec-${Math.random().toString(36).slice(2)}`;
-      const webhookSecretFile = join(root, "webhook-secret");
-      await writeFile(webhookSecretFile, webhookSecret, { mode: 0o600 });
 
       const kernel = await kernelConfig();
       const kit = await loadBootKit();
       const webhookPort = await freePort();
-      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, say });
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, say });
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
@@ -250,7 +251,7 @@ export class RunnerWorld {
 
       const operator = new ImpProcess(
         "imp operator",
-        ["operator", "--kubeconfig", plane.kubeconfigPath, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--webhook-secret-file", webhookSecretFile, "--health-port", "0", "--log-level", "debug"],
+        ["operator", "--kubeconfig", plane.kubeconfigPath, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--health-port", "0", "--log-level", "debug"],
         join(root, "operator.log"),
         options.operatorEnv,
       );
@@ -316,6 +317,8 @@ export class RunnerWorld {
       metadata: { name: "github-app", namespace },
       data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(this.githubPrivateKey) },
     } as KubeObject);
+    // The pools' webhook secret (spec.webhook.secretRef): a pool counts queued jobs from webhooks only with it.
+    await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
   }
 
@@ -524,6 +527,11 @@ spec:
   minIdle: ${spec.minIdle}
   maxConcurrent: ${spec.maxConcurrent}
   scaleUpStep: ${spec.scaleUpStep ?? 5}
+  webhook:
+    enabled: true
+    secretRef:
+      name: github-webhook
+      key: secret
   runnerCommand: ["/runner/run.sh"]
   runnerEnv:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
