@@ -718,6 +718,8 @@ export class GitHubTestServer {
       const log = `##[error]The self-hosted runner: ${job.runnerName ?? ""} lost communication with the server. Verify the machine is running and has a healthy network connection.\n`;
       job.result = { conclusion: "failure", steps: [], log };
       const runner = job.runnerId === undefined ? undefined : this.runners.get(job.runnerId);
+      // Said on stderr: a test that did not mean to lose a runner learns why its job failed.
+      process.stderr.write(`github test server: job ${job.id} (${job.name}) failed: runner ${job.runnerName ?? "?"} did not renew its lock for ${now - (job.renewedAt ?? now)} ms (jobLockTimeoutMs ${timeout})\n`);
       if (runner !== undefined && runner.jobId === job.id) {
         runner.busy = false;
         this.#endSession(runner);
@@ -727,7 +729,10 @@ export class GitHubTestServer {
     for (const runner of this.runners.values()) {
       if (runner.session === undefined) continue;
       const inJob = runner.jobId !== undefined && runner.busy;
-      if (!inJob && now - runner.seenUntil > timeout) this.#endSession(runner);
+      if (!inJob && now - runner.seenUntil > timeout) {
+        process.stderr.write(`github test server: runner ${runner.name} lost: no request for ${now - runner.seenUntil} ms after its last poll (jobLockTimeoutMs ${timeout}); session closed\n`);
+        this.#endSession(runner);
+      }
     }
   }
 
