@@ -10,7 +10,7 @@ import type { GitHubTestServer } from "./server.ts";
 
 const ORG: GitHubScope = { kind: "org", org: "acme" };
 const REPO = { owner: "acme", repo: "web" };
-const LOCK_MS = 2_000;
+const LOCK_MS = 3_000;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
