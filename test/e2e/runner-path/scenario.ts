@@ -6,7 +6,6 @@
  */
 import { setupSecretName, type ImpVM } from "../../../src/api/index.ts";
 import { formatJobTimeline, jobTimeline, type JobTimeline } from "../../../src/operator/index.ts";
-import { waitFor } from "../../../src/shared/index.ts";
 import type { TestJob } from "../../github/server.ts";
 import { helloSteps, isolationSteps, parseIsolation } from "./jobs.ts";
 import { NAMESPACE, nameOf, type RunnerWorld } from "./world.ts";
@@ -70,15 +69,15 @@ export async function vmCleanedUp(world: RunnerWorld, vm: ImpVM, check: Checks):
   const name = nameOf(vm);
   const uid = vm.metadata.uid ?? "";
   const node = world.nodeOf(vm);
-  await waitFor(`${name} Succeeded`, () => (world.history(name)?.phases.includes("Succeeded") === true ? true : undefined), { timeoutMs: 180_000, intervalMs: 100 });
+  await world.waitUntil(`${name} Succeeded`, () => (world.history(name)?.phases.includes("Succeeded") === true ? true : undefined), 180_000, 100);
   const last = world.history(name)?.last ?? vm;
   check(last.status?.exitCode === 0, `VM ${name} ended Succeeded with exit code 0`, JSON.stringify(last.status));
-  await waitFor(`${name} deleted`, async () => ((await world.getVm(name)) === undefined ? true : undefined), { timeoutMs: 180_000, intervalMs: 200 });
+  await world.waitUntil(`${name} deleted`, async () => ((await world.getVm(name)) === undefined ? true : undefined), 180_000);
   const final = world.history(name)?.last ?? last;
   check(world.github.runnerNamed(name) === undefined, "no runner of that name is registered with GitHub");
   const secretGone = await world.secrets.get({ namespace: NAMESPACE, name: setupSecretName(name) }).then(() => false, () => true);
   check(secretGone, "its setup Secret is gone");
-  const left = await waitFor(`nothing of ${name} on ${node.name}`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? [] : undefined), { timeoutMs: 60_000, intervalMs: 500 }).catch(async () => world.leftoversOf(node, uid));
+  const left = await world.waitUntil(`nothing of ${name} on ${node.name}`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? [] : undefined), 60_000, 500).catch(async () => world.leftoversOf(node, uid));
   check(left.length === 0, `nothing of it remains on ${node.name}: no process, socket, tap, cgroup or disk`, left.join("\n"));
   return final;
 }

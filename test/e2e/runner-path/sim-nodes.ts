@@ -4,15 +4,21 @@
  * rules and VM processes inside that namespace (agent config `network.netns`), so two agents here
  * are as separate as two machines on a LAN.
  *
- *   VMs ── imp0 ── node-a ── up0 (198.51.100.1/30) ═ veth ═ <prefix>-a (198.51.100.2/30) ─┐ host: GitHub
- *   VMs ── imp0 ── node-b ── up0 (198.51.100.5/30) ═ veth ═ <prefix>-b (198.51.100.6/30) ─┘ test server
+ *   VMs ── imp0 ── node-a ── up0 (198.18.X.1/30) ═ veth ═ <prefix>-a (198.18.X.2/30) ─┐ host: GitHub
+ *   VMs ── imp0 ── node-b ── up0 (198.18.X.5/30) ═ veth ═ <prefix>-b (198.18.X.6/30) ─┘ test server
  *
  * The GitHub test server listens on the first node's host-side address: a VM of any node reaches it
  * through its node's NAT and default route, as a runner reaches github.com. Deleting a namespace
  * deletes its veth pair; `leftovers()` proves nothing of a run stays on the host.
+ *
+ * Several worlds run at once (the demo test and the fault suites in parallel in CI), and their host
+ * sides share the host's routing table: each world takes a /24 of its own in 198.18.0.0/15 (the
+ * benchmarking range, unused elsewhere), chosen under a host-wide lock among the blocks no address on
+ * the host is in. Two worlds on one block would send each other's replies into the wrong namespace.
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { mkdir, rmdir, stat } from "node:fs/promises";
 import { promisify } from "node:util";
 
 const execFileAsync = promisify(execFile);
@@ -48,10 +54,36 @@ export async function simNodesUnavailable(): Promise<string | undefined> {
   return undefined;
 }
 
+const LOCK = "/run/lock/imp-e2e-sim-nodes.lock";
+
+/** Runs `fn` holding a host-wide lock (an exclusive mkdir; a lock older than 60 s is stale). */
+async function withHostLock<T>(fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    try {
+      await mkdir(LOCK);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      const age = await stat(LOCK).then((s) => Date.now() - s.mtimeMs, () => 0);
+      if (age > 60_000) await rmdir(LOCK).catch(() => undefined);
+      if (Date.now() > deadline) throw new Error(`Cannot take ${LOCK} within 120 s: remove it if no other test runs`);
+      await new Promise((r) => setTimeout(r, 100 + Math.random() * 200));
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    await rmdir(LOCK).catch(() => undefined);
+  }
+}
+
 export class SimNodes {
   /** Unique to this run; namespaces and host links start with it. */
   readonly prefix = `ime${randomBytes(3).toString("hex")}`;
   readonly nodes: SimNodeNet[] = [];
+  /** This world's /24: "198.18.X" or "198.19.X". */
+  #block: string | undefined;
 
   /** The address every VM reaches the host at (the GitHub test server listens here). */
   get serviceAddress(): string {
@@ -62,12 +94,20 @@ export class SimNodes {
 
   async add(nodeName: string): Promise<SimNodeNet> {
     const i = this.nodes.length;
-    if (i >= 60) throw new Error("at most 60 simulated nodes fit 198.51.100.0/24 in /30s");
+    if (i >= 60) throw new Error("at most 60 simulated nodes fit a /24 in /30s");
+    if (this.#block === undefined) return withHostLock(async () => {
+      this.#block = await freeBlock();
+      return this.#add(nodeName, i, this.#block);
+    });
+    return this.#add(nodeName, i, this.#block);
+  }
+
+  async #add(nodeName: string, i: number, block: string): Promise<SimNodeNet> {
     const suffix = String.fromCharCode(97 + (i % 26)) + (i >= 26 ? String(Math.floor(i / 26)) : "");
     const netns = `${this.prefix}-${suffix}`;
     const hostLink = `${this.prefix}-${suffix}`;
-    const uplinkAddress = `198.51.100.${4 * i + 1}`;
-    const hostAddress = `198.51.100.${4 * i + 2}`;
+    const uplinkAddress = `${block}.${4 * i + 1}`;
+    const hostAddress = `${block}.${4 * i + 2}`;
     await sh(["ip", "netns", "add", netns]);
     const node: SimNodeNet = { nodeName, netns, uplink: "up0", uplinkAddress, hostLink, hostAddress };
     this.nodes.push(node);
@@ -101,4 +141,20 @@ export class SimNodes {
     const links = (JSON.parse(await sh(["ip", "-j", "link", "show"])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(this.prefix));
     return [...namespaces, ...links];
   }
+}
+
+/** A /24 of 198.18.0.0/15 that no address on the host is in (call under the host lock). */
+async function freeBlock(): Promise<string> {
+  const used = new Set(
+    (JSON.parse(await sh(["ip", "-j", "-4", "addr", "show"])) as Array<{ addr_info?: Array<{ local?: string }> }>)
+      .flatMap((l) => l.addr_info ?? [])
+      .map((a) => (a.local ?? "").split(".").slice(0, 3).join(".")),
+  );
+  const start = Math.floor(Math.random() * 512);
+  for (let k = 0; k < 512; k++) {
+    const n = (start + k) % 512;
+    const block = `198.${18 + (n >> 8)}.${n & 255}`;
+    if (!used.has(block)) return block;
+  }
+  throw new Error("Cannot find a free /24 in 198.18.0.0/15 for simulated nodes");
 }

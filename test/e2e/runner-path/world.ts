@@ -16,8 +16,8 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { API_VERSION, GITHUB_APP_SECRET_KEYS, GROUP, IMP_NODE, IMP_VM, IMP_VM_RUNNER_POOL, VERSION, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../../../src/api/index.ts";
 import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, resourceDescriptor, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
-import { waitFor } from "../../../src/shared/index.ts";
+import { createResourceClient, Informer, resourceDescriptor, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
+import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
 import { buildImage, buildLayer, busyboxLayer } from "../../harness/oci-image.ts";
@@ -138,7 +138,7 @@ export class RunnerWorld {
   #operator: ImpProcess | undefined;
   #disposed = false;
   readonly #seen = new Map<string, VmHistory>();
-  #watching: NodeJS.Timeout | undefined;
+  readonly #watching = new AbortController();
   #runnerIdleSeconds = 600;
 
   private constructor(parts: WorldParts) {
@@ -172,25 +172,27 @@ export class RunnerWorld {
     return this.#seen;
   }
 
+  /** Follows every VM through a watch (an informer), so no phase is missed, however short. */
   #watch(): void {
-    const tick = async (): Promise<void> => {
-      const vms = await this.listVms().catch(() => undefined);
-      if (vms !== undefined) {
-        const now = Date.now();
-        const present = new Set<string>();
-        for (const vm of vms) {
-          present.add(nameOf(vm));
-          const h = this.#seen.get(nameOf(vm)) ?? { phases: [], last: vm, firstSeenAt: now, goneAt: undefined };
-          const phase = vm.status?.phase ?? "";
-          if (phase !== "" && !h.phases.includes(phase)) h.phases.push(phase);
-          h.last = vm;
-          this.#seen.set(nameOf(vm), h);
-        }
-        for (const [name, h] of this.#seen) if (!present.has(name) && h.goneAt === undefined) h.goneAt = now;
-      }
-      if (!this.#disposed) this.#watching = setTimeout(() => void tick(), 150);
+    const record = (vm: ImpVM): void => {
+      const name = nameOf(vm);
+      const h = this.#seen.get(name) ?? { phases: [], last: vm, firstSeenAt: Date.now(), goneAt: undefined };
+      const phase = vm.status?.phase ?? "";
+      if (phase !== "" && !h.phases.includes(phase)) h.phases.push(phase);
+      h.last = vm;
+      this.#seen.set(name, h);
     };
-    void tick();
+    const informer = new Informer<ImpVM>({ client: this.vms, logger: createLogger({ level: "silent" }) });
+    informer.addEventHandler({
+      onAdd: (vm) => record(vm as ImpVM),
+      onUpdate: (_old, vm) => record(vm as ImpVM),
+      onDelete: (vm) => {
+        record(vm as ImpVM);
+        const h = this.#seen.get(nameOf(vm as ImpVM));
+        if (h !== undefined) h.goneAt ??= Date.now();
+      },
+    });
+    void informer.start(this.#watching.signal).catch(() => undefined);
   }
 
   get operator(): ImpProcess {
@@ -375,6 +377,14 @@ export class RunnerWorld {
     }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
   }
 
+  /** waitFor that fails early if a process of the world died, and says what the processes last logged. */
+  async waitUntil<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = 300_000, intervalMs = 200): Promise<T> {
+    return waitFor(what, async () => {
+      this.#assertAlive();
+      return check();
+    }, { timeoutMs, intervalMs }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
+  }
+
   async waitForJob(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
     return waitFor(`job ${job.name} ${status}`, () => {
       this.#assertAlive();
@@ -421,7 +431,7 @@ export class RunnerWorld {
   async dispose(): Promise<string[]> {
     if (this.#disposed) return this.leftoversOnHost();
     this.#disposed = true;
-    clearTimeout(this.#watching);
+    this.#watching.abort();
     if (this.#operator?.running === true && this.nodes.every((n) => n.agent.running)) {
       await this.kubectl(["delete", "impvmrunnerpool", "--all", "--all-namespaces", "--wait=false"]).catch(() => "");
       await waitFor("every VM gone", async () => ((await this.listVms().catch(() => [])).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 250 }).catch(() => undefined);
