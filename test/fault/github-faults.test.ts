@@ -1,0 +1,322 @@
+/**
+ * Failure proof, GitHub side: the GitHub test server misbehaves (5xx, rate limits, a response slower
+ * than the operator's request timeout, expired installation tokens, dropped and duplicated
+ * webhooks, a runner it reports busy) on the real world of test/e2e/runner-path (control plane,
+ * `imp operator` and two `imp agent`s as processes, real QEMU). After each case the invariant
+ * checker judges I1–I6 (test/fault/fault-case.ts).
+ *
+ * Faults are consumed by the first requests matching their path and method, on any pool: the
+ * cases run one after another, and each case's pool is the only one live while it runs.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { ImpVM } from "../../src/api/index.ts";
+import { waitFor } from "../../src/shared/index.ts";
+import { RunnerWorld, REPO, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
+import type { TestJob } from "../github/server.ts";
+import { runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+
+const unavailable = await worldUnavailable();
+if (unavailable !== undefined) process.stdout.write(`# fault suite (github): cannot run on this machine: ${unavailable}\n`);
+const suite = import.meta.filename;
+
+const RUNNERS = `/repos/${REPO.owner}/${REPO.repo}/actions/runners`;
+const JITCONFIG = new RegExp(`^${RUNNERS}/generate-jitconfig$`);
+const RUNNER_BY_ID = new RegExp(`^${RUNNERS}/\\d+$`);
+const RUNNER_LIST = new RegExp(`^${RUNNERS}$`);
+/** The operator's GitHub request timeout (src/github/client.ts DEFAULT_REQUEST_TIMEOUT_MS; `imp operator` has no flag for it). */
+const CLIENT_TIMEOUT_MS = 30_000;
+/** The pool controller lists the pool's runners on GitHub this often (DEFAULT_RUNNER_LIST_INTERVAL_MS). */
+const RUNNER_LIST_INTERVAL_MS = 30_000;
+
+const s = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+
+/** Queues a job for the case's pool. */
+function queue(ctx: CaseContext, name: string, run = "echo hi"): TestJob {
+  return ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "step", run }], ctx.labels);
+}
+
+/** Every VM of the case's namespace this world has seen, deleted ones included. */
+function vmsSeen(ctx: CaseContext): string[] {
+  return [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name]) => name);
+}
+
+async function noLiveVm(ctx: CaseContext, what: string, timeoutMs = 180_000): Promise<void> {
+  await waitFor(`${what}: no live VM left in ${ctx.namespace}`, async () => {
+    const vms = (await ctx.world.listVms()).filter((vm) => vm.metadata.namespace === ctx.namespace && !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
+    return vms.length === 0 ? true : undefined;
+  }, { timeoutMs, intervalMs: 250 });
+}
+
+async function faultsConsumed(ctx: CaseContext, timeoutMs = 180_000): Promise<void> {
+  await waitFor("every injected GitHub fault consumed", () => (ctx.world.github.faultsLeft === 0 ? true : undefined), { timeoutMs, intervalMs: 100 });
+}
+
+/** Deletes one VM behind the pool's back (as a person with kubectl would): its registration finalizer must remove the runner. */
+async function deleteVm(ctx: CaseContext, vm: ImpVM): Promise<void> {
+  await ctx.world.kubectl(["-n", ctx.namespace, "delete", "impvm", nameOf(vm), "--wait=false"]);
+}
+
+/** Waits until GitHub no longer has a runner named `name`; returns when (Date.now()). */
+async function registrationGone(ctx: CaseContext, name: string, timeoutMs = 180_000): Promise<number> {
+  await waitFor(`runner ${name} gone from GitHub`, () => (ctx.world.github.runnerNamed(name) === undefined ? true : undefined), { timeoutMs, intervalMs: 100 });
+  return Date.now();
+}
+
+const cases: FaultCase[] = [
+  {
+    id: "github-5xx-jitconfig",
+    injected: "GitHub answers 502 to the first 3 POST …/actions/runners/generate-jitconfig requests",
+    where: "minting the one-time runner setup of the pool's first VM (SetupController, before anything records a registration)",
+    async arm(ctx) {
+      ctx.world.github.injectFault({ kind: "server-error", status: 502, count: 3, path: JITCONFIG, method: "POST" });
+      ctx.faultNow();
+    },
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const mints = ctx.world.github.requestsTo(JITCONFIG, "POST").filter((r) => r.name?.startsWith(`${ctx.pool}-`));
+      const failed = mints.filter((r) => r.faulted);
+      const registered = mints.filter((r) => r.status === 201).map((r) => r.name);
+      assert.equal(ctx.world.github.faultsLeft, 0, "every 502 was consumed");
+      assert.equal(failed.length, 3, "the three 502s hit this pool's mint");
+      assert.equal(new Set(registered).size, registered.length, `no runner name minted twice: ${registered.join(", ")}`);
+      const firstToOk = (mints.find((r) => r.status === 201)?.at ?? 0) - (failed[0]?.at ?? 0);
+      return `the 502s were retried with backoff inside one mint (plugin-retry: ${mints.length} requests, ${failed.length} answered 502, first 502 → 201 in ${s(firstToOk)}); ${registered.length} runner(s) registered, each name once; runner ${nameOf(vm)} online and idle`;
+    },
+  },
+  {
+    id: "github-429-retry-after-jitconfig",
+    injected: "GitHub answers 429 with Retry-After: 8 (secondary rate limit) to the first POST …/actions/runners/generate-jitconfig",
+    where: "minting the one-time runner setup of the pool's first VM",
+    async arm(ctx) {
+      ctx.world.github.injectFault({ kind: "secondary-rate-limit", status: 429, retryAfterSeconds: 8, count: 1, path: JITCONFIG, method: "POST" });
+      ctx.faultNow();
+    },
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const mints = ctx.world.github.requestsTo(JITCONFIG, "POST").filter((r) => r.name?.startsWith(`${ctx.pool}-`));
+      const limited = mints.find((r) => r.faulted);
+      assert.ok(limited !== undefined && limited.status === 429, "the 429 hit this pool's mint");
+      const next = mints.find((r) => r.at > limited.at);
+      assert.ok(next !== undefined, "the mint was tried again");
+      const waited = next.at - limited.at;
+      // A lower bound only: a slow machine makes the wait longer, never shorter.
+      assert.ok(waited >= 8_000 - 100, `the operator waited Retry-After (8 s) before asking again; it waited ${waited} ms`);
+      const registered = mints.filter((r) => r.status === 201).map((r) => r.name);
+      assert.equal(new Set(registered).size, registered.length, "no runner name minted twice");
+      return `plugin-throttling honoured Retry-After: the next generate-jitconfig came ${s(waited)} after the 429 (for ${next.name === limited.name ? "the same" : "another"} runner name); runner ${nameOf(vm)} online and idle`;
+    },
+  },
+  {
+    id: "github-secondary-limit-teardown",
+    injected: "GitHub answers 403 secondary rate limit (Retry-After: 3) to the next 2 DELETE …/actions/runners/{id} and the next GET …/actions/runners (list)",
+    where: "teardown: an idle runner's ImpVM is deleted (registration finalizer removes the runner), and the pool's periodic runner list",
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const name = nameOf(vm);
+      const { github } = ctx.world;
+      github.injectFault({ kind: "secondary-rate-limit", status: 403, retryAfterSeconds: 3, count: 2, path: RUNNER_BY_ID, method: "DELETE" });
+      github.injectFault({ kind: "secondary-rate-limit", status: 403, retryAfterSeconds: 3, count: 1, path: RUNNER_LIST, method: "GET" });
+      ctx.faultNow();
+      const at = Date.now();
+      await deleteVm(ctx, vm);
+      const gone = await registrationGone(ctx, name);
+      await faultsConsumed(ctx, RUNNER_LIST_INTERVAL_MS * 4);
+      const deletes = github.requestsTo(RUNNER_BY_ID, "DELETE").filter((r) => r.at >= at);
+      const lists = github.requestsTo(RUNNER_LIST, "GET").filter((r) => r.at >= at);
+      const listOk = lists.find((r) => !r.faulted && r.status === 200 && r.at > (lists.find((l) => l.faulted)?.at ?? Infinity));
+      const replacement = await ctx.idleRunner();
+      return `the deregistration waited out the limit twice (${deletes.filter((r) => r.faulted).length} × 403, then ${deletes.filter((r) => !r.faulted).map((r) => r.status).join(", ")}): ${name} removed from GitHub ${s(gone - at)} after its VM was deleted; the throttled runner list was retried (${listOk === undefined ? "by the next list" : `${s(listOk.at - (lists.find((l) => l.faulted)?.at ?? 0))} later`}); replacement ${nameOf(replacement)} online`;
+    },
+  },
+  {
+    id: "github-token-expired",
+    injected: "every installation token the GitHub test server issued is expired (expireTokens): GitHub answers 401 Bad credentials to it",
+    where: "mid-run: an idle runner is online; then a job runs, its VM ends, is deregistered and replaced (teardown DELETE, list and replacement mint all carry the old token)",
+    async run(ctx) {
+      await ctx.idleRunner();
+      const { github } = ctx.world;
+      const before = new Set(github.tokens.keys());
+      github.expireTokens();
+      ctx.faultNow();
+      const at = Date.now();
+      const job = queue(ctx, "after-expiry");
+      await ctx.world.waitForJob(job, "completed");
+      assert.equal(job.conclusion, "success");
+      const replacement = await ctx.vm("a replacement idle runner", (v) => v.status?.phase === "Running" && nameOf(v) !== job.runnerName && github.runnerNamed(nameOf(v))?.status === "online");
+      const refused = github.requests.filter((r) => r.at >= at && r.status === 401);
+      const minted = [...github.tokens.keys()].filter((t) => !before.has(t));
+      assert.ok(minted.length >= 1, "the operator minted a new installation token");
+      const firstOk = github.requests.find((r) => r.at >= at && r.operationId !== undefined && r.operationId !== "apps/create-installation-access-token" && r.status >= 200 && r.status < 300);
+      return `${refused.length} request(s) refused with 401 (${[...new Set(refused.map((r) => `${r.method} ${r.operationId ?? r.path}`))].join(", ")}); the operator dropped its cached token and minted ${minted.length} new one(s), retried (first success ${firstOk === undefined ? "?" : `${firstOk.method} ${firstOk.operationId ?? ""}`} ${firstOk === undefined ? "" : s(firstOk.at - at)} after the expiry); ${job.name} ${job.conclusion ?? "?"} on ${job.runnerName ?? "?"}; replacement ${nameOf(replacement)} online`;
+    },
+  },
+  {
+    id: "github-webhook-queued-dropped",
+    injected: "the workflow_job queued webhook of job A is never delivered (webhooks.dropNext = 1)",
+    where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled (its own secretRef), no VM; only a queued webhook makes it create one",
+    pool: { minIdle: 0, maxConcurrent: 2 },
+    async run(ctx) {
+      const { github } = ctx.world;
+      github.webhooks.dropNext = 1;
+      const a = queue(ctx, "dropped");
+      ctx.faultNow();
+      const queuedAt = Date.now();
+      // Longer than one runner-list interval: whatever the pool's periodic work does, it did once.
+      const gotRunner = await waitFor("job A taken without its webhook", () => (a.status !== "queued" ? true : undefined), { timeoutMs: RUNNER_LIST_INTERVAL_MS + 15_000, intervalMs: 200 }).then(
+        () => true,
+        () => false,
+      );
+      const waitedMs = Date.now() - queuedAt;
+      const vmsWhileWaiting = vmsSeen(ctx).length;
+      // The next demand for the pool: job B's webhook arrives; the pool creates a VM for B, whose
+      // runner takes the oldest queued job (A), and the in_progress of A leaves B waiting: one more VM.
+      const b = queue(ctx, "next");
+      await ctx.world.waitForJob(a, "completed");
+      await ctx.world.waitForJob(b, "completed");
+      assert.equal(a.conclusion, "success");
+      assert.equal(b.conclusion, "success");
+      await noLiveVm(ctx, "both jobs done, minIdle 0");
+      const seen = vmsSeen(ctx);
+      assert.ok(seen.length <= 2, `at most one VM per job: ${seen.join(", ")}`);
+      const dropped = github.webhooks.sent.filter((w) => w.status === "dropped").length;
+      return gotRunner
+        ? `job A got a runner ${s(waitedMs)} after it was queued although its webhook was dropped (${dropped} dropped delivery); then B; ${seen.length} VM(s)`
+        : `GAP: nothing in Imp polls GitHub for queued jobs, so job A waited ${s(waitedMs)} (past the ${s(RUNNER_LIST_INTERVAL_MS)} runner list, which sees runners, not jobs) with ${vmsWhileWaiting} VM(s) and would have waited for ever had no other job come; it ran only when job B's queued webhook brought demand: A on ${a.runnerName ?? "?"} (${s((a.startedAt ?? 0) - queuedAt)} after queued), B on ${b.runnerName ?? "?"}; ${seen.length} VM(s) in all, cleaned up`;
+    },
+  },
+  {
+    id: "github-webhook-queued-duplicated",
+    injected: "the workflow_job queued webhook of the job is delivered twice with the same X-GitHub-Delivery (webhooks.duplicateNext = 1)",
+    where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled, no VM",
+    pool: { minIdle: 0, maxConcurrent: 3 },
+    async run(ctx) {
+      const { github } = ctx.world;
+      github.webhooks.duplicateNext = 1;
+      const job = queue(ctx, "twice");
+      ctx.faultNow();
+      await ctx.world.waitForJob(job, "completed");
+      assert.equal(job.conclusion, "success");
+      await noLiveVm(ctx, "the job done, minIdle 0");
+      const deliveries = github.webhooks.sent.filter((w) => w.action === "queued");
+      const last = deliveries.at(-1);
+      const twice = deliveries.filter((w) => w.deliveryId === last?.deliveryId);
+      assert.equal(twice.length, 2, "the queued webhook was delivered twice");
+      const seen = vmsSeen(ctx);
+      assert.equal(seen.length, 1, `one VM for one job, however often its webhook came: ${seen.join(", ")}`);
+      return `both deliveries answered ${twice.map((w) => w.status).join(" and ")}; the job counted once: 1 VM (${seen.join(", ")}), ${job.name} ${job.conclusion ?? "?"} on ${job.runnerName ?? "?"}; nothing left after it (maxConcurrent 3 left room for a second VM had it been counted twice)`;
+    },
+  },
+  {
+    id: "github-runner-busy-scale-down",
+    injected: "GitHub reports the idle runner busy (setRunnerState busy: true): DELETE …/actions/runners/{id} answers 422 \"still running a job\" and the runner list says busy; 20 s later it is idle again",
+    where: "scale-down: the pool's minIdle is lowered from 1 to 0 while its only runner is idle in Imp's view",
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const name = nameOf(vm);
+      const { github } = ctx.world;
+      const runner = github.runnerNamed(name);
+      assert.ok(runner !== undefined);
+      github.setRunnerState(runner.id, { busy: true });
+      ctx.faultNow();
+      const at = Date.now();
+      await ctx.world.applyPool(ctx.pool, { minIdle: 0, maxConcurrent: 2, labels: ctx.labels }, ctx.namespace);
+      // While GitHub says busy the runner must stay: never removed under a job.
+      const watchUntil = Date.now() + 20_000;
+      while (Date.now() < watchUntil) {
+        const current = await ctx.world.getVm(name, ctx.namespace);
+        assert.ok(current !== undefined && current.metadata.deletionTimestamp === undefined && current.status?.phase === "Running", `${name} was not deleted while GitHub said it is busy`);
+        assert.ok(github.runnerNamed(name) !== undefined, `${name} still registered while busy`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      const busyAnswers = github.requestsTo(RUNNER_BY_ID, "DELETE").filter((r) => r.at >= at && r.status === 422).length;
+      const pool = await ctx.world.pools.get({ namespace: ctx.namespace, name: ctx.pool });
+      const ready = pool.status?.conditions?.find((c) => c.type === "Ready");
+      assert.equal(ready?.status, "True", `"busy" is not an error: the pool stays Ready (${ready?.reason ?? ""}: ${ready?.message ?? ""})`);
+      github.setRunnerState(runner.id, { busy: false });
+      const idleAt = Date.now();
+      const gone = await registrationGone(ctx, name, RUNNER_LIST_INTERVAL_MS * 4);
+      await noLiveVm(ctx, "scaled down to 0");
+      return `${busyAnswers} DELETE(s) answered 422 busy${busyAnswers === 0 ? " (the runner list said busy first, so none was tried)" : ""}; the operator kept ${name} (Running, registered, pool Ready) for the 20 s it was busy; once GitHub said idle, the next runner list let the scale-down remove it (${s(gone - idleAt)} after) and its VM ended`;
+    },
+  },
+  {
+    id: "github-delete-timeout-teardown",
+    injected: `GitHub answers the next DELETE …/actions/runners/{id} only after 40 s, past the operator's ${CLIENT_TIMEOUT_MS / 1000} s request timeout (the late answer is not acted on: the runner stays registered)`,
+    where: "teardown: an idle runner's ImpVM is deleted; its registration finalizer removes the runner from GitHub",
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const name = nameOf(vm);
+      const { github } = ctx.world;
+      github.injectFault({ kind: "delay", ms: 40_000, count: 1, path: RUNNER_BY_ID, method: "DELETE" });
+      ctx.faultNow();
+      const at = Date.now();
+      await deleteVm(ctx, vm);
+      const gone = await registrationGone(ctx, name);
+      const deletes = github.requestsTo(RUNNER_BY_ID, "DELETE").filter((r) => r.at >= at);
+      const timedOut = deletes.find((r) => r.faulted);
+      const retried = deletes.find((r) => !r.faulted && r.status === 204);
+      assert.ok(timedOut !== undefined && timedOut.status === 0, "the slow DELETE was abandoned by the operator (the client hung up)");
+      assert.ok(retried !== undefined, "the DELETE was sent again and removed the runner");
+      const replacement = await ctx.idleRunner();
+      return `the operator gave up on the slow DELETE and retried it ${s(retried.at - timedOut.at)} after it was sent (timeout + backoff); ${name} removed ${s(gone - at)} after its VM was deleted; replacement ${nameOf(replacement)} online`;
+    },
+  },
+  {
+    id: "github-5xx-delete-after-job",
+    injected: "GitHub answers 503 to the next 5 DELETE …/actions/runners/{id} (more than the 3 retries of one request)",
+    where: "teardown after a job: the runner's VM Succeeded; its registration finalizer removes the runner (GitHub itself drops an ephemeral runner at the end of its job, so a success answers 404 = gone)",
+    async run(ctx) {
+      await ctx.idleRunner();
+      const { github } = ctx.world;
+      const job = queue(ctx, "then-teardown");
+      await ctx.world.waitForJob(job, "in_progress");
+      const injectedAt = Date.now();
+      github.injectFault({ kind: "server-error", status: 503, count: 5, path: RUNNER_BY_ID, method: "DELETE" });
+      await ctx.world.waitForJob(job, "completed");
+      ctx.faultNow();
+      const at = Date.now();
+      assert.equal(job.conclusion, "success");
+      const ran = job.runnerName ?? "";
+      await faultsConsumed(ctx);
+      const done = await waitFor(`${ran} deregistered and deleted`, async () => ((await ctx.world.getVm(ran, ctx.namespace)) === undefined ? Date.now() : undefined), { timeoutMs: 180_000, intervalMs: 200 });
+      const deletes = github.requestsTo(RUNNER_BY_ID, "DELETE").filter((r) => r.at >= injectedAt);
+      const gaps = deletes.slice(1).map((r, i) => r.at - (deletes[i]?.at ?? r.at));
+      assert.ok(deletes.filter((r) => r.faulted).length === 5, "all five 503s hit the teardown");
+      assert.ok(deletes.some((r) => !r.faulted && (r.status === 404 || r.status === 204)), "a DELETE after the 503s succeeded");
+      const replacement = await ctx.idleRunner();
+      return `${ran} ended after ${job.name} (${job.conclusion ?? "?"}); ${deletes.length} DELETEs (${deletes.map((r) => r.status).join(", ")}), spaced ${gaps.map(s).join(", ")}: retried with growing backoff in the client, then by the controller's requeue; finalizer removed, VM deleted ${s(done - at)} after the job completed; replacement ${nameOf(replacement)} online`;
+    },
+  },
+];
+
+/**
+ * runFaultCase leaves the pool of a case that failed before its checks; its VMs would then count as
+ * another case's leftovers on the nodes (I5). Removes every pool of the case's namespace.
+ */
+async function removeLeftPool(world: RunnerWorld, id: string): Promise<void> {
+  const namespace = `f-${id}`.slice(0, 63).replace(/-+$/, "");
+  await world.kubectl(["-n", namespace, "delete", "impvmrunnerpool", "--all", "--wait=false"]).catch(() => "");
+  await waitFor(`${id}: the failed case's VMs gone`, async () => ((await world.listVms()).some((vm) => vm.metadata.namespace === namespace) ? undefined : true), { timeoutMs: 180_000, intervalMs: 250 }).catch(() => undefined);
+}
+
+describe("failure proof: GitHub faults", { skip: unavailable, timeout: 3_600_000, concurrency: 1 }, () => {
+  let world: RunnerWorld;
+  before(async () => {
+    world = await RunnerWorld.start({ say: (line) => process.stdout.write(`# ${line}\n`) });
+  });
+  after(async () => {
+    await world?.dispose();
+  });
+  for (const c of cases) {
+    it(`${c.id}: ${c.injected} — ${c.where}`, async () => {
+      const started = Date.now();
+      const result = await runFaultCase(world, suite, c).catch(async (err: unknown) => {
+        process.stdout.write(`# ${c.id} FAILED after ${s(Date.now() - started)}: ${String((err as Error).message ?? err).slice(0, 4000)}\n`);
+        await removeLeftPool(world, c.id);
+        throw err;
+      });
+      process.stdout.write(`# ${c.id}: ${result.impDid}; recovered in ${result.recoverMs} ms; case took ${s(Date.now() - started)}\n`);
+    });
+  }
+});
