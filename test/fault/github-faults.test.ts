@@ -285,7 +285,7 @@ const cases: FaultCase[] = [
       assert.ok(deletes.filter((r) => r.faulted).length === 5, "all five 503s hit the teardown");
       assert.ok(deletes.some((r) => !r.faulted && (r.status === 404 || r.status === 204)), "a DELETE after the 503s succeeded");
       const replacement = await ctx.idleRunner();
-      return `${ran} ended after ${job.name} (${job.conclusion ?? "?"}); ${deletes.length} DELETEs (${deletes.map((r) => r.status).join(", ")}), spaced ${gaps.map(s).join(", ")}: retried with growing backoff in the client, then by the controller's requeue; finalizer removed, VM deleted ${s(done - at)} after the job completed; replacement ${nameOf(replacement)} online`;
+      return `${ran} ended after ${job.name} (${job.conclusion ?? "?"}); ${deletes.length} DELETEs (${deletes.map((r) => r.status).join(", ")}), spaced ${gaps.map(s).join(", ")}: retried by the client (plugin-retry, 3 retries a request, 1 s · n² apart) and, once a request gave up, by the controller's requeue with backoff; finalizer removed, VM deleted ${s(done - at)} after the job completed; replacement ${nameOf(replacement)} online`;
     },
   },
 ];
