@@ -195,6 +195,7 @@ export class Operator {
       }
       this.nodeLoss = new NodeLossController({
         vms,
+        secrets,
         leases: this.#leases,
         vmInformer: this.vmCache,
         nodeInformer: this.nodeCache,

@@ -12,6 +12,7 @@ const base: NodeLossInput = {
   leaseMissingSinceMs: undefined,
   kubeNode: "unwatched",
   nowMs: renewedAt,
+  watchingSinceMs: renewedAt - 3_600_000,
   lostAfterMs: 40_000,
 };
 
@@ -24,6 +25,15 @@ describe("decideNodeLoss", () => {
     const d = decideNodeLoss({ ...base, nowMs: clock.now() });
     assert.equal(d.lost, true);
     assert.match(d.lost ? d.message : "", /^Node n1: its agent Lease was last renewed 40 s ago \(limit 40 s\)$/);
+  });
+
+  it("a process that began watching after the last renewal gives the node the full bound from then (an operator restarted after an API server outage)", () => {
+    // Renewed 60 s ago, before an outage no agent could renew through; the operator restarted 5 s ago.
+    const now = renewedAt + 60_000;
+    assert.deepEqual(decideNodeLoss({ ...base, nowMs: now, watchingSinceMs: now - 5_000 }), { lost: false, recheckInMs: 35_000 });
+    const later = decideNodeLoss({ ...base, nowMs: now + 35_000, watchingSinceMs: now - 5_000 });
+    assert.equal(later.lost, true);
+    assert.match(later.lost ? later.message : "", /last renewed 95 s ago/);
   });
 
   it("a missing Lease is lost only after lostAfterMs of being missing as observed", () => {

@@ -4,6 +4,12 @@
  * or the Lease has been missing that long as this process observed it, or a Node object that existed
  * was deleted. A lost node's non-terminal VMs are marked Failed/NodeLost; being terminal, they are
  * never scheduled again.
+ *
+ * Staleness counts from the later of the renewal and the moment this process began watching: the
+ * operator exits when it loses leadership, which an API server outage causes, and no agent could
+ * renew its Lease during that outage either. Had staleness counted from renewTime alone, the
+ * restarted operator would find every node lost and fail every running job. (The node lifecycle
+ * controller of Kubernetes measures from its own first observation for the same reason.)
  */
 import type { DeepReadonly, Lease } from "../../kube/index.ts";
 import { DEFAULT_LEASE_MAX_AGE_MS, renewTimeMs } from "../scheduler/agent-lease.ts";
@@ -21,6 +27,8 @@ export interface NodeLossInput {
   readonly leaseMissingSinceMs: number | undefined;
   readonly kubeNode: KubeNodeState;
   readonly nowMs: number;
+  /** When this process began watching Leases (its clock): every node gets the full bound from then. */
+  readonly watchingSinceMs: number;
   readonly lostAfterMs: number;
 }
 
@@ -40,7 +48,7 @@ export function decideNodeLoss(input: NodeLossInput): NodeLossDecision {
   }
   const renewed = renewTimeMs(input.lease);
   if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime` };
-  const lostAt = renewed + lostAfterMs;
+  const lostAt = Math.max(renewed, input.watchingSinceMs) + lostAfterMs;
   if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)` };
   return { lost: false, recheckInMs: lostAt - nowMs };
 }

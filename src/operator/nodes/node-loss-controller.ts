@@ -2,11 +2,14 @@
  * Marks the VMs of lost nodes Failed/NodeLost (decide-node-loss.ts decides). Keyed by node name;
  * any node that has bound VMs, an ImpNode or an agent Lease is looked at. Before failing anything it
  * reads the Lease from the API itself, so a cache that stopped hearing renewals (a broken watch)
- * cannot make a live node look lost. Registration removal and Secret deletion for those VMs are the
- * pool controller's (it reacts to terminal VMs).
+ * cannot make a live node look lost. A lost node's agent cannot delete setup Secrets, so this
+ * controller does (I4: no setup Secret outlives its VM's run): the Secrets of the VMs it fails, and of
+ * VMs that ended there but whose Secret the agent never got to delete (status.setup not Deleted). It
+ * is level-triggered on that status, so a crash between the two writes is mended on the next pass.
+ * Registration removal for those VMs is the pool controller's (it reacts to terminal VMs).
  */
 import type { Registry } from "prom-client";
-import { VM_REASONS, type ImpNode, type ImpVM } from "../../api/index.ts";
+import { setupSecretName, VM_REASONS, type ImpNode, type ImpVM } from "../../api/index.ts";
 import {
   Controller,
   done,
@@ -23,6 +26,7 @@ import {
   type ResourceClient,
 } from "../../kube/index.ts";
 import { silentLogger, systemClock, type Clock, type Logger } from "../../shared/index.ts";
+import type { SecretObject } from "../pools/resources.ts";
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
 import { involvedOf } from "../scheduler/scheduler-controller.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
@@ -31,6 +35,8 @@ import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, type KubeNodeState } from "
 export interface NodeLossControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
   readonly leases: Pick<ResourceClient<Lease>, "get">;
+  /** The VMs' setup Secrets, deleted for the VMs of lost nodes. */
+  readonly secrets: Pick<ResourceClient<SecretObject>, "delete">;
   readonly vmInformer: Informer<ImpVM>;
   readonly nodeInformer: Informer<ImpNode>;
   readonly leaseInformer: Informer<Lease>;
@@ -55,15 +61,18 @@ export class NodeLossController {
   readonly #leaseMissingSince = new Map<string, number>();
   /** Nodes whose core/v1 Node this process has seen; only their deletion counts. */
   readonly #kubeNodesSeen = new Set<string>();
+  /** When start() was called: no node is lost sooner than the bound after it (decide-node-loss.ts says why). */
+  #watchingSinceMs: number;
 
   constructor(options: NodeLossControllerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#lostAfterMs = options.lostAfterMs ?? DEFAULT_NODE_LOST_AFTER_MS;
+    this.#watchingSinceMs = this.#clock.now();
     const logger = (options.logger ?? silentLogger).child({ part: "node-loss" });
     addVmIndexes(options.vmInformer);
     this.#controller = new Controller({ name: options.name ?? "node-loss", registry: options.registry, clock: this.#clock, logger, workers: 1, reconcile: (ctx) => this.#reconcile(ctx) });
-    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || isTerminalVM(vm) ? [] : [vm.status.nodeName]) });
+    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSetupSecret(vm)) ? [] : [vm.status.nodeName]) });
     this.#controller.watch(options.nodeInformer);
     this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
     options.kubeNodeInformer?.addEventHandler({
@@ -74,6 +83,7 @@ export class NodeLossController {
   }
 
   async start(signal: AbortSignal): Promise<void> {
+    this.#watchingSinceMs = this.#clock.now();
     await this.#controller.start(signal);
   }
 
@@ -89,13 +99,15 @@ export class NodeLossController {
     if (lease === undefined) {
       if (!this.#leaseMissingSince.has(nodeName)) this.#leaseMissingSince.set(nodeName, now);
     } else this.#leaseMissingSince.delete(nodeName);
-    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodeState(nodeName), nowMs: now, lostAfterMs: this.#lostAfterMs });
+    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodeState(nodeName), nowMs: now, watchingSinceMs: this.#watchingSinceMs, lostAfterMs: this.#lostAfterMs });
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
     const nodeName = ctx.key;
-    const victims = (): DeepReadonly<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName).filter((vm) => !isTerminalVM(vm));
-    if (victims().length === 0) {
+    const onNode = (): DeepReadonly<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName);
+    const victims = (): DeepReadonly<ImpVM>[] => onNode().filter((vm) => !isTerminalVM(vm));
+    const endedWithSecret = (): DeepReadonly<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSetupSecret(vm));
+    if (victims().length === 0 && endedWithSecret().length === 0) {
       this.#leaseMissingSince.delete(nodeName);
       return done;
     }
@@ -111,11 +123,34 @@ export class NodeLossController {
     }
     const decision = this.#decide(nodeName, live);
     if (!decision.lost) return requeueAfter(decision.recheckInMs + 1);
-    for (const vm of victims()) await this.#failVm(ctx, vm, decision.message);
+    for (const vm of victims()) if (await this.#failVm(ctx, vm, decision.message)) await this.#deleteSetupSecret(ctx, vm);
+    for (const vm of endedWithSecret()) await this.#deleteSetupSecret(ctx, vm);
     return done;
   }
 
-  async #failVm(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<void> {
+  /** As the agent does in its teardown: the Secret, then status.setup.state Deleted (the record that it is gone). */
+  async #deleteSetupSecret(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>): Promise<void> {
+    const namespace = vm.metadata.namespace ?? "";
+    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
+    await this.#o.secrets.delete({ namespace, name }, { signal: ctx.signal }).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+    await mutateWithRetry(this.#o.vms, {
+      ref: { namespace, name: vm.metadata.name ?? "" },
+      subresource: "status",
+      signal: ctx.signal,
+      mutate: (d) => {
+        if (d.metadata.uid !== vm.metadata.uid || d.status?.setup === undefined || d.status.setup.state === "Deleted") return false;
+        d.status = { ...d.status, setup: { ...d.status.setup, state: "Deleted" } };
+      },
+    }).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
+    ctx.logger.info({ vm: `${namespace}/${vm.metadata.name}`, secret: name }, "node lost: setup Secret deleted");
+  }
+
+  /** Returns whether this call failed the VM (false: it had ended, moved or gone meanwhile). */
+  async #failVm(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<boolean> {
     const now = new Date(this.#clock.now()).toISOString();
     let failed = false;
     try {
@@ -139,9 +174,15 @@ export class NodeLossController {
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
-    if (!failed) return;
+    if (!failed) return false;
     ctx.logger.warn({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost: VM marked Failed");
     await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: VM_REASONS.NodeLost, message, signal: ctx.signal });
+    return true;
   }
+}
+
+/** A setup was minted for the VM and nobody has recorded its Secret deleted. */
+function holdsSetupSecret(vm: DeepReadonly<ImpVM>): boolean {
+  return vm.status?.setup !== undefined && vm.status.setup.state !== "Deleted";
 }
 
