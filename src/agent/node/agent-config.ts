@@ -46,9 +46,14 @@ export interface AgentConfig {
   readonly cgroupParent: string;
   /** Seconds between sweeps of leftovers (processes, cgroups, dirs, taps of VMs no longer bound here). */
   readonly sweepIntervalSeconds: number;
+  /**
+   * Console bytes a guest may write before its VM is stopped (GuestConsoleFlood): the console log is
+   * on the node's disk and no VMM bounds it. Absent = the drivers' default, 16 MiB.
+   */
+  readonly maxConsoleBytes?: number;
 }
 
-const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds"]);
+const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
 
 export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentConfig> {
   let raw: unknown;
@@ -72,6 +77,7 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     if (typeof v !== "string" || v === "") return bad(`"${key}" must be a non-empty string`);
     return v;
   };
+  const atLeast = (v: number, min: number, key: string): number => (v >= min ? v : bad(`"${key}" must be at least ${min}`));
   const int = (v: unknown, key: string): number => (typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : bad(`"${key}" must be a non-negative integer`));
   const nodeName = typeof o["nodeName"] === "string" ? o["nodeName"] : env["NODE_NAME"];
   if (nodeName === undefined || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(nodeName)) bad(`the node name (nodeName or $NODE_NAME) must be a DNS subdomain, got ${JSON.stringify(nodeName)}`);
@@ -116,5 +122,6 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     // leftover, so two agents on one machine (tests, demos) must never share a parent.
     cgroupParent: str("cgroupParent", `imp/${nodeName as string}`),
     sweepIntervalSeconds: int(o["sweepIntervalSeconds"] ?? 60, "sweepIntervalSeconds"),
+    ...(o["maxConsoleBytes"] === undefined ? {} : { maxConsoleBytes: atLeast(int(o["maxConsoleBytes"], "maxConsoleBytes"), 64 * 1024, "maxConsoleBytes") }),
   };
 }

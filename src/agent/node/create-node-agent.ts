@@ -59,9 +59,10 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
   });
   const tscKhz = await readHostTscKhz();
   const drivers = new Map<VmmKind, VmmDriver>();
-  const qemu = new QemuDriver({ qemuBinary: config.qemu.binary, accel: kvm.accel, ...(tscKhz === undefined ? {} : { tscKhz }), ...(config.qemu.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: config.qemu.vhostDeviceVsock }) });
+  const consoleCap = config.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: config.maxConsoleBytes };
+  const qemu = new QemuDriver({ qemuBinary: config.qemu.binary, accel: kvm.accel, ...(tscKhz === undefined ? {} : { tscKhz }), ...(config.qemu.vhostDeviceVsock === undefined ? {} : { vhostDeviceVsock: config.qemu.vhostDeviceVsock }), ...consoleCap });
   drivers.set("qemu", qemu);
-  if (config.firecracker !== undefined) drivers.set("firecracker", new FirecrackerDriver({ firecrackerBinary: config.firecracker.binary }));
+  if (config.firecracker !== undefined) drivers.set("firecracker", new FirecrackerDriver({ firecrackerBinary: config.firecracker.binary, ...consoleCap }));
   const chooseVmm = (plan: VmPlan): VmmKind => {
     const wanted = config.vmm === "auto" ? (plan.preferredVmm ?? (kvm.kvm && drivers.has("firecracker") ? "firecracker" : "qemu")) : config.vmm;
     // Firecracker needs KVM; without it the VM boots under QEMU rather than not at all.

@@ -32,6 +32,8 @@ export interface FirecrackerDriverOptions {
   readonly instanceStartTimeoutMs?: number;
   /** After the stop's grace period: SIGTERM, then SIGKILL after this. */
   readonly killGraceMs?: number;
+  /** Console bytes a guest may write before its VM is marked down with `GuestConsoleFlood` (default 16 MiB). */
+  readonly maxConsoleBytes?: number;
 }
 
 export function defaultFirecrackerDriverConfig(): Required<Pick<FirecrackerDriverOptions, "apiReadyTimeoutMs" | "requestTimeoutMs" | "instanceStartTimeoutMs" | "killGraceMs">> {
@@ -86,7 +88,7 @@ export class FirecrackerDriver implements VmmDriver {
     const process = state.process;
     if (process === undefined) throw new Error("boot steps finished without a process");
     context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined, timings: run.timings }, "firecracker started");
-    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: this.#options.killGraceMs });
+    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: this.#options.killGraceMs, ...(this.#options.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: this.#options.maxConsoleBytes }) });
   }
 
   /**
@@ -147,7 +149,7 @@ export class FirecrackerDriver implements VmmDriver {
     });
     const process = mustHave(state.process);
     context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined }, "firecracker adopted");
-    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: o.killGraceMs });
+    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: o.killGraceMs, ...(o.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: o.maxConsoleBytes }) });
   }
 
   #steps(): Step<BootState>[] {
