@@ -133,7 +133,8 @@ export class PoolController {
       if (!this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
     }
     this.activity.jobTaken(event.jobId);
-    this.activity.runnerBusy(event.runnerName, event.action === "in_progress");
+    if (event.action === "completed") this.activity.runnerFinished(event.runnerName);
+    else this.activity.runnerBusy(event.runnerName, true);
     for (const pool of this.#o.poolCache.list()) {
       if (heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
@@ -205,6 +206,7 @@ export class PoolController {
       phase: vm.status?.phase,
       deleting: vm.metadata.deletionTimestamp !== undefined,
       busy: this.activity.isBusy(name),
+      finished: this.activity.isFinished(name),
       bound: vm.status?.nodeName !== undefined,
       createdAt: ms(vm.metadata.creationTimestamp) ?? 0,
       runningAt: ms(vm.status?.phaseTimestamps?.running),

@@ -87,6 +87,20 @@ describe("decidePool", () => {
     const d3 = decidePool(observe({ minIdle: 0, vms: [vm("p-idle1", "Running"), vm("p-pend1", "Pending"), vm("p-pend2", "Pending", { createdAt: T0 + 1 })] }));
     assert.deepEqual(d3.scaleDown, ["p-pend2", "p-pend1", "p-idle1"], "unbound VMs (newest first) go before idle runners");
   });
+
+  it("a runner that finished its job is not idle, never scaled down, still holds its slot, and is replaced at once", () => {
+    // The job is done on p-done1 (completed webhook); p-next1 came up for it while it ran.
+    const vms = [vm("p-done1", "Running", { createdAt: T0 - 1000, finished: true }), vm("p-next1", "Running")];
+    const d = decidePool(observe({ minIdle: 1, maxConcurrent: 2, vms }));
+    assert.deepEqual(d.scaleDown, [], "deleting p-done1 would race its own exit and end it Failed/Deleted");
+    assert.equal(d.counts.idle, 1);
+    assert.equal(d.create, 0);
+    const alone = decidePool(observe({ minIdle: 1, maxConcurrent: 2, vms: [vm("p-done1", "Running", { finished: true })] }));
+    assert.equal(alone.create, 1, "its replacement does not wait for it to end");
+    assert.equal(alone.counts.current, 1);
+    const full = decidePool(observe({ minIdle: 1, maxConcurrent: 1, vms: [vm("p-done1", "Running", { finished: true })] }));
+    assert.equal(full.create, 0, "its VMM still runs: it counts against maxConcurrent until it ends");
+  });
 });
 
 describe("failure budget", () => {

@@ -8,6 +8,10 @@
  *   create   = min(scaleUpStep, desired − have, maxConcurrent − every non-terminal VM − creations)
  *   scale down at most have − desired VMs: unbound ones (no runner yet), then idle runners
  *
+ * A runner whose job completed is finished: a JIT runner takes one job, then exits and its VM
+ * ends on its own. It is neither idle (it takes no job) nor scaled down (deleting it would race its
+ * own clean exit and record the VM Failed/Deleted), and its replacement is wanted at once.
+ *
  * Terminal VMs hold no capacity (they are removed and replaced); VMs being deleted still count
  * against maxConcurrent until they are gone, because their VMM may still run.
  */
@@ -32,6 +36,8 @@ export interface PoolVmView {
   readonly deleting: boolean;
   /** GitHub says (or a webhook said) its runner runs a job. */
   readonly busy: boolean;
+  /** Its runner completed its one job (a completed webhook): the VM is about to end by itself. */
+  readonly finished?: boolean;
   /** status.nodeName is set: the VM may be getting its setup or booting. */
   readonly bound: boolean;
   readonly createdAt: number;
@@ -192,7 +198,7 @@ export function decidePool(o: PoolObservation): PoolDecision {
       continue;
     }
     nonTerminal++;
-    if (vm.deleting || expectedGone.has(vm.name)) continue;
+    if (vm.deleting || expectedGone.has(vm.name) || vm.finished === true) continue;
     if (vm.busy) busy++;
     else if (vm.phase === "Running") idle.push(vm);
     else {

@@ -22,6 +22,8 @@ export class RunnerActivity {
   readonly #queued = new Map<string, Map<number, number>>();
   /** runner name → last known busy flag. */
   readonly #busy = new Map<string, BusyEntry>();
+  /** Runners whose one job completed. */
+  readonly #finished = new Set<string>();
 
   constructor(clock: Clock, queuedTtlMs = DEFAULT_QUEUED_JOB_TTL_MS) {
     this.#clock = clock;
@@ -72,9 +74,20 @@ export class RunnerActivity {
     return this.#busy.get(runnerName)?.busy === true;
   }
 
+  /** Its job completed: a JIT runner takes no other, so it stays finished whatever a list says later. */
+  runnerFinished(runnerName: string): void {
+    this.#busy.set(runnerName, { busy: false, at: this.#clock.now() });
+    this.#finished.add(runnerName);
+  }
+
+  isFinished(runnerName: string): boolean {
+    return this.#finished.has(runnerName);
+  }
+
   /** Drops what is known about runners that no longer have a VM. */
   forgetRunnersExcept(names: ReadonlySet<string>, prefix: string): void {
     for (const name of this.#busy.keys()) if (name.startsWith(prefix) && !names.has(name)) this.#busy.delete(name);
+    for (const name of this.#finished) if (name.startsWith(prefix) && !names.has(name)) this.#finished.delete(name);
   }
 
   forgetPool(poolKey: string): void {
