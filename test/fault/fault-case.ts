@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { relative, resolve } from "node:path";
 import type { ImpVM } from "../../src/api/index.ts";
-import { waitFor } from "../../src/shared/index.ts";
+import { describeError, waitFor } from "../../src/shared/index.ts";
 import type { RunnerWorld } from "../e2e/runner-path/world.ts";
 import { nameOf } from "../e2e/runner-path/world.ts";
 import { checkInvariants, type CheckOptions } from "./invariants.ts";
@@ -71,16 +71,24 @@ export async function runFaultCase(world: RunnerWorld, suite: string, c: FaultCa
     idleRunner: (timeoutMs = 300_000) =>
       world.waitForVm(`${c.id}: an idle runner`, (vms) => vms.find((vm) => ofPool(vm) && vm.status?.phase === "Running" && world.github.runnerNamed(nameOf(vm))?.status === "online" && world.github.runnerNamed(nameOf(vm))?.busy === false), timeoutMs),
   };
-  await c.arm?.(ctx);
-  await world.applyPool(pool, { ...(c.pool ?? { minIdle: 1, maxConcurrent: 2 }), labels }, namespace);
-  const impDid = await c.run(ctx);
+  let impDid: string;
+  try {
+    await c.arm?.(ctx);
+    await world.applyPool(pool, { ...(c.pool ?? { minIdle: 1, maxConcurrent: 2 }), labels }, namespace);
+    impDid = await c.run(ctx);
+  } catch (err) {
+    // Recorded, so the report shows the case failed; its pool goes, or its VMs would be the next
+    // case's crash victims and count there as node resources of no live VM (I5).
+    await recordCase({ id: c.id, suite: relative(repoRoot, suite), injected: c.injected, where: c.where, impDid: `the case failed before its checks: ${describeError(err).slice(0, 2000)}`, invariants: [], recoverMs: 0, passed: false, at: new Date().toISOString() });
+    await removePools(world, namespace);
+    throw err;
+  }
   const at = faultAt ?? Date.now();
   // Recovery is judged with the pool still there: Imp must restore minIdle on its own. Then the pool
   // goes, and the checker judges again that everything of the case is cleaned up.
   const options: CheckOptions = { faultAt: at, since, runnerFilter: (name) => name.startsWith(`${pool}-`), ...(c.bounds === undefined ? {} : { boundsMs: c.bounds }) };
   const recovered = await checkInvariants(world.faultWorld(namespace), options);
-  await world.deletePool(pool, namespace);
-  await waitFor(`${c.id}: the pool's VMs gone`, async () => ((await world.listVms()).some(ofPool) ? undefined : true), { timeoutMs: 180_000, intervalMs: 250 }).catch(() => undefined);
+  await removePools(world, namespace);
   const cleaned = await checkInvariants(world.faultWorld(namespace), { ...options, faultAt: Date.now() });
   const invariants = recovered.map((o) => {
     const after = cleaned.find((x) => x.id === o.id);
@@ -100,6 +108,12 @@ export async function runFaultCase(world: RunnerWorld, suite: string, c: FaultCa
   await recordCase(result);
   for (const o of invariants) assert.ok(o.held, `${c.id}: ${o.id} does not hold: ${o.detail}`);
   return result;
+}
+
+/** Deletes every pool of the namespace (so their VMs) and waits, bounded, for the VMs to be gone. */
+async function removePools(world: RunnerWorld, namespace: string): Promise<void> {
+  await world.kubectl(["-n", namespace, "delete", "impvmrunnerpool", "--all", "--wait=false"]).catch(() => "");
+  await waitFor(`${namespace}: the pools' VMs gone`, async () => ((await world.listVms().catch(() => [])).some((vm) => vm.metadata.namespace === namespace) ? undefined : true), { timeoutMs: 180_000, intervalMs: 250 }).catch(() => undefined);
 }
 
 function hash(text: string): number {

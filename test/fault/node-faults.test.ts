@@ -5,9 +5,7 @@
  * GitHub test server). After each case the invariant checker judges I1–I6 (fault-case.ts).
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
-import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import type { ImpVM } from "../../src/api/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
@@ -58,38 +56,6 @@ async function processesOf(uid: string, program: string): Promise<number[]> {
 
 /** Which agents logged that their armed point fired (the plan's `@1` was used up there). */
 const fired = (world: RunnerWorld, point: string): WorldNode[] => world.nodes.filter((n) => n.agent.log().split("\n").some((l) => l.includes("test fault point fired") && l.includes(point)));
-
-const execFileAsync = promisify(execFile);
-
-/**
- * Every world's simulated nodes use the same host-side addresses (198.51.100.2/30, .6/30), so with
- * two worlds on the machine (two test files run at once) the host has one route per world for each
- * /30 and answers every VM through the first world's link: the runners of the later worlds never
- * reach their GitHub test server (their TCP connect times out, the runner exits 2). Until the world
- * picks addresses of its own, this world's replies are routed by policy: packets from its GitHub
- * test server's port get a mark of this world, and the mark a routing table with this world's links.
- * Returns the undo.
- */
-async function routeRepliesThroughOwnLinks(world: RunnerWorld): Promise<() => Promise<void>> {
-  const sh = async (argv: string[], input?: string): Promise<void> => {
-    const child = execFileAsync(argv[0] ?? "", argv.slice(1), { timeout: 15_000 });
-    if (input !== undefined) child.child.stdin?.end(input);
-    await child;
-  };
-  const id = Number.parseInt(world.sim.prefix.slice(3), 16);
-  const mark = `0x${(0x1e000000 + (id & 0xffffff)).toString(16)}`;
-  const table = String(1000 + (id % 30000));
-  const nftTable = `${world.sim.prefix}-replies`;
-  const port = new URL(world.github.url).port;
-  await sh(["nft", "-f", "-"], `table ip ${nftTable} {\n chain out {\n  type route hook output priority mangle;\n  tcp sport ${port} meta mark set ${mark}\n }\n}\n`);
-  for (const n of world.nodes) await sh(["ip", "route", "add", `${n.net.uplinkAddress}/32`, "dev", n.net.hostLink, "table", table]);
-  await sh(["ip", "rule", "add", "fwmark", mark, "lookup", table, "priority", "900"]);
-  return async () => {
-    await sh(["ip", "rule", "del", "fwmark", mark, "lookup", table, "priority", "900"]).catch(() => undefined);
-    await sh(["ip", "route", "flush", "table", table]).catch(() => undefined);
-    await sh(["nft", "delete", "table", "ip", nftTable]).catch(() => undefined);
-  };
-}
 
 const ended = (vm: ImpVM | undefined): boolean => ["Failed", "Succeeded"].includes(vm?.status?.phase ?? "");
 
@@ -284,13 +250,10 @@ const cases: FaultCase[] = [
 
 describe("failure proof: more node-side faults (agent points, supervisor, guest, stale Lease)", { skip: unavailable, timeout: 3_600_000, concurrency: 1 }, () => {
   let world: RunnerWorld;
-  let unroute: (() => Promise<void>) | undefined;
   before(async () => {
     world = await RunnerWorld.start({ say: (line) => process.stdout.write(`# ${line}\n`) });
-    unroute = await routeRepliesThroughOwnLinks(world);
   });
   after(async () => {
-    await unroute?.();
     await world?.dispose();
   });
   for (const c of cases) {

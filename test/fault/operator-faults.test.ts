@@ -67,16 +67,6 @@ async function secondOperator(world: RunnerWorld): Promise<ImpProcess> {
   return p;
 }
 
-/**
- * Deletes what a failed case left (its pools, hence its VMs), so the next case's fault point and
- * checker see only their own namespace's VMs: a leftover VM would take the next crash or count as
- * a node resource of no live VM.
- */
-async function removeLeftovers(world: RunnerWorld, namespace: string): Promise<void> {
-  await world.kubectl(["-n", namespace, "delete", "impvmrunnerpool", "--all", "--wait=false"]).catch(() => "");
-  await waitFor(`${namespace}: leftover VMs gone`, async () => ((await world.listVms().catch(() => [])).some((vm) => vm.metadata.namespace === namespace) ? undefined : true), { timeoutMs: 180_000, intervalMs: 500 }).catch(() => undefined);
-}
-
 /** Samples the case's VMs until stopped: the most non-terminal ones at once, and every name seen. */
 function watchVms(ctx: CaseContext): { stop(): Promise<{ maxLive: number; names: Set<string> }> } {
   let maxLive = 0;
@@ -265,10 +255,7 @@ describe("failure proof: operator faults", { skip: unavailable, timeout: 3_600_0
       const started = Date.now();
       // A case that failed half-way may leave the operator stopped; the next case starts from a running one.
       if (!world.operator.running) await world.operator.start({});
-      const result = await runFaultCase(world, suite, c).catch(async (err: unknown) => {
-        await removeLeftovers(world, `f-${c.id}`.slice(0, 63));
-        throw err;
-      });
+      const result = await runFaultCase(world, suite, c);
       process.stdout.write(`# ${c.id}: ${result.impDid}; recovered in ${result.recoverMs} ms; case took ${Math.round((Date.now() - started) / 1000)} s\n`);
     });
   }
