@@ -10,7 +10,7 @@
  */
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, statfs, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -20,7 +20,7 @@ import { createResourceClient, Informer, resourceDescriptor, type KubeObject, ty
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
-import { buildImage, buildLayer, busyboxLayer } from "../../harness/oci-image.ts";
+import { buildImage, buildLayer, busyboxLayer, type LayerEntry } from "../../harness/oci-image.ts";
 import { guestAgentPath, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 import { loadBootKit } from "../../harness/vm.ts";
@@ -53,6 +53,8 @@ export interface WorldNode {
   readonly stateDir: string;
   readonly cgroupParent: string;
   readonly agent: ImpProcess;
+  /** The state dir is a filesystem of its own (WorldOptions.nodeDiskBytes), unmounted by dispose. */
+  readonly ownDisk: boolean;
 }
 
 export interface WorldOptions {
@@ -68,6 +70,12 @@ export interface WorldOptions {
   readonly runnerIdleSeconds?: number;
   /** Progress lines (the demo prints them). */
   readonly say?: (line: string) => void;
+  /**
+   * Gives each node's state dir (image cache and VM disks, one filesystem as on a real node) a
+   * filesystem of its own of this size, an ext4 on a loop device backed by a sparse file, so a case
+   * can fill a node's disk without touching the machine's. Default: the state dirs live on /tmp.
+   */
+  readonly nodeDiskBytes?: number;
 }
 
 /** Why this machine cannot run the world, or undefined when it can. */
@@ -83,6 +91,17 @@ export async function worldUnavailable(): Promise<string | undefined> {
     if (!existsSync(path)) return `the ${what} is missing at ${path}: run scripts/setup.sh`;
   }
   return undefined;
+}
+
+/** The runner layer: the test runner program at /runner, plus `extra` entries (a case's own variant). */
+async function runnerLayer(extra: readonly LayerEntry[] = []): Promise<Awaited<ReturnType<typeof buildLayer>>> {
+  return buildLayer([
+    { path: "runner/", type: "directory" },
+    { path: "runner/imp-test-runner", content: await readFile(testRunnerPath), mode: 0o755 },
+    // The real runner's entry point; the setup arrives as ACTIONS_RUNNER_INPUT_JITCONFIG.
+    { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
+    ...extra,
+  ]);
 }
 
 /** The guest kernel the agents boot: Imp's own when setup built it (faster), else Debian's + initramfs. */
@@ -216,14 +235,7 @@ export class RunnerWorld {
       const registry = await startRegistry();
       cleanups.push(() => registry.stop());
       await pushImage(registry.url, "ci/base", "1", buildImage([await busyboxLayer()]));
-      const runnerProgram = await readFile(testRunnerPath);
-      const runnerLayer = await buildLayer([
-        { path: "runner/", type: "directory" },
-        { path: "runner/imp-test-runner", content: runnerProgram, mode: 0o755 },
-        // The real runner's entry point; the setup arrives as ACTIONS_RUNNER_INPUT_JITCONFIG.
-        { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
-      ]);
-      await pushImage(registry.url, "ci/runner", "1", buildImage([runnerLayer]));
+      await pushImage(registry.url, "ci/runner", "1", buildImage([await runnerLayer()]));
       const baseImage = `${registry.host}/ci/base:1`;
       const runnerImage = `${registry.host}/ci/runner:1`;
       say(`registry up at ${registry.host}: ${baseImage} (busybox) and ${runnerImage} (runner layer)`);
@@ -263,6 +275,15 @@ export class RunnerWorld {
       for (const net of sim.nodes) {
         const stateDir = join(root, net.nodeName);
         await mkdir(stateDir, { recursive: true });
+        const ownDisk = options.nodeDiskBytes !== undefined;
+        if (ownDisk) {
+          // ext4 as on a node (the scratch disks need FIEMAP, which tmpfs lacks), no blocks reserved
+          // for root (the agent is root: a reserve would hide the full disk from it), sparse on /tmp.
+          const image = join(root, `${net.nodeName}.disk`);
+          await execFileAsync("truncate", ["-s", String(options.nodeDiskBytes), image], { timeout: 30_000 });
+          await execFileAsync("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", image], { timeout: 120_000 });
+          await execFileAsync("mount", ["-o", "loop", image, stateDir], { timeout: 60_000 });
+        }
         // Per run: the sweep removes VM cgroups under its parent that are not its own, so two worlds
         // on one machine (the end-to-end and fault suites in parallel) must never share one.
         const cgroupParent = `imp/${sim.prefix}-${net.nodeName}`;
@@ -287,7 +308,7 @@ export class RunnerWorld {
         const configPath = join(root, `${net.nodeName}.agent.json`);
         await writeFile(configPath, JSON.stringify(config, null, 2));
         const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", plane.kubeconfigPath, "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
-        world.nodes.push({ name: net.nodeName, net, stateDir, cgroupParent, agent });
+        world.nodes.push({ name: net.nodeName, net, stateDir, cgroupParent, agent, ownDisk });
         await agent.start();
       }
       await Promise.all(
@@ -348,10 +369,6 @@ export class RunnerWorld {
   /** `kubectl apply` of a runner pool for the test repository. */
   async applyPool(name: string, spec: PoolShape, namespace = NAMESPACE): Promise<string> {
     return this.kubectl(["apply", "-f", "-"], poolYaml(namespace, name, this.github.url, spec, this.#runnerIdleSeconds));
-  }
-
-  async deletePool(name: string, namespace = NAMESPACE): Promise<void> {
-    await this.kubectl(["-n", namespace, "delete", "impvmrunnerpool", name, "--ignore-not-found", "--wait=false"]);
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -453,13 +470,41 @@ export class RunnerWorld {
     await this.sim?.dispose();
     await this.registry?.stop().catch(() => undefined);
     await this.plane?.stop().catch(() => undefined);
+    for (const node of this.nodes.filter((n) => n.ownDisk)) {
+      await execFileAsync("umount", [node.stateDir], { timeout: 30_000 }).catch(() => execFileAsync("umount", ["-l", node.stateDir], { timeout: 30_000 })).catch(() => undefined);
+    }
     await rm(this.root, { recursive: true, force: true }).catch(() => undefined);
     return this.leftoversOnHost();
+  }
+
+  /** Pushes `ci/runner:<tag>`, the runner layer plus `extra` entries; returns its reference. */
+  async pushRunnerVariant(tag: string, extra: readonly LayerEntry[]): Promise<string> {
+    await pushImage(this.registry.url, "ci/runner", tag, buildImage([await runnerLayer(extra)]));
+    return `${this.registry.host}/ci/runner:${tag}`;
+  }
+
+  /** Points the namespace's runner template at another runner layer image (a case's own). */
+  async useRunnerImage(namespace: string, runnerImage: string): Promise<void> {
+    await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, runnerImage));
+  }
+
+  /**
+   * Fills the node's own filesystem (WorldOptions.nodeDiskBytes) until `leaveBytes` are free, with
+   * one file; returns the undo (the file removed). Throws for a node on the machine's disk.
+   */
+  async fillDisk(node: WorldNode, leaveBytes: number): Promise<() => Promise<void>> {
+    if (!node.ownDisk) throw new Error(`${node.name} has no filesystem of its own: start the world with nodeDiskBytes`);
+    const filler = join(node.stateDir, "disk-filler");
+    const free = await statfs(node.stateDir).then((st) => st.bavail * st.bsize);
+    if (free > leaveBytes) await execFileAsync("fallocate", ["-l", String(free - leaveBytes), filler], { timeout: 60_000 });
+    return () => rm(filler, { force: true });
   }
 
   async leftoversOnHost(): Promise<string[]> {
     const left = await this.sim.leftovers();
     for (const pid of await processesMentioning(this.root)) left.push(`process ${pid}`);
+    const mounts = await readFile("/proc/self/mounts", "utf8").catch(() => "");
+    for (const line of mounts.split("\n")) if (line.split(" ")[1]?.startsWith(this.root) === true) left.push(`mount ${line.split(" ")[1] ?? ""}`);
     for (const node of this.nodes) {
       for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"]) if (existsSync(join(mount, node.cgroupParent))) left.push(`cgroup ${join(mount, node.cgroupParent)}`);
     }
