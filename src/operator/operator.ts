@@ -26,7 +26,7 @@ import {
   type ResourceClient,
 } from "../kube/index.ts";
 import { NodeLossController } from "./nodes/index.ts";
-import { SchedulerController } from "./scheduler/index.ts";
+import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
 import { FaultPoints, systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
@@ -166,6 +166,13 @@ export class Operator {
       leaseCache = new Informer({ client: this.#leases, namespace: agentLeaseNamespace, clock, logger: logger.child({ cache: "agent-leases" }) });
       this.#extraCaches.push(leaseCache as unknown as Informer<KubeObject>);
     }
+    // One view of core/v1 Nodes for node loss and placement: a deleted Node's node is lost and never chosen.
+    let kubeNodes: KubeNodeTracker | undefined;
+    if ((wantScheduler || wantNodeLoss) && (options.watchKubeNodes ?? true)) {
+      const kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES), clock, logger: logger.child({ cache: "nodes" }) });
+      this.#extraCaches.push(kubeNodeInformer);
+      kubeNodes = new KubeNodeTracker(kubeNodeInformer);
+    }
     if (wantScheduler && leaseCache !== undefined) {
       const classCache = new Informer({ client: createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES), clock, logger: logger.child({ cache: "impvmclasses" }) });
       const templateCache = new Informer({ client: createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES), ...ns, clock, logger: logger.child({ cache: "impvmtemplates" }) });
@@ -184,15 +191,11 @@ export class Operator {
         clock,
         logger,
         ...(options.nodeLostAfterMs === undefined ? {} : { nodeLostAfterMs: options.nodeLostAfterMs }),
+        ...(kubeNodes === undefined ? {} : { kubeNodes }),
         faults,
       });
     }
     if (wantNodeLoss && leaseCache !== undefined) {
-      let kubeNodeInformer: Informer<KubeObject> | undefined;
-      if (options.watchKubeNodes ?? true) {
-        kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES), clock, logger: logger.child({ cache: "nodes" }) });
-        this.#extraCaches.push(kubeNodeInformer);
-      }
       this.nodeLoss = new NodeLossController({
         vms,
         secrets,
@@ -201,7 +204,7 @@ export class Operator {
         nodeInformer: this.nodeCache,
         leaseInformer: leaseCache,
         leaseNamespace: agentLeaseNamespace,
-        ...(kubeNodeInformer === undefined ? {} : { kubeNodeInformer }),
+        ...(kubeNodes === undefined ? {} : { kubeNodes }),
         ...(options.nodeLostAfterMs === undefined ? {} : { lostAfterMs: options.nodeLostAfterMs }),
         registry: this.registry,
         recorder,

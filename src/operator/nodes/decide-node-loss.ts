@@ -13,12 +13,11 @@
  */
 import type { DeepReadonly, Lease } from "../../kube/index.ts";
 import { DEFAULT_LEASE_MAX_AGE_MS, renewTimeMs } from "../scheduler/agent-lease.ts";
+import type { KubeNodeState } from "../scheduler/kube-nodes.ts";
 
 /** Pass the same value to the scheduler (nodeLostAfterMs), so a lost node is not chosen either. */
 export const DEFAULT_NODE_LOST_AFTER_MS = DEFAULT_LEASE_MAX_AGE_MS;
 
-/** What is known of the node's core/v1 Node: `unwatched` when Node watching is off (dev clusters have no Nodes). */
-export type KubeNodeState = "present" | "deleted" | "never" | "unwatched";
 
 export interface NodeLossInput {
   readonly nodeName: string;

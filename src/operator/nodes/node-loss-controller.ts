@@ -19,7 +19,6 @@ import {
   type DeepReadonly,
   type EventRecorder,
   type Informer,
-  type KubeObject,
   type Lease,
   type ReconcileContext,
   type ReconcileResult,
@@ -30,7 +29,8 @@ import type { SecretObject } from "../pools/resources.ts";
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
 import { involvedOf } from "../scheduler/scheduler-controller.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
-import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, type KubeNodeState } from "./decide-node-loss.ts";
+import { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
+import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss } from "./decide-node-loss.ts";
 
 export interface NodeLossControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
@@ -41,8 +41,8 @@ export interface NodeLossControllerOptions {
   readonly nodeInformer: Informer<ImpNode>;
   readonly leaseInformer: Informer<Lease>;
   readonly leaseNamespace: string;
-  /** core/v1 Nodes. Omit where the cluster has none for Imp's nodes (the dev cluster): deletion is then never a signal. */
-  readonly kubeNodeInformer?: Informer<KubeObject>;
+  /** core/v1 Nodes (share it with the scheduler). Omit where the cluster has none for Imp's nodes (the dev cluster): deletion is then never a signal. */
+  readonly kubeNodes?: KubeNodeTracker;
   /** A Lease older than this past its renewTime means the node is lost (default 40 s). */
   readonly lostAfterMs?: number;
   readonly registry: Registry;
@@ -59,8 +59,7 @@ export class NodeLossController {
   readonly #controller: Controller;
   readonly #lostAfterMs: number;
   readonly #leaseMissingSince = new Map<string, number>();
-  /** Nodes whose core/v1 Node this process has seen; only their deletion counts. */
-  readonly #kubeNodesSeen = new Set<string>();
+  readonly #kubeNodes: KubeNodeTracker;
   /** When start() was called: no node is lost sooner than the bound after it (decide-node-loss.ts says why). */
   #watchingSinceMs: number;
 
@@ -75,11 +74,8 @@ export class NodeLossController {
     this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSetupSecret(vm)) ? [] : [vm.status.nodeName]) });
     this.#controller.watch(options.nodeInformer);
     this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
-    options.kubeNodeInformer?.addEventHandler({
-      onAdd: (n) => this.#kubeNodesSeen.add(n.metadata?.name ?? ""),
-      onUpdate: (_old, n) => this.#kubeNodesSeen.add(n.metadata?.name ?? ""),
-      onDelete: (n) => this.#controller.enqueue(n.metadata?.name ?? ""),
-    });
+    this.#kubeNodes = options.kubeNodes ?? new KubeNodeTracker();
+    this.#kubeNodes.onDeleted((name) => this.#controller.enqueue(name));
   }
 
   async start(signal: AbortSignal): Promise<void> {
@@ -87,19 +83,12 @@ export class NodeLossController {
     await this.#controller.start(signal);
   }
 
-  #kubeNodeState(nodeName: string): KubeNodeState {
-    const informer = this.#o.kubeNodeInformer;
-    if (informer === undefined) return "unwatched";
-    if (informer.get(nodeName) !== undefined) return "present";
-    return this.#kubeNodesSeen.has(nodeName) ? "deleted" : "never";
-  }
-
   #decide(nodeName: string, lease: DeepReadonly<Lease> | undefined): ReturnType<typeof decideNodeLoss> {
     const now = this.#clock.now();
     if (lease === undefined) {
       if (!this.#leaseMissingSince.has(nodeName)) this.#leaseMissingSince.set(nodeName, now);
     } else this.#leaseMissingSince.delete(nodeName);
-    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodeState(nodeName), nowMs: now, watchingSinceMs: this.#watchingSinceMs, lostAfterMs: this.#lostAfterMs });
+    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodes.state(nodeName), nowMs: now, watchingSinceMs: this.#watchingSinceMs, lostAfterMs: this.#lostAfterMs });
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {

@@ -54,6 +54,13 @@ describe("decidePlacement", () => {
     assert.equal(decidePlacement(input([node("a")], { leases: new Map([["a", lease(2_999)]]), maxLeaseAgeMs: 3_000 })).kind, "bind");
   });
 
+  it("never chooses a node whose core Node was deleted, though its agent's Lease is fresh", () => {
+    const nodes = [node("a"), node("b")];
+    assert.deepEqual(decidePlacement(input(nodes, { deletedKubeNodes: new Set(["a"]) })), { kind: "bind", nodeName: "b", rollForward: false });
+    const d = decidePlacement(input([node("a")], { deletedKubeNodes: new Set(["a"]) }));
+    assert.match(d.kind === "unschedulable" ? d.message : "", /a: its Node was deleted$/);
+  });
+
   it("names what did not fit on each node", () => {
     const nodes = [node("a", { cap: [2, 8192, 4] }), node("b", { unschedulable: true }), node("c", { arch: "arm64" }), node("d", { kernels: ["other"] }), node("e", { cap: [8, 8192, 1] })];
     const b = new Map([["a", [bound("x", 1)]], ["e", [bound("y", 1)]]]);

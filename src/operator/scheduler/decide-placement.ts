@@ -41,6 +41,8 @@ export interface PlacementInput {
   readonly nowMs: number;
   /** The node-loss bound: a Lease renewed longer ago than this is stale even within its duration. */
   readonly maxLeaseAgeMs?: number;
+  /** Nodes whose core/v1 Node was deleted (KubeNodeTracker). */
+  readonly deletedKubeNodes?: ReadonlySet<string>;
 }
 
 export type Placement =
@@ -92,7 +94,10 @@ export function judgeNode(
   bound: readonly BoundVm[],
   nowMs: number,
   maxLeaseAgeMs?: number,
+  kubeNodeDeleted = false,
 ): Verdict {
+  // Node loss fails every VM of such a node at once: binding one there would only burn it.
+  if (kubeNodeDeleted) return { fits: false, why: "its Node was deleted" };
   if (node.spec?.unschedulable === true) return { fits: false, why: "cordoned (spec.unschedulable)" };
   if (lease === undefined) return { fits: false, why: "no agent Lease" };
   if (!isLeaseFresh(lease, nowMs, maxLeaseAgeMs)) return { fits: false, why: "agent Lease stale" };
@@ -134,7 +139,7 @@ export function decidePlacement(input: PlacementInput): Placement {
   const reasons: string[] = [];
   for (const node of candidates) {
     const name = node.metadata.name ?? "";
-    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs);
+    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs, input.deletedKubeNodes?.has(name) ?? false);
     if (!verdict.fits) {
       reasons.push(`${name}: ${verdict.why}`);
       continue;

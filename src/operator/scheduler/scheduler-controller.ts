@@ -24,6 +24,7 @@ import { backoffDelay, conflictError, NO_FAULTS, silentLogger, systemClock, type
 import { agentLeaseName, isLeaseFresh, nodeOfLease } from "./agent-lease.ts";
 import { bindVm, fateOf, labelVm, markUnschedulable, release, RELEASABLE, reserve, type ReservedVmFate } from "./bind-protocol.ts";
 import { decidePlacement, describeRequest, type BoundVm } from "./decide-placement.ts";
+import type { KubeNodeTracker } from "./kube-nodes.ts";
 import { addNodeIndexes, addVmIndexes, isPendingUnbound, isTerminalVM, NODES_BY_RESERVED_UID, PENDING, VMS_BY_NODE, VMS_BY_UID, VMS_PENDING } from "./indexes.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION } from "./reservations.ts";
 import { resolveRequest, type RequestLookups } from "./vm-request.ts";
@@ -51,6 +52,8 @@ export interface SchedulerControllerOptions {
   readonly workers?: number;
   /** Same value as the node-loss controller's lostAfterMs (default 40 s): older renewals make a node ineligible. */
   readonly nodeLostAfterMs?: number;
+  /** core/v1 Nodes, the node-loss controller's tracker: a node whose Node was deleted is never chosen. */
+  readonly kubeNodes?: KubeNodeTracker;
   /** Distinguishes controllers' metrics when two run in one process (tests). Default "scheduler". */
   readonly name?: string;
   /** Test fault point scheduler.before-bind (docs/failure-proof-points.md); default none. */
@@ -149,7 +152,7 @@ export class SchedulerController {
       if (lease !== undefined) leases.set(name, lease);
       bound.set(name, this.#boundVms(name));
     }
-    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }) });
+    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name ?? "")) }) });
     if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
 
     const { nodeName } = placement;

@@ -12,7 +12,7 @@ import { API_VERSION, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, IMP_VM_TEMPLATE, VE
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, resourceDescriptor, type CoreEvent, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { NodeLossController } from "../../../src/operator/nodes/index.ts";
-import { agentLeaseName, SchedulerController } from "../../../src/operator/scheduler/index.ts";
+import { agentLeaseName, KubeNodeTracker, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 
 const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
@@ -67,8 +67,9 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer];
     const registry = new Registry();
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: "test" });
-    const nodeLoss = new NodeLossController({ vms, secrets, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodeInformer, lostAfterMs: LOST_AFTER_MS, registry, recorder });
-    const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS });
+    const kubeNodeTracker = new KubeNodeTracker(kubeNodeInformer);
+    const nodeLoss = new NodeLossController({ vms, secrets, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, registry, recorder });
+    const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS, kubeNodes: kubeNodeTracker });
     for (const c of caches) running.push(c.start(ac.signal));
     await Promise.all(caches.map((c) => c.waitForSync(ac.signal)));
     running.push(nodeLoss.start(ac.signal), scheduler.start(ac.signal));
@@ -178,5 +179,16 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     // Give the controller time to (wrongly) act on kn-2 too, then check it did not.
     await new Promise((r) => setTimeout(r, 2 * LOST_AFTER_MS));
     assert.equal((await get("k2")).status?.phase, "Scheduled");
+    // kn-1's agent still renews its Lease, but its Node is gone: the scheduler must not bind there
+    // (node loss would fail the VM at once). Pinned to kn-1, the VM says why; unpinned, it goes elsewhere.
+    await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "k1-again", namespace: NS }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", nodeName: "kn-1" } } as ImpVM);
+    const why = await waitFor("k1-again Unschedulable", async () => {
+      const c = (await get("k1-again")).status?.conditions?.find((x) => x.type === "Scheduled");
+      return c?.reason === "Unschedulable" ? c : undefined;
+    }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
+    assert.match(why.message ?? "", /its Node was deleted/);
+    // Unpinned, kn-1 (all free, first by name) would win the tie without that rule.
+    assert.notEqual(await boundVm("k-any"), "kn-1");
+    await vms.delete({ namespace: NS, name: "k1-again" });
   });
 });

@@ -1,0 +1,45 @@
+/**
+ * What the operator knows of core/v1 Nodes, for node loss and for placement alike: a Node this
+ * process saw that is gone was deleted (a machine removed from the cluster); a node that never had
+ * a Node object (the dev cluster has no kubelets) says nothing. One tracker, so the scheduler never
+ * binds a VM to a node that node loss would fail at once.
+ */
+import type { Informer, KubeObject } from "../../kube/index.ts";
+
+/** `unwatched` when Node watching is off (dev clusters have no Nodes). */
+export type KubeNodeState = "present" | "deleted" | "never" | "unwatched";
+
+export class KubeNodeTracker {
+  readonly #informer: Informer<KubeObject> | undefined;
+  readonly #seen = new Set<string>();
+  readonly #onDeleted: Array<(name: string) => void> = [];
+
+  /** Without an informer every node is `unwatched`. */
+  constructor(informer?: Informer<KubeObject>) {
+    this.#informer = informer;
+    informer?.addEventHandler({
+      onAdd: (n) => this.#seen.add(n.metadata?.name ?? ""),
+      onUpdate: (_old, n) => this.#seen.add(n.metadata?.name ?? ""),
+      onDelete: (n) => {
+        const name = n.metadata?.name ?? "";
+        this.#seen.add(name);
+        for (const f of this.#onDeleted) f(name);
+      },
+    });
+  }
+
+  state(nodeName: string): KubeNodeState {
+    if (this.#informer === undefined) return "unwatched";
+    if (this.#informer.get(nodeName) !== undefined) return "present";
+    return this.#seen.has(nodeName) ? "deleted" : "never";
+  }
+
+  /** Those of `names` whose Node was deleted. */
+  deletedAmong(names: Iterable<string>): ReadonlySet<string> {
+    return new Set([...names].filter((n) => this.state(n) === "deleted"));
+  }
+
+  onDeleted(f: (name: string) => void): void {
+    this.#onDeleted.push(f);
+  }
+}
