@@ -6,18 +6,11 @@
 import { after, before, describe, it } from "node:test";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
-import { armAgents, oneAgentCrashed, runFaultCase, type FaultCase } from "./fault-case.ts";
+import { armAgents, jobRunsThrough, oneAgentCrashed, runFaultCase, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (agent): cannot run on this machine: ${unavailable}\n`);
 const suite = import.meta.filename;
-
-/** Queues a job for the case's pool and waits for it to complete; returns its conclusion. */
-async function jobRunsThrough(ctx: Parameters<FaultCase["run"]>[0], name: string): Promise<string> {
-  const job = ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "hi", run: "echo hi" }], ctx.labels);
-  await ctx.world.waitForJob(job, "completed", 300_000);
-  return `${job.name} ${job.conclusion ?? "?"} on ${job.runnerName ?? "?"}`;
-}
 
 const cases: FaultCase[] = [
   {

@@ -13,6 +13,7 @@ import { relative, resolve } from "node:path";
 import type { ImpVM } from "../../src/api/index.ts";
 import { describeError, waitFor } from "../../src/shared/index.ts";
 import type { RunnerWorld } from "../e2e/runner-path/world.ts";
+import type { TestJob } from "../github/server.ts";
 import { nameOf } from "../e2e/runner-path/world.ts";
 import { checkInvariants, type CheckOptions } from "./invariants.ts";
 import { recordCase, type FaultCaseResult, type InvariantId } from "./report.ts";
@@ -120,6 +121,22 @@ function hash(text: string): number {
   let h = 0;
   for (const ch of text) h = (Math.imul(h, 31) + ch.charCodeAt(0)) | 0;
   return h;
+}
+
+/**
+ * Waits for a job's status without the world's liveness check: in many cases a process is meant to
+ * be down (crashed at its point, killed, or the API server gone) while the job goes on.
+ */
+export async function jobReached(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
+  return waitFor(`job ${job.name} ${status}`, () => (job.status === status ? job : undefined), { timeoutMs, intervalMs: 100 });
+}
+
+/** Queues a job for the case's pool, waits for it to complete and succeed; returns what happened, for the report. */
+export async function jobRunsThrough(ctx: CaseContext, name: string, run = "echo hi"): Promise<string> {
+  const job = ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "step", run }], ctx.labels);
+  await ctx.world.waitForJob(job, "completed", 300_000);
+  assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}: ${job.result?.log ?? ""}`);
+  return `${job.name} ${job.conclusion} on ${job.runnerName ?? "?"}`;
 }
 
 /** The environment that arms `plan` (see docs/failure-proof-points.md). */

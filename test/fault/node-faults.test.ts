@@ -12,7 +12,7 @@ import { waitFor } from "../../src/shared/index.ts";
 import { RunnerWorld, worldUnavailable, nameOf, type WorldNode } from "../e2e/runner-path/world.ts";
 import type { TestJob } from "../github/server.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
-import { armAgents, oneAgentCrashed, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+import { armAgents, jobReached, jobRunsThrough, oneAgentCrashed, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (node): cannot run on this machine: ${unavailable}\n`);
@@ -20,22 +20,6 @@ const suite = import.meta.filename;
 
 /** The operator's default node-lost bound (src/operator/nodes: DEFAULT_NODE_LOST_AFTER_MS); `imp operator` has no flag to lower it. */
 const NODE_LOST_AFTER_MS = 40_000;
-
-/**
- * Waits for a job's status without the world's liveness check: in these cases an agent is meant
- * to die (at its armed point) while the job ends, and the world's waitForJob would fail on that.
- */
-async function jobReached(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
-  return waitFor(`job ${job.name} ${status}`, () => (job.status === status ? job : undefined), { timeoutMs, intervalMs: 100 });
-}
-
-/** Queues a job for the case's pool and waits for it to complete; returns what happened, for the report. */
-async function jobRunsThrough(ctx: CaseContext, name: string): Promise<string> {
-  const job = ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "hi", run: "echo hi" }], ctx.labels);
-  await ctx.world.waitForJob(job, "completed", 300_000);
-  assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}: ${job.result?.log ?? ""}`);
-  return `${job.name} ${job.conclusion ?? "?"} on ${job.runnerName ?? "?"}`;
-}
 
 /** The runner VM a job ran on (its runner is named after the VM). */
 function vmOfJob(ctx: CaseContext, job: TestJob): ImpVM {

@@ -11,10 +11,9 @@ import { after, before, describe, it } from "node:test";
 import type { ImpVM } from "../../src/api/index.ts";
 import { freePort } from "../../src/devcluster/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
-import type { TestJob } from "../github/server.ts";
 import { ImpProcess } from "../e2e/runner-path/imp-process.ts";
 import { NAMESPACE, RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
-import { crashed, plan, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+import { crashed, jobReached, jobRunsThrough, plan, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (operator): cannot run on this machine: ${unavailable}\n`);
@@ -22,22 +21,6 @@ const suite = import.meta.filename;
 
 const TERMINAL = new Set(["Succeeded", "Failed"]);
 const ofCase = (ctx: CaseContext) => (vm: ImpVM): boolean => vm.metadata.namespace === ctx.namespace;
-
-/**
- * Waits for a job's status without the world's liveness check: while a case's operator is down (it
- * crashed at its point, or the case killed it) the world's own waits would fail at once.
- */
-async function jobReaches(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
-  return waitFor(`job ${job.name} ${status}`, () => (job.status === status ? job : undefined), { timeoutMs, intervalMs: 100 });
-}
-
-/** Queues a job for the case's pool and waits for it to complete; returns what happened, for the report. */
-async function jobRunsThrough(ctx: CaseContext, name: string, run = "echo hi"): Promise<string> {
-  const job = ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "step", run }], ctx.labels);
-  await ctx.world.waitForJob(job, "completed", 300_000);
-  assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}`);
-  return `${job.name} ${job.conclusion} on ${job.runnerName ?? "?"}`;
-}
 
 /** Waits for the operator to crash at its armed point, then starts it again unarmed. */
 async function operatorCrashedAndRestarted(ctx: CaseContext): Promise<void> {
@@ -140,7 +123,7 @@ const cases: FaultCase[] = [
       const first = await ctx.idleRunner();
       const job = ctx.world.queueJob(`${ctx.pool}-consume`, [{ name: "step", run: "sleep 5; echo done" }], ctx.labels);
       await operatorCrashedAndRestarted(ctx);
-      await jobReaches(job, "completed");
+      await jobReached(job, "completed");
       assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}`);
       const next = await ctx.idleRunner();
       return `${job.name} ${job.conclusion} on ${job.runnerName ?? "?"} (${nameOf(first)}); the restarted operator created the VM the crashed one had decided on; ${nameOf(next)} idle online`;
@@ -154,7 +137,7 @@ const cases: FaultCase[] = [
     async run(ctx) {
       const first = await ctx.idleRunner();
       const job = ctx.world.queueJob(`${ctx.pool}-done`, [{ name: "step", run: "echo done" }], ctx.labels);
-      await jobReaches(job, "completed");
+      await jobReached(job, "completed");
       await operatorCrashedAndRestarted(ctx);
       const gone = await waitFor(`${nameOf(first)} deregistered and deleted`, () => (ctx.world.github.runnerNamed(nameOf(first)) === undefined && ctx.world.history(nameOf(first))?.goneAt !== undefined ? true : undefined), { timeoutMs: 180_000, intervalMs: 200 });
       const next = await ctx.idleRunner();
@@ -172,7 +155,7 @@ const cases: FaultCase[] = [
       ctx.faultNow();
       await ctx.world.operator.kill();
       await ctx.world.operator.start({});
-      await jobReaches(job, "completed");
+      await jobReached(job, "completed");
       assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}`);
       await waitFor(`${nameOf(vm)} cleaned up`, () => (ctx.world.history(nameOf(vm))?.goneAt !== undefined ? true : undefined), { timeoutMs: 180_000, intervalMs: 200 });
       const next = await ctx.idleRunner();
@@ -190,7 +173,7 @@ const cases: FaultCase[] = [
       await ctx.world.operator.kill();
       await ctx.world.operator.start({});
       for (const job of jobs) {
-        await jobReaches(job, "completed");
+        await jobReached(job, "completed");
         assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}`);
       }
       const runners = jobs.map((j) => j.runnerName ?? "?");

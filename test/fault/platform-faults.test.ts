@@ -16,7 +16,7 @@ import { waitFor } from "../../src/shared/index.ts";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
 import type { ImpVM } from "../../src/api/index.ts";
 import type { TestJob } from "../github/server.ts";
-import { runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+import { jobReached, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (platform): cannot run on this machine: ${unavailable}\n`);
@@ -40,11 +40,6 @@ async function apiServerDown(ctx: CaseContext, downMs: number): Promise<number> 
   await sleep(Math.max(0, downMs - (Date.now() - killedAt)));
   await plane.startApiServer();
   return Date.now() - killedAt;
-}
-
-/** Waits for a job's status without the world's liveness check (that check lists VMs through the API). */
-async function jobReached(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
-  return waitFor(`job ${job.name} ${status}`, () => (job.status === status ? job : undefined), { timeoutMs, intervalMs: 100 });
 }
 
 /** A job that runs through the outage: long enough to still be running when the API server returns. */
