@@ -69,6 +69,31 @@ describe("Informer", () => {
     await running;
   });
 
+  it("keeps no managedFields in the cache, from the list or from the watch", async () => {
+    const managedFields = [{ manager: "kubectl", operation: "Update", fieldsType: "FieldsV1", fieldsV1: { "f:data": { "f:value": {} } } }];
+    const client = new FakeResourceClient<ConfigMap>(configMaps);
+    await client.create({ ...cm("listed"), metadata: { name: "listed", namespace: "ns", managedFields } });
+    const informer = new Informer<ConfigMap>({ client, clock: new FakeClock(), backoff: policy });
+    const handed: ConfigMap[] = [];
+    informer.addEventHandler({ onAdd: (o) => handed.push(o as ConfigMap) });
+    const stop = new AbortController();
+    const running = informer.start(stop.signal);
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    await until(() => client.openWatches === 1, "the watch is open");
+    await client.create({ ...cm("watched"), metadata: { name: "watched", namespace: "ns", managedFields } });
+    await until(() => informer.get("ns/watched") !== undefined, "the watched object is cached");
+    assert.deepEqual((await client.get({ namespace: "ns", name: "listed" }))?.metadata?.managedFields, managedFields, "the fake keeps them, like the API server");
+    for (const name of ["listed", "watched"]) {
+      const cached = informer.get(`ns/${name}`);
+      assert.equal(cached?.data?.["value"], "v", `${name}: the rest of the object is kept`);
+      assert.equal(cached?.metadata?.name, name);
+      assert.equal(cached?.metadata !== undefined && "managedFields" in cached.metadata, false, `${name}: managedFields dropped`);
+    }
+    assert.deepEqual(handed.map((o) => "managedFields" in (o.metadata ?? {})), [false, false], "handlers see the stripped objects");
+    stop.abort();
+    await running;
+  });
+
   describe("when the watch drops", () => {
     it("reconnects after 1 s from the last version and sees changes made meanwhile", async () => {
       const { clock, client, informer, events, stop, running } = setup();

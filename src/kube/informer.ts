@@ -55,6 +55,18 @@ export interface InformerOptions<T extends KubeObject> {
 }
 
 export const DEFAULT_WATCH_TIMEOUT_SECONDS = 25;
+
+/**
+ * The cache never holds `metadata.managedFields`: nothing in Imp reads them, and on an object that
+ * the operator, the agent and kubectl all write they are often larger than the rest of the object
+ * (client-go's informers drop them the same way). Writes go through the API, which keeps them.
+ */
+export function withoutManagedFields<T extends KubeObject>(obj: T): T {
+  const meta = obj.metadata;
+  if (meta === undefined || !("managedFields" in meta)) return obj;
+  const { managedFields: _dropped, ...rest } = meta;
+  return { ...obj, metadata: rest };
+}
 /** A clean watch end sooner than this, with no events, counts as a failure for backoff. */
 const MIN_HEALTHY_WATCH_MS = 1_000;
 
@@ -257,7 +269,7 @@ export class Informer<T extends KubeObject> {
     });
     const seen = new Set<ObjectKey>();
     for (const item of result.items) {
-      const obj = deepFreeze(item);
+      const obj = deepFreeze(withoutManagedFields(item));
       const key = keyOf(obj);
       seen.add(key);
       const old = this.#cache.get(key);
@@ -281,7 +293,7 @@ export class Informer<T extends KubeObject> {
 
   #apply(type: WatchEventType, item: T): void {
     this.#lastEventAt = this.#clock.now();
-    const obj = deepFreeze(item);
+    const obj = deepFreeze(withoutManagedFields(item));
     const version = obj.metadata?.resourceVersion;
     if (version !== undefined && version !== "") this.#resourceVersion = version;
     if (type === "BOOKMARK") return;
