@@ -22,6 +22,8 @@ export interface OperatorSample {
   readonly type: "sample";
   readonly rssBytes: number;
   readonly heapUsedBytes: number;
+  /** Heap still in use after a full collection; only in a sample asked for with `gc: true`. */
+  readonly liveHeapBytes?: number;
   /** "METHOD resource[/subresource]" → count, requests to the API server. */
   readonly kube: Readonly<Record<string, number>>;
   /** "METHOD route" → count, requests to GitHub. */
@@ -88,16 +90,24 @@ running.catch((err: unknown) => {
   process.exit(1);
 });
 
-const sample = (): void => {
+const sample = (collect = false): void => {
   const mem = process.memoryUsage();
-  process.send?.({ type: "sample", rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, kube, github } satisfies OperatorSample);
+  // RSS and heap-in-use include garbage V8 has not collected yet; what the caches and queues
+  // really hold is the heap after a full collection (the bench forks this with --expose-gc).
+  let liveHeapBytes: number | undefined;
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (collect && gc !== undefined) {
+    gc();
+    liveHeapBytes = process.memoryUsage().heapUsed;
+  }
+  process.send?.({ type: "sample", rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, ...(liveHeapBytes === undefined ? {} : { liveHeapBytes }), kube, github } satisfies OperatorSample);
 };
-const timer = setInterval(sample, 1_000);
+const timer = setInterval(() => sample(), 1_000);
 sample();
 
 process.on("message", (message: unknown) => {
-  const type = (message as { type?: string }).type;
-  if (type === "sample") return sample();
+  const { type, gc } = message as { type?: string; gc?: boolean };
+  if (type === "sample") return sample(gc === true);
   if (type !== "stop") return;
   void (async () => {
     clearInterval(timer);

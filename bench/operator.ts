@@ -190,6 +190,7 @@ try {
   child = fork(join(import.meta.dirname, "operator-process.ts"), [], {
     env: { ...env, IMP_BENCH_OPERATOR: JSON.stringify({ kubeconfigPath: plane.kubeconfigPath, namespace: NS, apiServer: plane.server, logLevel: env["IMP_BENCH_LOG"] ?? "error", ...(SETUP_WORKERS === undefined ? {} : { setupWorkers: SETUP_WORKERS }) }) },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
+    execArgv: [...process.execArgv, "--expose-gc"],
   });
   child.on("message", (m: OperatorSample | OperatorReport) => {
     if (m.type === "sample") {
@@ -199,13 +200,13 @@ try {
     } else report = m;
   });
   const childExit = new Promise<number | null>((resolve) => child?.once("exit", (code) => resolve(code)));
-  const sampleNow = (): Promise<OperatorSample> =>
+  const sampleNow = (gc = false): Promise<OperatorSample> =>
     new Promise((resolve) => {
       pendingSample = resolve;
-      child?.send({ type: "sample" });
+      child?.send({ type: "sample", gc });
     });
   await waitFor("the operator's first sample", async () => (samples.length > 0 ? true : undefined), { timeoutMs: 60_000, intervalMs: 100 });
-  const atStart = samples.at(-1)!;
+  const atStart = await sampleNow(true);
 
   // Pools: VMS idle runners in all, each pool in its own repository and behind its own GitHub host alias.
   const per = Math.floor(VMS / POOLS);
@@ -240,7 +241,7 @@ try {
   };
   await phaseDone(`${VMS} VMs running`, () => count((s) => s.running !== undefined && s.terminal === undefined) >= VMS);
   const fillMs = performance.now() - fillStarted;
-  const afterFill = await sampleNow();
+  const afterFill = await sampleNow(true);
   log(`fill done in ${(fillMs / 1000).toFixed(1)} s`);
 
   // Churn: every VM of the fill ends its job, spread over CHURN_SPREAD_MS; the pools replace them.
@@ -253,7 +254,7 @@ try {
     return replaced >= firstWave.length && firstWave.every((name) => seen.get(name)?.gone !== undefined);
   });
   const churnMs = performance.now() - churnStarted;
-  const afterChurn = await sampleNow();
+  const afterChurn = await sampleNow(true);
   clearInterval(progress);
   child.send({ type: "stop" });
   await waitFor("the operator's report", async () => (report !== undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 100 });
@@ -304,6 +305,8 @@ try {
   rows.push(["simulated agent writes (not the operator's)", "", `${agentWrites} in all`, ""]);
   rows.push(["operator RSS (at start: " + `${(atStart.rssBytes / 2 ** 20).toFixed(0)} MiB)`, `${(afterFill.rssBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.rssBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakRss / 2 ** 20).toFixed(0)} MiB)`, "≤ 250 MB"]);
   rows.push(["operator JS heap used", `${(afterFill.heapUsedBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.heapUsedBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakHeap / 2 ** 20).toFixed(0)} MiB)`, ""]);
+  const live = (m: OperatorSample): string => (m.liveHeapBytes === undefined ? "-" : `${(m.liveHeapBytes / 2 ** 20).toFixed(0)} MiB`);
+  rows.push([`operator JS heap live after a full GC (at start: ${live(atStart)})`, live(afterFill), live(afterChurn), ""]);
   for (const [controller, buckets] of Object.entries(report!.reconcile).sort()) {
     const total = buckets.at(-1)?.[1] ?? 0;
     if (total > 0) rows.push([`reconcile ${controller} p50 / p99 (${total})`, "", `${quantileOfBuckets(buckets, 0.5)} / ${quantileOfBuckets(buckets, 0.99)}`, "p99 ≤ 100 ms"]);
