@@ -24,6 +24,8 @@ export interface OperatorSample {
   readonly heapUsedBytes: number;
   /** Heap still in use after a full collection; only in a sample asked for with `gc: true`. */
   readonly liveHeapBytes?: number;
+  /** User + system CPU time of the operator process so far. */
+  readonly cpuMicros: number;
   /** "METHOD resource[/subresource]" → count, requests to the API server. */
   readonly kube: Readonly<Record<string, number>>;
   /** "METHOD route" → count, requests to GitHub. */
@@ -100,7 +102,8 @@ const sample = (collect = false): void => {
     gc();
     liveHeapBytes = process.memoryUsage().heapUsed;
   }
-  process.send?.({ type: "sample", rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, ...(liveHeapBytes === undefined ? {} : { liveHeapBytes }), kube, github } satisfies OperatorSample);
+  const cpu = process.cpuUsage();
+  process.send?.({ type: "sample", rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, cpuMicros: cpu.user + cpu.system, ...(liveHeapBytes === undefined ? {} : { liveHeapBytes }), kube, github } satisfies OperatorSample);
 };
 const timer = setInterval(() => sample(), 1_000);
 sample();

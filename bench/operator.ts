@@ -32,6 +32,7 @@ import { createLogger, waitFor } from "../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, appKeyPair } from "../test/github/harness.ts";
 import { GitHubTestServer } from "../test/github/server.ts";
 import type { OperatorReport, OperatorSample } from "./operator-process.ts";
+import { IMP_NODE_FLAGS } from "../src/cli/node-flags.ts";
 
 const env = process.env;
 const VMS = Number(env["IMP_BENCH_VMS"] ?? 1000);
@@ -40,6 +41,7 @@ const POOLS = Math.min(Number(env["IMP_BENCH_POOLS"] ?? 50), VMS);
 const CHURN_SPREAD_MS = Number(env["IMP_BENCH_CHURN_SPREAD_MS"] ?? 30_000);
 const PHASE_TIMEOUT_MS = Number(env["IMP_BENCH_PHASE_TIMEOUT_MS"] ?? 900_000);
 /** The operator's setup workers (mint, deregister); unset = its default. */
+const BENCH_NODE_FLAGS: readonly string[] = env["IMP_BENCH_NODE_FLAGS"] === undefined ? IMP_NODE_FLAGS : env["IMP_BENCH_NODE_FLAGS"].split(" ").filter((f) => f !== "");
 const SETUP_WORKERS = env["IMP_BENCH_SETUP_WORKERS"] === undefined ? undefined : Number(env["IMP_BENCH_SETUP_WORKERS"]);
 const NS = "bench";
 const SLOTS = Math.ceil((VMS / NODES) * 1.3) + 2;
@@ -190,7 +192,8 @@ try {
   child = fork(join(import.meta.dirname, "operator-process.ts"), [], {
     env: { ...env, IMP_BENCH_OPERATOR: JSON.stringify({ kubeconfigPath: plane.kubeconfigPath, namespace: NS, apiServer: plane.server, logLevel: env["IMP_BENCH_LOG"] ?? "error", ...(SETUP_WORKERS === undefined ? {} : { setupWorkers: SETUP_WORKERS }) }) },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
-    execArgv: [...process.execArgv, "--expose-gc"],
+    // The operator runs with the flags `imp` starts with (bin/imp.js); IMP_BENCH_NODE_FLAGS="" compares without.
+    execArgv: [...process.execArgv, ...BENCH_NODE_FLAGS, "--expose-gc"],
   });
   child.on("message", (m: OperatorSample | OperatorReport) => {
     if (m.type === "sample") {
@@ -305,6 +308,8 @@ try {
   rows.push(["simulated agent writes (not the operator's)", "", `${agentWrites} in all`, ""]);
   rows.push(["operator RSS (at start: " + `${(atStart.rssBytes / 2 ** 20).toFixed(0)} MiB)`, `${(afterFill.rssBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.rssBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakRss / 2 ** 20).toFixed(0)} MiB)`, "≤ 250 MB"]);
   rows.push(["operator JS heap used", `${(afterFill.heapUsedBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.heapUsedBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakHeap / 2 ** 20).toFixed(0)} MiB)`, ""]);
+  const cpuSeconds = (a: OperatorSample, b: OperatorSample): number => (b.cpuMicros - a.cpuMicros) / 1e6;
+  rows.push(["operator CPU time", `${cpuSeconds(atStart, afterFill).toFixed(1)} s (${((cpuSeconds(atStart, afterFill) * 1000) / VMS).toFixed(0)} ms per VM)`, `${cpuSeconds(afterFill, afterChurn).toFixed(1)} s (${((cpuSeconds(afterFill, afterChurn) * 1000) / firstWave.length).toFixed(0)} ms per lifecycle)`, ""]);
   const live = (m: OperatorSample): string => (m.liveHeapBytes === undefined ? "-" : `${(m.liveHeapBytes / 2 ** 20).toFixed(0)} MiB`);
   rows.push([`operator JS heap live after a full GC (at start: ${live(atStart)})`, live(afterFill), live(afterChurn), ""]);
   for (const [controller, buckets] of Object.entries(report!.reconcile).sort()) {
@@ -315,7 +320,7 @@ try {
   for (const what of incomplete) rows.push(["NOT DONE in time (figures so far)", "", what, ""]);
   rows.push(["replacements running at the end", "", `${count((s) => s.wave === "churn" && s.running !== undefined && s.terminal === undefined)} of ${firstWave.length}`, ""]);
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  console.log(`\nbench:operator — ${VMS} VMs, ${NODES} nodes, ${POOLS} pools (whole run, fill and churn, ${((performance.now() - t0) / 1000).toFixed(0)} s)\n`);
+  console.log(`\nbench:operator — ${VMS} VMs, ${NODES} nodes, ${POOLS} pools, operator node flags "${BENCH_NODE_FLAGS.join(" ")}" (whole run, fill and churn, ${((performance.now() - t0) / 1000).toFixed(0)} s)\n`);
   for (const row of rows) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join("  "));
   const breakdown = (title: string, o: Record<string, number>, per: number): void => {
     console.log(`\n${title}`);

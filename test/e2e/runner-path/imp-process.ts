@@ -6,6 +6,7 @@
  */
 import { closeSync, openSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { IMP_NODE_FLAGS } from "../../../src/cli/node-flags.ts";
 import { Child, describeExit } from "../../../src/shared/index.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../../..");
@@ -43,7 +44,7 @@ export class ImpProcess {
       // Child spawns with the process environment; the extra env goes through `env`, so a fault plan
       // set for one start does not leak into the next.
       const extra = Object.entries(this.#env).map(([k, v]) => `${k}=${v}`);
-      this.#child = new Child(this.name, "env", [...extra, process.execPath, cli, ...this.#args], { stdio: ["ignore", fd, fd], dieWithParent: true });
+      this.#child = new Child(this.name, "env", [...extra, process.execPath, ...IMP_NODE_FLAGS, cli, ...this.#args], { stdio: ["ignore", fd, fd], dieWithParent: true });
       await this.#child.spawned();
       this.#starts++;
     } finally {
