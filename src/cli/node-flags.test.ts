@@ -11,7 +11,7 @@ const bin = resolve(import.meta.dirname, "../../bin/imp.js");
 describe("the imp entry's node flags", () => {
   it("bin/imp.js starts node with IMP_NODE_FLAGS", () => {
     assert.equal(readFileSync(bin, "utf8").split("\n")[0], IMP_SHEBANG);
-    assert.ok(IMP_NODE_FLAGS.includes("--max-semi-space-size=4"));
+    for (const flag of ["--max-semi-space-size=4", "--optimize-for-size"]) assert.ok(IMP_NODE_FLAGS.includes(flag), flag);
   });
 
   it("runs as an executable through env -S, and node accepts the flags", async () => {
