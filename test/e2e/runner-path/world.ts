@@ -406,7 +406,24 @@ export class RunnerWorld {
     return waitFor(`job ${job.name} ${status}`, () => {
       this.#assertAlive();
       return job.status === status ? job : undefined;
-    }, { timeoutMs, intervalMs: 100 }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
+    }, { timeoutMs, intervalMs: 100 }).catch(async (err: unknown) => Promise.reject(this.#withLogs(err, await this.#jobDiagnosis(job))));
+  }
+
+  /** Who could have taken a job that did not move: the job, every runner GitHub knows, every VM. */
+  async #jobDiagnosis(job: TestJob): Promise<string> {
+    const now = Date.now();
+    const ago = (t: number | undefined): string => (t === undefined ? "-" : `${((now - t) / 1000).toFixed(1)} s ago`);
+    const runners = [...this.github.runners.values()].map(
+      (r) => `${r.name} id ${r.id} ${r.status}${r.busy ? " busy" : ""} session ${r.session === undefined ? "none" : "open"} job ${r.jobId ?? "-"} seen ${ago(r.seenUntil)} labels ${r.labels.map((l) => l.name).join(",")} scope ${r.scopeKey}`,
+    );
+    const vms = await this.listVms().catch(() => []);
+    return [
+      `--- job ${job.name} (id ${job.id}): ${job.status}, labels ${job.labels.join(",")}, repo ${job.repo.owner}/${job.repo.repo}, queued ${ago(job.queuedAt)}, runner ${job.runnerName ?? "-"} ---`,
+      `--- GitHub runners (${runners.length}) ---`,
+      ...runners,
+      `--- VMs (${vms.length}) ---`,
+      ...vms.map((vm) => `${vm.metadata.namespace ?? ""}/${nameOf(vm)} ${vm.status?.phase ?? "Pending"}${vm.metadata.deletionTimestamp === undefined ? "" : " deleting"} node ${vm.status?.nodeName ?? "-"} ${vm.status?.reason ?? ""}`),
+    ].join("\n");
   }
 
   nodeOf(vm: ImpVM): WorldNode {
@@ -435,9 +452,9 @@ export class RunnerWorld {
     for (const node of this.nodes) if (!node.agent.running) throw new Error(`${node.agent.name} exited:\n${node.agent.tail()}`);
   }
 
-  #withLogs(err: unknown): Error {
+  #withLogs(err: unknown, diagnosis = ""): Error {
     const logs = [...(this.#operator === undefined ? [] : [this.#operator]), ...this.nodes.map((n) => n.agent)].map((p) => `--- ${p.name} (last lines) ---\n${p.tail(25)}`).join("\n");
-    return new Error(`${(err as Error).message}\n${logs}`, { cause: err });
+    return new Error(`${(err as Error).message}${diagnosis === "" ? "" : `\n${diagnosis}`}\n${logs}`, { cause: err });
   }
 
   /**
