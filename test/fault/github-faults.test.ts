@@ -269,8 +269,11 @@ const cases: FaultCase[] = [
     async run(ctx) {
       await ctx.idleRunner();
       const { github } = ctx.world;
-      const job = queue(ctx, "then-teardown");
+      // Long enough to arm the fault while the job runs: an `echo` alone once ran and was torn down
+      // between two polls of the test, so the fault came after the teardown it was meant for.
+      const job = queue(ctx, "then-teardown", "sleep 10; echo hi");
       await ctx.world.waitForJob(job, "in_progress");
+      assert.equal(job.status, "in_progress", "the fault is armed while the job runs");
       const injectedAt = Date.now();
       github.injectFault({ kind: "server-error", status: 503, count: 5, path: RUNNER_BY_ID, method: "DELETE" });
       await ctx.world.waitForJob(job, "completed");

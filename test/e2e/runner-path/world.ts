@@ -135,6 +135,9 @@ interface WorldParts {
   readonly say: (line: string) => void;
 }
 
+/** A job's statuses in the order GitHub moves it through them. */
+const JOB_ORDER: ReadonlyArray<TestJob["status"]> = ["queued", "in_progress", "completed"];
+
 export class RunnerWorld {
   readonly root: string;
   readonly plane: ControlPlane;
@@ -402,10 +405,14 @@ export class RunnerWorld {
     }, { timeoutMs, intervalMs }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
   }
 
+  /**
+   * Waits until the job has reached `status` or gone past it: a short job can go from queued through
+   * in_progress to completed between two polls, and has then still been in progress.
+   */
   async waitForJob(job: TestJob, status: TestJob["status"], timeoutMs = 300_000): Promise<TestJob> {
     return waitFor(`job ${job.name} ${status}`, () => {
       this.#assertAlive();
-      return job.status === status ? job : undefined;
+      return JOB_ORDER.indexOf(job.status) >= JOB_ORDER.indexOf(status) ? job : undefined;
     }, { timeoutMs, intervalMs: 100 }).catch(async (err: unknown) => Promise.reject(this.#withLogs(err, await this.#jobDiagnosis(job))));
   }
 
