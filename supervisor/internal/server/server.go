@@ -23,6 +23,11 @@ const writeTimeout = 2 * time.Second
 type conn struct {
 	c  net.Conn
 	mu sync.Mutex
+	// answering is held while a request is answered and its reply written. Shutdown takes it
+	// before the exit event, so the reply to a signal that ends the process comes before the exit
+	// event that closes the connection, instead of being lost to the close (seen on a loaded
+	// machine). Both halves are bounded: answers are quick and writes have a deadline.
+	answering sync.Mutex
 }
 
 func (k *conn) send(m Message) error {
@@ -103,10 +108,15 @@ func (s *Server) handle(k *conn) {
 			}
 			return
 		}
-		if reply, ok := s.answer(line); ok {
-			if k.send(reply) != nil {
-				return
-			}
+		k.answering.Lock()
+		reply, ok := s.answer(line)
+		var sendErr error
+		if ok {
+			sendErr = k.send(reply)
+		}
+		k.answering.Unlock()
+		if sendErr != nil {
+			return
 		}
 	}
 }
@@ -150,8 +160,10 @@ func (s *Server) Shutdown(final Status) {
 	}
 	s.mu.Unlock()
 	for _, k := range conns {
+		k.answering.Lock()
 		_ = k.send(Message{Type: "exit", Status: &final})
 		_ = k.c.Close()
+		k.answering.Unlock()
 	}
 	_ = s.ln.Close()
 	s.wg.Wait()

@@ -145,6 +145,18 @@ func TestRecordsAnExitStatusAndRemovesTheSocket(t *testing.T) {
 	}
 }
 
+// replyAndExit reads the reply to a signal and then the exit event it causes, in that order: the
+// server writes a reply before an exit event can close the connection (the reply was once lost to
+// the close on a loaded machine).
+func replyAndExit(t *testing.T, k *client) (reply, exit *server.Message) {
+	t.Helper()
+	r, e := k.next(t), k.next(t)
+	if r.Type != "reply" || e.Type != "exit" {
+		t.Fatalf("got %+v then %+v, want the signal's reply, then the exit event", r, e)
+	}
+	return &r, &e
+}
+
 func TestIdentityNamesBothProcessesByPidAndStartTime(t *testing.T) {
 	s := start(t, Config{Binary: "sleep", Args: []string{"30"}})
 	id := s.ready.Identity
@@ -168,12 +180,12 @@ func TestIdentityNamesBothProcessesByPidAndStartTime(t *testing.T) {
 		t.Fatalf("hello %+v", m)
 	}
 	k.send(t, `{"op":"signal","signal":"SIGKILL","id":5}`)
-	if m := k.next(t); m.Type != "reply" || m.OK == nil || !*m.OK || m.ID == nil || *m.ID != 5 {
-		t.Fatalf("reply %+v", m)
+	reply, exit := replyAndExit(t, k)
+	if reply.OK == nil || !*reply.OK || reply.ID == nil || *reply.ID != 5 {
+		t.Fatalf("reply %+v", *reply)
 	}
-	m := k.next(t)
-	if m.Type != "exit" || m.Status.State != "exited" || m.Status.Exit.Signal == nil || *m.Status.Exit.Signal != "SIGKILL" {
-		t.Fatalf("exit event %+v", m)
+	if exit.Status.State != "exited" || exit.Status.Exit.Signal == nil || *exit.Status.Exit.Signal != "SIGKILL" {
+		t.Fatalf("exit event %+v", *exit)
 	}
 	if _, err := k.r.ReadByte(); err == nil {
 		t.Fatal("connection still open after the exit event")
@@ -210,9 +222,8 @@ func TestRejectsSignalsOutsideTheAllowedSetAndBadRequests(t *testing.T) {
 		t.Fatalf("status %+v, want running (a bad client must not affect the process)", m)
 	}
 	k2.send(t, `{"op":"signal","signal":"SIGTERM"}`)
-	k2.next(t)
-	if m := k2.next(t); m.Type != "exit" || *m.Status.Exit.Signal != "SIGTERM" {
-		t.Fatalf("exit %+v", m)
+	if _, m := replyAndExit(t, k2); m.Status.Exit.Signal == nil || *m.Status.Exit.Signal != "SIGTERM" {
+		t.Fatalf("exit %+v", *m)
 	}
 	if err := s.wait(t); err != nil {
 		t.Fatal(err)
