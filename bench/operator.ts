@@ -40,8 +40,9 @@ const NODES = Number(env["IMP_BENCH_NODES"] ?? 50);
 const POOLS = Math.min(Number(env["IMP_BENCH_POOLS"] ?? 50), VMS);
 const CHURN_SPREAD_MS = Number(env["IMP_BENCH_CHURN_SPREAD_MS"] ?? 30_000);
 const PHASE_TIMEOUT_MS = Number(env["IMP_BENCH_PHASE_TIMEOUT_MS"] ?? 900_000);
-/** The operator's setup workers (mint, deregister); unset = its default. */
+/** The operator's node flags: those `imp` starts with unless IMP_BENCH_NODE_FLAGS says otherwise ("" = none). */
 const BENCH_NODE_FLAGS: readonly string[] = env["IMP_BENCH_NODE_FLAGS"] === undefined ? IMP_NODE_FLAGS : env["IMP_BENCH_NODE_FLAGS"].split(" ").filter((f) => f !== "");
+/** The operator's setup workers (mint, deregister); unset = its default. */
 const SETUP_WORKERS = env["IMP_BENCH_SETUP_WORKERS"] === undefined ? undefined : Number(env["IMP_BENCH_SETUP_WORKERS"]);
 const NS = "bench";
 const SLOTS = Math.ceil((VMS / NODES) * 1.3) + 2;
@@ -192,7 +193,6 @@ try {
   child = fork(join(import.meta.dirname, "operator-process.ts"), [], {
     env: { ...env, IMP_BENCH_OPERATOR: JSON.stringify({ kubeconfigPath: plane.kubeconfigPath, namespace: NS, apiServer: plane.server, logLevel: env["IMP_BENCH_LOG"] ?? "error", ...(SETUP_WORKERS === undefined ? {} : { setupWorkers: SETUP_WORKERS }) }) },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
-    // The operator runs with the flags `imp` starts with (bin/imp.js); IMP_BENCH_NODE_FLAGS="" compares without.
     execArgv: [...process.execArgv, ...BENCH_NODE_FLAGS, "--expose-gc"],
   });
   child.on("message", (m: OperatorSample | OperatorReport) => {

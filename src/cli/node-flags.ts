@@ -5,9 +5,9 @@
  * `--max-semi-space-size=4` (MiB): on a machine with a lot of memory V8 lets its young generation
  * grow to 32 MiB semi-spaces, and the operator's allocation pattern (a JSON object per watch event,
  * thousands of VMs) keeps it there. Side by side, `npm run bench:operator` (100 VMs) peaked at
- * 314 MiB RSS with the default and at 226 MiB with 4 MiB, with the same live heap (~50 MiB after a full GC), the same
- * CPU time (6.6 s fill, 11.1 s churn) and no measurable change in latency. It must be given at
- * start: `v8.setFlagsFromString` after start does not resize the young generation.
+ * 314 MiB RSS with the default and at 226 MiB with 4 MiB, with the same live heap (~50 MiB after
+ * a full GC), the same CPU time (6.6 s fill, 11.1 s churn) and no measurable change in latency.
+ * It must be given at start: `v8.setFlagsFromString` after start does not resize the young generation.
  *
  * `--optimize-for-size`: V8 grows the old generation less eagerly and collects sooner. It buys the
  * operator's RSS target (≤ 250 MB at 1,000 VMs: peak 302 MiB without it, 235 MiB with it) for CPU:

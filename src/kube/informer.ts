@@ -61,12 +61,13 @@ export const DEFAULT_WATCH_TIMEOUT_SECONDS = 25;
  * the operator, the agent and kubectl all write they are often larger than the rest of the object
  * (client-go's informers drop them the same way). Writes go through the API, which keeps them.
  */
-export function withoutManagedFields<T extends KubeObject>(obj: T): T {
+function withoutManagedFields<T extends KubeObject>(obj: T): T {
   const meta = obj.metadata;
   if (meta === undefined || !("managedFields" in meta)) return obj;
   const { managedFields: _dropped, ...rest } = meta;
   return { ...obj, metadata: rest };
 }
+
 /** A clean watch end sooner than this, with no events, counts as a failure for backoff. */
 const MIN_HEALTHY_WATCH_MS = 1_000;
 
