@@ -87,12 +87,46 @@ type supervisor struct {
 	mu     sync.Mutex
 	status server.Status
 	exited bool
+	// recorded is closed once the exit is in status.
+	recorded chan struct{}
 }
 
+// zombieWait bounds how long a status answer waits for an exit the kernel already knows of.
+const zombieWait = 5 * time.Second
+
+// Status answers what the kernel knows, not only what this supervisor has recorded: between the
+// process's death and the wait below returning (a scheduling delay, long on a loaded machine) the
+// process is a zombie, and "running" would let an agent adopt a VM whose backend is already dead.
+// The pid is ours until we reap it, so reading its stat cannot name another process.
 func (s *supervisor) Status() server.Status {
+	return statusOf(s.snapshot, func() bool { return isZombie(s.cmd.Process.Pid) }, s.recorded, zombieWait)
+}
+
+func (s *supervisor) snapshot() server.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status
+}
+
+// statusOf returns the recorded status, first waiting (at most wait) for an exit still being
+// recorded when the process is already dead.
+func statusOf(snapshot func() server.Status, dead func() bool, recorded <-chan struct{}, wait time.Duration) server.Status {
+	st := snapshot()
+	if st.State != "running" || !dead() {
+		return st
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-recorded:
+	case <-t.C:
+	}
+	return snapshot()
+}
+
+func isZombie(pid int) bool {
+	info, err := procfs.Stat(pid)
+	return err == nil && info.State == 'Z'
 }
 
 func (s *supervisor) Signal(name string) error {
@@ -185,7 +219,7 @@ func Run(cfg Config) (err error) {
 		}()
 	}
 
-	s := &supervisor{cfg: cfg}
+	s := &supervisor{cfg: cfg, recorded: make(chan struct{})}
 	if err := s.start(procs); err != nil {
 		return err
 	}
@@ -242,6 +276,7 @@ func Run(cfg Config) (err error) {
 	s.status.Exit = &exit
 	final := s.status
 	s.mu.Unlock()
+	close(s.recorded)
 	cfg.Logf("pid %d exited: code %v signal %v", id.Process.Pid, deref(exit.Code), deref(exit.Signal))
 
 	var errs []error

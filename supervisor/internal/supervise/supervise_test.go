@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -301,5 +302,54 @@ func TestRefusesASecondSupervisorInTheSameDirectory(t *testing.T) {
 	_ = syscall.Kill(first.ready.Identity.Process.Pid, syscall.SIGKILL)
 	if err := first.wait(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A process that died but is not yet reaped is a zombie; the status must not call it running, or an
+// agent adopts a VM whose backend is dead (seen on a loaded machine, where the reaping goroutine ran late).
+func TestStatusOfAZombieWaitsForItsExitToBeRecorded(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+	s := &supervisor{cmd: cmd, recorded: make(chan struct{}), status: server.Status{State: "running"}}
+	if st := s.Status(); st.State != "running" {
+		t.Fatalf("live process: state %q", st.State)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !isZombie(cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed process never became a zombie")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		s.mu.Lock()
+		s.status.State = "exited"
+		s.mu.Unlock()
+		close(s.recorded)
+	}()
+	if st := s.Status(); st.State != "exited" {
+		t.Fatalf("zombie: state %q, want the recorded exit", st.State)
+	}
+}
+
+func TestStatusOfGivesUpWaitingAtItsBound(t *testing.T) {
+	running := func() server.Status { return server.Status{State: "running"} }
+	began := time.Now()
+	if st := statusOf(running, func() bool { return true }, make(chan struct{}), 20*time.Millisecond); st.State != "running" {
+		t.Fatalf("state %q", st.State)
+	}
+	if waited := time.Since(began); waited < 20*time.Millisecond {
+		t.Fatalf("returned after %v, before its bound", waited)
+	}
+	// A live process is answered at once: the channel is never read.
+	if st := statusOf(running, func() bool { return false }, nil, time.Hour); st.State != "running" {
+		t.Fatalf("state %q", st.State)
 	}
 }
