@@ -12,7 +12,7 @@ import type { ImpVM } from "../../src/api/index.ts";
 import { freePort } from "../../src/devcluster/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { ImpProcess } from "../e2e/runner-path/imp-process.ts";
-import { NAMESPACE, RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
+import { IMP_SYSTEM, RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
 import { crashed, jobReached, jobRunsThrough, plan, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
@@ -29,9 +29,9 @@ async function operatorCrashedAndRestarted(ctx: CaseContext): Promise<void> {
   await ctx.world.operator.start({});
 }
 
-/** The holder of the operator's leader-election Lease (default namespace: `imp operator` is not given --lease-namespace). */
+/** The holder of the operator's leader-election Lease. */
 async function leaseHolder(world: RunnerWorld): Promise<string> {
-  return (await world.kubectl(["-n", "default", "get", "lease", "imp-operator", "-o", "jsonpath={.spec.holderIdentity}"]).catch(() => "")).trim();
+  return (await world.kubectl(["-n", IMP_SYSTEM, "get", "lease", "imp-operator", "-o", "jsonpath={.spec.holderIdentity}"]).catch(() => "")).trim();
 }
 
 /** Whether `p` holds the Lease (its identity is `<hostname>-<pid>`). */
@@ -43,7 +43,7 @@ async function holdsLease(world: RunnerWorld, p: ImpProcess): Promise<boolean> {
 async function secondOperator(world: RunnerWorld): Promise<ImpProcess> {
   const p = new ImpProcess(
     "imp operator (replica 2)",
-    ["operator", "--kubeconfig", world.plane.kubeconfigPath, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(await freePort()), "--health-port", "0", "--log-level", "debug"],
+    world.operatorArgs(await freePort()),
     join(world.root, "operator-2.log"),
   );
   await p.start();

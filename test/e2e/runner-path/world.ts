@@ -22,6 +22,7 @@ import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
 import { buildImage, buildLayer, busyboxLayer, type LayerEntry } from "../../harness/oci-image.ts";
 import { guestAgentPath, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
+import { IMP_SYSTEM, installRbac } from "../../harness/rbac.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 import { loadBootKit } from "../../harness/vm.ts";
 import { loadGuestKernel } from "../../integration/bootkit/kernel-vm.ts";
@@ -42,6 +43,7 @@ const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", n
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false } as const;
 
 export const NAMESPACE = "ci";
+export { IMP_SYSTEM };
 
 export const nameOf = (vm: ImpVM): string => vm.metadata.name ?? "";
 export const REPO = { owner: "acme", repo: "api" } as const;
@@ -132,6 +134,8 @@ interface WorldParts {
   readonly runnerImage: string;
   readonly webhookUrl: string;
   readonly webhookSecret: string;
+  readonly operatorKubeconfigPath: string;
+  readonly agentKubeconfigPath: string;
   readonly say: (line: string) => void;
 }
 
@@ -150,6 +154,12 @@ export class RunnerWorld {
   readonly runnerImage: string;
   /** Where the operator receives GitHub's webhooks. */
   readonly webhookUrl: string;
+  /**
+   * Kubeconfigs holding a token of the imp-operator and imp-agent ServiceAccounts of deploy/rbac:
+   * the operator and agents run with exactly the permissions a cluster install grants them.
+   */
+  readonly operatorKubeconfigPath: string;
+  readonly agentKubeconfigPath: string;
   readonly say: (line: string) => void;
   readonly nodes: WorldNode[] = [];
   readonly #webhookSecret: string;
@@ -175,6 +185,8 @@ export class RunnerWorld {
     this.runnerImage = parts.runnerImage;
     this.webhookUrl = parts.webhookUrl;
     this.#webhookSecret = parts.webhookSecret;
+    this.operatorKubeconfigPath = parts.operatorKubeconfigPath;
+    this.agentKubeconfigPath = parts.agentKubeconfigPath;
     this.say = parts.say;
     this.vms = createResourceClient<ImpVM>(parts.plane.kubeConfig, VMS);
     this.pools = createResourceClient<ImpVMRunnerPool>(parts.plane.kubeConfig, POOLS);
@@ -233,7 +245,10 @@ export class RunnerWorld {
       const plane = await startControlPlane({ controllerManager: true });
       cleanups.push(() => plane.stop());
       await installCrds(plane.kubeConfig);
-      say(`control plane up (kube-apiserver ${plane.server}) in ${(plane.startupMs / 1000).toFixed(1)} s; CRDs installed`);
+      const operatorKubeconfigPath = join(root, "imp-operator.kubeconfig");
+      const agentKubeconfigPath = join(root, "imp-agent.kubeconfig");
+      await installRbac(plane, { "imp-operator": operatorKubeconfigPath, "imp-agent": agentKubeconfigPath });
+      say(`control plane up (kube-apiserver ${plane.server}) in ${(plane.startupMs / 1000).toFixed(1)} s; CRDs and deploy/rbac installed (the operator and agents run as ServiceAccounts imp-operator and imp-agent)`);
 
       const registry = await startRegistry();
       cleanups.push(() => registry.stop());
@@ -258,7 +273,7 @@ export class RunnerWorld {
       const kernel = await kernelConfig();
       const kit = await loadBootKit();
       const webhookPort = await freePort();
-      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, say });
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, operatorKubeconfigPath, agentKubeconfigPath, say });
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
@@ -266,12 +281,7 @@ export class RunnerWorld {
       await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
 
-      const operator = new ImpProcess(
-        "imp operator",
-        ["operator", "--kubeconfig", plane.kubeconfigPath, "--agent-lease-namespace", NAMESPACE, "--webhook-port", String(webhookPort), "--health-port", "0", "--log-level", "debug"],
-        join(root, "operator.log"),
-        options.operatorEnv,
-      );
+      const operator = new ImpProcess("imp operator", world.operatorArgs(webhookPort), join(root, "operator.log"), options.operatorEnv);
       world.#operator = operator;
       await operator.start();
 
@@ -293,7 +303,7 @@ export class RunnerWorld {
         const config = {
           nodeName: net.nodeName,
           stateDir,
-          leaseNamespace: NAMESPACE,
+          leaseNamespace: IMP_SYSTEM,
           capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: options.vmSlots ?? 2 },
           accel: "auto",
           vmm: "qemu",
@@ -310,7 +320,7 @@ export class RunnerWorld {
         };
         const configPath = join(root, `${net.nodeName}.agent.json`);
         await writeFile(configPath, JSON.stringify(config, null, 2));
-        const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", plane.kubeconfigPath, "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
+        const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", agentKubeconfigPath, "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
         world.nodes.push({ name: net.nodeName, net, stateDir, cgroupParent, agent, ownDisk });
         await agent.start();
       }
@@ -331,6 +341,11 @@ export class RunnerWorld {
       await undo();
       throw err;
     }
+  }
+
+  /** `imp operator`'s arguments as a cluster install would run it (its ServiceAccount, Leases in imp-system). */
+  operatorArgs(webhookPort: number): string[] {
+    return ["operator", "--kubeconfig", this.operatorKubeconfigPath, "--lease-namespace", IMP_SYSTEM, "--agent-lease-namespace", IMP_SYSTEM, "--webhook-port", String(webhookPort), "--health-port", "0", "--log-level", "debug"];
   }
 
   /** A namespace for runner pools: the GitHub App's credentials Secret and the runner template in it. */
@@ -616,3 +631,4 @@ spec:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
 `;
 }
+
