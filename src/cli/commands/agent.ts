@@ -9,7 +9,7 @@ export function registerAgent(program: Command): void {
     .command("agent")
     .description("run the node agent: boots the ImpVMs bound to this node (NODE_NAME) and reports the node")
     .requiredOption("--config <file>", "agent config (YAML, see docs/agent.md)")
-    .option("--kubeconfig <file>", "kubeconfig; default: in-cluster, then $KUBECONFIG")
+    .option("--kubeconfig <file>", "kubeconfig; default: $KUBECONFIG, else ~/.kube/config, else the pod's in-cluster account")
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: { config: string; kubeconfig?: string; logLevel: string }) => {
       const logger = createLogger({ level: opts.logLevel, name: "imp-agent" });

@@ -29,7 +29,7 @@ export function registerOperator(program: Command): void {
   program
     .command("operator")
     .description("run the operator: runner pools, one-time runner setups sealed to nodes, GitHub registration cleanup, webhooks")
-    .option("--kubeconfig <file>", "kubeconfig; default: in-cluster, then $KUBECONFIG")
+    .option("--kubeconfig <file>", "kubeconfig; default: $KUBECONFIG, else ~/.kube/config, else the pod's in-cluster account")
     .option("--namespace <ns>", "watch only this namespace's pools and VMs (default: all)")
     .option("--lease-namespace <ns>", "namespace of the leader-election Lease (default: --namespace, else default)")
     .option("--agent-lease-namespace <ns>", "namespace of the node agents' liveness Leases (the agents' leaseNamespace)", DEFAULT_AGENT_LEASE_NAMESPACE)

@@ -22,17 +22,20 @@ type Ask = readonly [string, string, string];
 
 const OPERATOR_MAY: readonly Ask[] = [
   ["create", "impvms.imp.dev", "ci"], ["delete", "impvms.imp.dev", "ci"], ["watch", "impvms.imp.dev", ""],
-  ["patch", "impvms.imp.dev/status", "ci"], ["patch", "impvmrunnerpools.imp.dev/status", "ci"],
+  ["patch", "impvms.imp.dev/status", "ci"], ["patch", "impvmrunnerpools.imp.dev", "ci"], ["patch", "impvmrunnerpools.imp.dev/status", "ci"],
   ["patch", "impnodes.imp.dev", ""], ["list", "impvmtemplates.imp.dev", ""],
   ["get", "secrets", "ci"], ["create", "secrets", "ci"], ["delete", "secrets", "ci"],
   ["watch", "nodes", ""], ["create", "events", "ci"],
-  ["update", "leases.coordination.k8s.io", IMP_SYSTEM], ["watch", "leases.coordination.k8s.io", IMP_SYSTEM],
+  ["patch", "leases.coordination.k8s.io", IMP_SYSTEM], ["watch", "leases.coordination.k8s.io", IMP_SYSTEM],
+  ["update", "impvms.imp.dev/finalizers", "ci"], // for owner references that block deletion
 ];
 const OPERATOR_MUST_NOT: readonly Ask[] = [
   ["list", "secrets", "ci"], ["watch", "secrets", ""], // holds no copy of Secrets it was not asked for
+  ["update", "secrets", "ci"], ["patch", "secrets", "ci"], // never rewrites one (App credentials included)
   ["patch", "impnodes.imp.dev/status", ""], // a node's status is its agent's word
-  ["update", "leases.coordination.k8s.io", "default"], ["create", "leases.coordination.k8s.io", "kube-system"],
+  ["patch", "leases.coordination.k8s.io", "default"], ["create", "leases.coordination.k8s.io", "kube-system"],
   ["create", "customresourcedefinitions.apiextensions.k8s.io", ""],
+  ["create", "impvmrunnerpools.imp.dev", "ci"], ["delete", "impvmrunnerpools.imp.dev", "ci"], // pools are the user's
   ["delete", "nodes", ""], ["create", "pods", "ci"], ["create", "clusterrolebindings.rbac.authorization.k8s.io", ""],
 ];
 const AGENT_MAY: readonly Ask[] = [
