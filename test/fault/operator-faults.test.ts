@@ -12,7 +12,8 @@ import type { ImpVM } from "../../src/api/index.ts";
 import { freePort } from "../../src/devcluster/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { ImpProcess } from "../e2e/runner-path/imp-process.ts";
-import { IMP_SYSTEM, RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
+import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
+import { IMP_SYSTEM } from "../harness/rbac.ts";
 import { crashed, jobReached, jobRunsThrough, plan, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();

@@ -86,8 +86,7 @@ type supervisor struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	status server.Status
-	exited bool
-	// recorded is closed once the exit is in status.
+	// recorded is closed once the process is reaped and its exit is in status.
 	recorded chan struct{}
 }
 
@@ -141,11 +140,10 @@ func (s *supervisor) Signal(name string) error {
 // deliver signals the process unless it has been reaped. os.Process signals through a pidfd, so a
 // reused pid can never receive it.
 func (s *supervisor) deliver(sig syscall.Signal) {
-	s.mu.Lock()
-	done := s.exited
-	s.mu.Unlock()
-	if done {
+	select {
+	case <-s.recorded:
 		return
+	default:
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		s.cfg.Logf("cannot send %s to pid %d: %v", signalName(sig), s.cmd.Process.Pid, err)
@@ -271,7 +269,6 @@ func Run(cfg Config) (err error) {
 		}
 	}
 	s.mu.Lock()
-	s.exited = true
 	s.status.State = "exited"
 	s.status.Exit = &exit
 	final := s.status

@@ -43,7 +43,6 @@ const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", n
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false } as const;
 
 export const NAMESPACE = "ci";
-export { IMP_SYSTEM };
 
 export const nameOf = (vm: ImpVM): string => vm.metadata.name ?? "";
 export const REPO = { owner: "acme", repo: "api" } as const;
@@ -631,4 +630,3 @@ spec:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
 `;
 }
-
