@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"imp.dev/guest/internal/execmgr"
+	"imp.dev/guest/internal/exitrecord"
 	"imp.dev/guest/internal/pid1"
 	"imp.dev/guest/internal/server"
 	"imp.dev/guest/internal/system"
@@ -102,7 +103,8 @@ func run(cfg config, log *slog.Logger) error {
 	}
 	reaper := execmgr.NewReaper(log)
 	go reaper.Run(ctx)
-	srv = server.New(reaper, log, server.Options{Agent: agentVersion, System: sys, Shutdown: shutdown})
+	// Exit records go to stderr: the serial console in a VM, where a restarted host agent finds them.
+	srv = server.New(reaper, log, server.Options{Agent: agentVersion, System: sys, Shutdown: shutdown, Records: exitrecord.NewWriter(os.Stderr)})
 	if err := startListeners(ctx, cfg, srv, log); err != nil {
 		return err
 	}

@@ -28,6 +28,10 @@ type Options struct {
 	// Exited, if set, is called (on its own goroutine) after an exec's exit event was published
 	// and its state became exited, with the shutdownAfterExit mode of the request that started it.
 	Exited func(execID, shutdownMode string)
+	// Record, if set, is called once per exec that exited, before its exit event is published and
+	// before its state turns exited, so the authenticated exit record is on the console by the time
+	// anyone can learn of the exit (docs/guest-protocol.md, "Exit records").
+	Record func(execID string, exitCode int, signal string)
 }
 
 // Manager owns every exec of this boot. Safe for concurrent use.
@@ -41,6 +45,7 @@ type Manager struct {
 	maxExecs int
 	drain    time.Duration
 	exited   func(execID, shutdownMode string)
+	record   func(execID string, exitCode int, signal string)
 }
 
 type execRecord struct {
@@ -63,7 +68,7 @@ func NewManager(reaper *Reaper, pub Publisher, log *slog.Logger, opts Options) *
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 2 * time.Second
 	}
-	return &Manager{execs: map[string]*execRecord{}, reaper: reaper, pub: pub, log: log, maxExecs: opts.MaxExecs, drain: opts.DrainTimeout, exited: opts.Exited}
+	return &Manager{execs: map[string]*execRecord{}, reaper: reaper, pub: pub, log: log, maxExecs: opts.MaxExecs, drain: opts.DrainTimeout, exited: opts.Exited, record: opts.Record}
 }
 
 // Start starts the exec unless its id is known. The id is recorded before the process starts, and

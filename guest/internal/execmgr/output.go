@@ -44,6 +44,9 @@ func (m *Manager) onExit(execID string, rec *execRecord, ws syscall.WaitStatus, 
 	errR.Close()
 	<-drained
 	code, sig := exitStatus(ws)
+	if m.record != nil {
+		m.record(execID, code, sig)
+	}
 	// The state turns exited before the event goes out, so a host that got the exit event and asks
 	// exec.status never sees running; done closes only after, so WaitAll (shutdown) waits for it.
 	m.mu.Lock()

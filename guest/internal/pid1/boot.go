@@ -24,6 +24,7 @@ func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 			return nil
 		}},
 		{Name: "ctrl-alt-del.off", Run: DisableCtrlAltDel},
+		{Name: "harden", Run: Harden},
 		{Name: "root.overlay", Run: func() error {
 			if cmdline.Scratch == "" {
 				log.Warn("no imp.scratch on the kernel command line; running on the plain root")

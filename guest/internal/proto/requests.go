@@ -51,8 +51,12 @@ type ConfigureRequest struct {
 	Hostname    *string        `json:"hostname"`
 	Network     *NetworkConfig `json:"network"`
 	EntropySeed *string        `json:"entropySeed"`
+	// ExitRecordKey authenticates this boot's exit records (docs/guest-protocol.md). Never log it.
+	ExitRecordKey *string `json:"exitRecordKey"`
 	// Seed is EntropySeed decoded; filled by validation. Never log it.
 	Seed []byte `json:"-"`
+	// RecordKey is ExitRecordKey decoded (32 bytes); filled by validation.
+	RecordKey []byte `json:"-"`
 }
 
 // ExecRequest starts a workload. Env is secret: never log or persist it.

@@ -20,6 +20,8 @@ const (
 	MaxSeedBytes   = 4096
 	MaxDNSServers  = 3
 	MaxVersions    = 16
+	// ExitRecordKeyBytes is the length of the per-boot exit record key.
+	ExitRecordKeyBytes = 32
 )
 
 var (
@@ -144,6 +146,13 @@ func validateConfigure(c *ConfigureRequest) error {
 			return fmt.Errorf("entropySeed must decode to %d..%d bytes", MinSeedBytes, MaxSeedBytes)
 		}
 		c.Seed = seed
+	}
+	if c.ExitRecordKey != nil {
+		key, err := base64.StdEncoding.Strict().DecodeString(*c.ExitRecordKey)
+		if err != nil || len(key) != ExitRecordKeyBytes {
+			return fmt.Errorf("exitRecordKey must be standard padded base64 of %d bytes", ExitRecordKeyBytes)
+		}
+		c.RecordKey = key
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"imp.dev/guest/internal/execmgr"
+	"imp.dev/guest/internal/exitrecord"
 	"imp.dev/guest/internal/proto"
 )
 
@@ -37,10 +38,13 @@ type Options struct {
 	// MaxStreams bounds concurrently served streams; one more gets too_many_streams and is closed. Default 32.
 	MaxStreams int
 	Exec       execmgr.Options
+	// Records writes the authenticated exit records (the console in a VM); nil = none are written
+	// and a configure carrying exitRecordKey fails.
+	Records *exitrecord.Writer
 }
 
 // Capabilities lists what this agent implements (hello reply).
-var Capabilities = []string{"configure", "exec", "exec.status", "signal", "shutdown", "output", "exit"}
+var Capabilities = []string{"configure", "exec", "exec.status", "signal", "shutdown", "output", "exit", "exit-record"}
 
 // Server dispatches requests from host streams to the exec manager and the system.
 type Server struct {
@@ -61,6 +65,7 @@ func New(reaper *execmgr.Reaper, log *slog.Logger, opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: log, hub: newHub(log)}
 	opts.Exec.Exited = s.onExecExited
+	opts.Exec.Record = s.writeExitRecord
 	s.execs = execmgr.NewManager(reaper, s.hub, log, opts.Exec)
 	return s
 }
@@ -190,6 +195,9 @@ func (s *Server) dispatch(ctx context.Context, req *proto.Request) (any, *proto.
 		if s.shuttingDown.Load() {
 			return nil, proto.Errorf(req.ID, proto.CodeShuttingDown, "the guest is shutting down")
 		}
+		if err := s.setRecordKey(req.Configure.RecordKey); err != nil {
+			return nil, proto.Errorf(req.ID, proto.CodeConfigureFailed, "exit record key: %s", err.Error())
+		}
 		if err := s.opts.System.Configure(ctx, req.Configure); err != nil {
 			s.log.Warn("configure failed", "error", err)
 			return nil, proto.Errorf(req.ID, proto.CodeConfigureFailed, "%s", err.Error())
@@ -232,6 +240,27 @@ func (s *Server) dispatch(ctx context.Context, req *proto.Request) (any, *proto.
 		return proto.EmptyReply(req), nil
 	}
 	return nil, proto.Errorf(req.ID, proto.CodeUnknownType, "unknown request type")
+}
+
+// setRecordKey keeps the boot's exit record key (first configure wins; the same key again is a no-op).
+func (s *Server) setRecordKey(key []byte) error {
+	if key == nil {
+		return nil
+	}
+	if s.opts.Records == nil {
+		return errors.New("this agent writes no exit records")
+	}
+	return s.opts.Records.SetKey(key)
+}
+
+// writeExitRecord puts the exec's authenticated exit record on the console (nothing without a key).
+func (s *Server) writeExitRecord(execID string, code int, signal string) {
+	if s.opts.Records == nil {
+		return
+	}
+	if err := s.opts.Records.Write(exitrecord.Payload{ExecID: execID, ExitCode: code, Signal: signal}); err != nil {
+		s.log.Warn("cannot write the exit record", "execId", execID, "error", err)
+	}
 }
 
 // onExecExited shuts the guest down after an exec started with shutdownAfterExit, once its exit
