@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { findFatalConsoleLine, SerialLog } from "./serial-log.ts";
+import { findFatalConsoleLine, ConsoleLog } from "./console-log.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "imp-serial-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -20,11 +20,11 @@ describe("findFatalConsoleLine()", () => {
   it("ignores an ordinary boot", () => assert.equal(findFatalConsoleLine("[ 0.3] PCI: Fatal: No config space access function found\n"), undefined));
 });
 
-describe("SerialLog", () => {
+describe("ConsoleLog", () => {
   it("follows the file, keeps a bounded tail and reports a fatal line split across writes once", async () => {
     const path = join(dir, "a.log");
     const seen: string[] = [];
-    const log = new SerialLog(path, { tailBytes: 120, onFatal: (line) => seen.push(line) });
+    const log = new ConsoleLog(path, { tailBytes: 120, onFatal: (line) => seen.push(line) });
     await log.poll(); // the file does not exist yet: nothing, no error
     assert.equal(log.tail(), "");
     const chunks = ["x".repeat(100) + "\nKernel pa", "nic - not syncing: VFS\nKernel panic - not syncing: again\n"];
@@ -45,7 +45,7 @@ describe("SerialLog", () => {
     writeFileSync(path, "");
     let onFatal: (line: string) => void = () => undefined;
     const fatal = new Promise<string>((resolve) => (onFatal = resolve));
-    const follower = new SerialLog(path, { pollMs: 10, onFatal: (line) => onFatal(line) }).start();
+    const follower = new ConsoleLog(path, { pollMs: 10, onFatal: (line) => onFatal(line) }).start();
     const euro = Buffer.from("€");
     appendFileSync(path, Buffer.concat([Buffer.from("price "), euro.subarray(0, 1)]));
     await new Promise((r) => setTimeout(r, 50));
@@ -59,7 +59,7 @@ describe("SerialLog", () => {
     const path = join(dir, "c.log");
     writeFileSync(path, "");
     const overflows: number[] = [];
-    const log = new SerialLog(path, { tailBytes: 1024, maxBytes: 256 * 1024, onOverflow: (bytes) => overflows.push(bytes) });
+    const log = new ConsoleLog(path, { tailBytes: 1024, maxBytes: 256 * 1024, onOverflow: (bytes) => overflows.push(bytes) });
     const line = "flood ".repeat(20) + "\n";
     for (let i = 0; i < 5; i++) {
       appendFileSync(path, line.repeat(1000));
@@ -70,5 +70,24 @@ describe("SerialLog", () => {
     assert.equal(overflows.length, 1, "reported once");
     assert.ok((overflows[0] ?? 0) > 256 * 1024);
     assert.ok(log.tail().length <= 1024);
+  });
+
+  it("ignores fatal lines once disarmed (the guest agent answered), and when adopted unarmed", async () => {
+    const path = join(dir, "d.log");
+    writeFileSync(path, "[ 0.5] booting\n");
+    const seen: string[] = [];
+    const log = new ConsoleLog(path, { onFatal: (line) => seen.push(line) });
+    await log.poll();
+    log.disarm();
+    appendFileSync(path, "Kernel panic - not syncing: printed by the job\nimp-initramfs: FATAL: also the job\n");
+    await log.close();
+    assert.deepEqual(seen, []);
+    assert.equal(log.fatalLine, undefined);
+    assert.match(log.tail(), /printed by the job/, "the lines are still kept for people to read");
+
+    const seenAdopted: string[] = [];
+    const adopted = new ConsoleLog(path, { armed: false, onFatal: (line) => seenAdopted.push(line) });
+    await adopted.close();
+    assert.deepEqual(seenAdopted, [], "an adopted VM's console was written after its boot");
   });
 });

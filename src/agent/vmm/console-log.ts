@@ -1,7 +1,11 @@
 import { open, type FileHandle } from "node:fs/promises";
 import { StringDecoder } from "node:string_decoder";
 
-/** Console lines that mean the guest will never come up; seeing one lets a boot fail at once. */
+/**
+ * Console lines that mean the guest will never come up; seeing one lets a boot fail at once. They
+ * count only until the guest agent answers: from then on the console is the job's to write, and a
+ * job printing one of them must not turn its VM into a failed boot.
+ */
 export const FATAL_CONSOLE_PATTERNS: readonly RegExp[] = [
   /Kernel panic - not syncing/,
   /imp-initramfs: FATAL: .*/,
@@ -28,15 +32,17 @@ export function findFatalConsoleLine(text: string): string | undefined {
 export const DEFAULT_MAX_CONSOLE_BYTES = 16 * 1024 * 1024;
 
 /**
- * The guest's serial console, which QEMU appends to a file: this follows the file (polling every
- * `pollMs`; inotify would add little for one small file and misses nothing a poll would catch), keeps
- * the last `tailBytes` in memory for error messages, and reports the first fatal line. The console is
- * guest output, so it is untrusted: it is stored and shown, never interpreted beyond
- * {@link findFatalConsoleLine}. Memory stays bounded whatever the guest writes (64 KiB reads, a
- * `tailBytes` tail); the file itself is on the node's disk, so once it passes `maxBytes` the log
- * reports `onOverflow` once and the owner stops the VM (QEMU has no size limit for a file chardev).
+ * The guest's serial console, which the VMM appends to a file (QEMU's `serial.log`, Firecracker's
+ * `console.log`): this follows the file (polling every `pollMs`; inotify would add little for one
+ * small file and misses nothing a poll would catch), keeps the last `tailBytes` in memory for error
+ * messages, and, while armed, reports the first fatal line. The console is guest output, so it is
+ * untrusted: it is stored and shown, and interpreted only by {@link findFatalConsoleLine} during boot
+ * ({@link disarm} ends that once the guest agent answered; `armed: false` for a VM adopted after its
+ * boot). Memory stays bounded whatever the guest writes (64 KiB reads, a `tailBytes` tail); the file
+ * itself is on the node's disk, so once it passes `maxBytes` the log reports `onOverflow` once and
+ * the owner stops the VM (neither VMM bounds its console file).
  */
-export class SerialLog {
+export class ConsoleLog {
   readonly path: string;
   readonly #tailBytes: number;
   readonly #pollMs: number;
@@ -44,6 +50,7 @@ export class SerialLog {
   readonly #maxBytes: number;
   readonly #onOverflow: (bytes: number) => void;
   #overflowed = false;
+  #armed: boolean;
   readonly #decoder = new StringDecoder("utf8");
   readonly #chunk = Buffer.alloc(64 * 1024);
   #tail = "";
@@ -54,8 +61,9 @@ export class SerialLog {
   #timer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
 
-  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void; maxBytes?: number; onOverflow?: (bytes: number) => void } = {}) {
+  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void; maxBytes?: number; onOverflow?: (bytes: number) => void; armed?: boolean } = {}) {
     this.path = path;
+    this.#armed = options.armed ?? true;
     this.#tailBytes = options.tailBytes ?? 64 * 1024;
     this.#pollMs = options.pollMs ?? 50;
     this.#onFatal = options.onFatal ?? (() => undefined);
@@ -106,7 +114,7 @@ export class SerialLog {
   #append(text: string): void {
     // Look for fatal lines across read boundaries by scanning the tail, which holds the previous bytes.
     this.#tail = (this.#tail + text).slice(-this.#tailBytes);
-    if (this.#fatal === undefined) {
+    if (this.#armed && this.#fatal === undefined) {
       const line = findFatalConsoleLine(this.#tail);
       if (line !== undefined) {
         this.#fatal = line;
@@ -121,7 +129,16 @@ export class SerialLog {
     return this.#tail.split("\n").slice(-lines).join("\n");
   }
 
-  /** The first fatal console line seen, if any. */
+  /**
+   * Stops interpreting the console: lines read from now on are never fatal. Called once the guest
+   * agent answered, after which the workload may write anything to the console. What was already
+   * read stays as judged (a panic during boot still ended the boot).
+   */
+  disarm(): void {
+    this.#armed = false;
+  }
+
+  /** The first fatal console line seen while armed, if any. */
   get fatalLine(): string | undefined {
     return this.#fatal;
   }

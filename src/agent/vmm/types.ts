@@ -1,5 +1,6 @@
 import type { Socket } from "node:net";
 import type { ChildExit, Clock, ImpError, Logger } from "../../shared/index.ts";
+import type { ShutdownMode } from "../guest/index.ts";
 
 /**
  * The VMM-neutral driver interface. A node agent prepares a VM's files, starts the VMM, connects to
@@ -96,6 +97,11 @@ export interface RunningVm extends AsyncDisposable {
   /** Resolves when the VMM has exited. */
   exited(): Promise<VmExit>;
   /**
+   * The guest agent answered: console text is no longer evidence of a failed boot (fatal-line
+   * patterns are disarmed), since from now on the untrusted workload writes the console too.
+   */
+  guestReady(): void;
+  /**
    * Asks the guest to shut down the VMM's way (QEMU: SIGTERM; Firecracker: SendCtrlAltDel), then kills
    * after `graceMs`; then frees what the driver created (sockets, helper processes). Idempotent.
    */
@@ -108,8 +114,29 @@ export interface DriverContext {
   readonly logger: Logger;
 }
 
+/** The parts of a kernel command line, in order; the driver adds what its VMM needs. */
+export interface KernelCmdlineParts {
+  /** The kernel's own arguments (node config, e.g. `console=ttyS0`). */
+  readonly kernel: readonly string[];
+  /** Imp's: root, init, scratch device. */
+  readonly imp: readonly string[];
+  /** The VM template's boot arguments. */
+  readonly extra: readonly string[];
+}
+
 export interface VmmDriver {
   readonly kind: VmmKind;
+  /**
+   * How the guest must shut down for this VMM to exit: QEMU exits on a power-off; Firecracker has no
+   * power-off device and exits on a guest reboot (`reboot=k`).
+   */
+  readonly shutdownMode: ShutdownMode;
+  /** The guest channel of the VMs this driver starts: hybrid vsock, or virtio-serial (one stream, hello may be lost). */
+  readonly guestChannel: "vsock" | "serial";
+  /** The whole kernel command line for `parts`, with the arguments this VMM needs. Throws a terminal error for an argument it cannot carry. */
+  cmdline(parts: KernelCmdlineParts): string;
+  /** The file the guest's serial console of a VM with this spec is written to (where exit records are read after the fact). */
+  consoleLog(spec: VmSpec): string;
   /** Starts the VM. Rejects with a classified error, leaving nothing running and nothing it created. */
   start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<RunningVm>;
   /**

@@ -3,8 +3,8 @@ import assert from "node:assert/strict";
 import { mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ImpError } from "../../../shared/index.ts";
-import type { VmSpec } from "../types.ts";
+import { ImpError } from "../../shared/index.ts";
+import type { VmSpec } from "./types.ts";
 import { readVmRecord, removeVmRecord, vmRecordPath, writeVmRecord } from "./vm-record.ts";
 
 const work = await mkdtemp(join(tmpdir(), "imp-vmrec-"));

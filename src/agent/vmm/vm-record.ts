@@ -2,13 +2,13 @@
  * What a driver needs to re-adopt a running VM after the agent restarted, kept as `vm.json` in the
  * VM's directory: the spec it was started with, which driver started it and the guest channel. No
  * secrets: the spec is what the VMM's own command line already shows. Both drivers write this one
- * format (Firecracker imports it from here), so whoever adopts can read a VM's driver kind before it
+ * format, so whoever adopts can read a VM's driver kind before it
  * picks the driver.
  */
 import { open, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { terminalError } from "../../../shared/index.ts";
-import type { VmmKind, VmSpec } from "../types.ts";
+import { terminalError } from "../../shared/index.ts";
+import type { VmmKind, VmSpec } from "./types.ts";
 
 export const VM_RECORD_FILE = "vm.json";
 const VERSION = 1;

@@ -11,14 +11,15 @@ import {
   waitFor,
   type Step,
 } from "../../../shared/index.ts";
-import type { DriverContext, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
+import type { DriverContext, KernelCmdlineParts, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import { FirecrackerApi, type FirecrackerInstanceInfo } from "./api-client.ts";
 import { actionRequest, assertFirecrackerSpec, configRequests } from "./api-requests.ts";
+import { firecrackerCmdline } from "./cmdline.ts";
 import { fileTail } from "./file-tail.ts";
 import { firecrackerArgv, jailerArgv, jailExists, prepareJail, removeJail, type JailerOptions } from "./jailer.ts";
 import { jailedLayout, unjailedLayout, type FirecrackerLayout } from "./layout.ts";
 import { FirecrackerVm } from "./vm.ts";
-import { removeVmRecord, writeVmRecord } from "../qemu/vm-record.ts";
+import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 
 export interface FirecrackerDriverOptions {
   readonly firecrackerBinary: string;
@@ -56,10 +57,21 @@ interface BootState {
  */
 export class FirecrackerDriver implements VmmDriver {
   readonly kind = "firecracker" as const;
+  /** Firecracker has no power-off device; a guest reboot (`reboot=k`) ends it. */
+  readonly shutdownMode = "reboot" as const;
+  readonly guestChannel = "vsock" as const;
   readonly #options: FirecrackerDriverOptions & ReturnType<typeof defaultFirecrackerDriverConfig>;
 
   constructor(options: FirecrackerDriverOptions) {
     this.#options = { ...defaultFirecrackerDriverConfig(), ...definedOnly(options), firecrackerBinary: options.firecrackerBinary };
+  }
+
+  cmdline(parts: KernelCmdlineParts): string {
+    return firecrackerCmdline([...parts.kernel, ...parts.imp, ...parts.extra]);
+  }
+
+  consoleLog(spec: VmSpec): string {
+    return this.layoutOf(spec).host.consoleLog;
   }
 
   /** Where a VM's files go under this driver's configuration. Pure; exported for tests and sweeps. */

@@ -5,7 +5,7 @@ import type { ConnectGuestOptions, RunningVm, VmExit, VmmProcess, VmSpec } from 
 import { actionRequest } from "./api-requests.ts";
 import type { FirecrackerApi } from "./api-client.ts";
 import type { FirecrackerLayout } from "./layout.ts";
-import { DEFAULT_MAX_CONSOLE_BYTES, SerialLog } from "../qemu/index.ts";
+import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
 
 /** The guest agent's vsock port (docs/guest-protocol.md). */
 export const DEFAULT_GUEST_VSOCK_PORT = 10700;
@@ -39,6 +39,7 @@ export class FirecrackerVm implements RunningVm {
   readonly #logger: Logger;
   readonly #killGraceMs: number;
   readonly #cleanedUp: Promise<void>;
+  readonly #console: ConsoleLog;
   #stopping: Promise<VmExit> | undefined;
   #stopTimings: StopTimings | undefined;
 
@@ -65,7 +66,7 @@ export class FirecrackerVm implements RunningVm {
     // disk, without a size limit: a guest flooding it is marked down (the owner then stops it).
     const maxConsoleBytes = init.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES;
     const consoleLog = this.layout.host.consoleLog;
-    const consoleFollower = new SerialLog(consoleLog, {
+    const consoleFollower = new ConsoleLog(consoleLog, {
       maxBytes: maxConsoleBytes,
       onOverflow: (bytes) => {
         if (!this.#down.signal.aborted) {
@@ -73,6 +74,7 @@ export class FirecrackerVm implements RunningVm {
         }
       },
     }).start();
+    this.#console = consoleFollower;
     this.#cleanedUp = this.#process.exited().then(async (exit) => {
       await consoleFollower.close();
       if (!this.#down.signal.aborted) {
@@ -89,6 +91,11 @@ export class FirecrackerVm implements RunningVm {
 
   get running(): boolean {
     return this.#process.running;
+  }
+
+  /** The guest agent answered: the console is the workload's from now on. */
+  guestReady(): void {
+    this.#console.disarm();
   }
 
   get downSignal(): AbortSignal {

@@ -1,8 +1,8 @@
 import { terminalError } from "../../../shared/index.ts";
 import type { Accel } from "../kvm-probe.ts";
-import type { DriverContext, VmDrive, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
+import type { DriverContext, KernelCmdlineParts, VmDrive, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import type { QemuDrive } from "./argv.ts";
-import { QemuVm, type QemuChannelKind, type QemuVmOptions } from "./vm.ts";
+import { QemuVm, QemuVmDir, type QemuChannelKind, type QemuVmOptions } from "./vm.ts";
 
 export interface QemuDriverOptions {
   readonly qemuBinary?: string;
@@ -25,6 +25,8 @@ export interface QemuDriverOptions {
  */
 export class QemuDriver implements VmmDriver {
   readonly kind = "qemu" as const;
+  /** QEMU exits when the guest powers off. */
+  readonly shutdownMode = "poweroff" as const;
   readonly #options: QemuDriverOptions;
 
   constructor(options: QemuDriverOptions = {}) {
@@ -34,6 +36,19 @@ export class QemuDriver implements VmmDriver {
   /** The guest channel VMs of this driver get. */
   get channel(): Exclude<QemuChannelKind, "none"> {
     return this.#options.vhostDeviceVsock === undefined ? "serial" : "vsock";
+  }
+
+  get guestChannel(): Exclude<QemuChannelKind, "none"> {
+    return this.channel;
+  }
+
+  /** `panic=-1`: a guest kernel panic reboots at once, which ends QEMU (`-no-reboot`) instead of hanging. */
+  cmdline(parts: KernelCmdlineParts): string {
+    return [...parts.kernel, "panic=-1", ...parts.imp, ...parts.extra].join(" ");
+  }
+
+  consoleLog(spec: VmSpec): string {
+    return new QemuVmDir(spec.dir).serialLog();
   }
 
   async start(spec: VmSpec, context: DriverContext, signal?: AbortSignal): Promise<QemuVm> {

@@ -2,7 +2,6 @@ export { buildQemuArgv, kernelCmdline, qemuEscape, type QemuDrive, type QemuGues
 export { parseCpuinfoTscKhz, readHostTscKhz } from "./cpuinfo.ts";
 export { describeExit, type ChildExit } from "./child.ts";
 export { cmdlineArgs, orderedDrives, QemuDriver, type QemuDriverOptions } from "./driver.ts";
-export { DEFAULT_MAX_CONSOLE_BYTES, FATAL_CONSOLE_PATTERNS, findFatalConsoleLine, SerialLog } from "./serial-log.ts";
 export {
   DEFAULT_GUEST_VSOCK_PORT,
   DEFAULT_SERIAL_PORT_NAME,
@@ -13,4 +12,3 @@ export {
   type QemuExit,
   type QemuVmOptions,
 } from "./vm.ts";
-export { readVmRecord, VM_RECORD_FILE, vmRecordPath, writeVmRecord, type VmRecord } from "./vm-record.ts";

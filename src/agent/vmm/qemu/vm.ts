@@ -20,8 +20,8 @@ import { DirectLauncher } from "../direct-launcher.ts";
 import type { ConnectGuestOptions, ProcessLauncher, RunningVm, VmExit, VmSpec, VmmProcess } from "../types.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
 import { assertExecutable, describeExit } from "./child.ts";
-import { DEFAULT_MAX_CONSOLE_BYTES, SerialLog } from "./serial-log.ts";
-import { removeVmRecord, writeVmRecord } from "./vm-record.ts";
+import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
+import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 
 /** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
 export const DEFAULT_GUEST_VSOCK_PORT = 10700;
@@ -109,7 +109,7 @@ interface Boot {
   backend?: VmmProcess;
   argv?: string[];
   qemu?: VmmProcess;
-  serial?: SerialLog;
+  serial?: ConsoleLog;
   /** Set when adopting: the processes an earlier agent run started. */
   readonly adopting?: readonly VmmProcess[];
 }
@@ -124,8 +124,10 @@ const FOLLOW_CONSOLE: Step<Boot> = {
   name: "follow console",
   run: (boot, step) => {
     const { dir, down, cfg } = boot;
-    const serial = new SerialLog(dir.serialLog(), {
+    const serial = new ConsoleLog(dir.serialLog(), {
       maxBytes: cfg.maxConsoleBytes,
+      // An adopted VM booted long ago: its console holds whatever its workload wrote since.
+      armed: boot.adopting === undefined,
       // Marking the VM down ends its run like a VMM exit would; the owner's stop() then kills QEMU.
       onOverflow: (bytes) => {
         if (!down.signal.aborted) {
@@ -250,7 +252,7 @@ const ADOPT_STEPS: readonly Step<Boot>[] = [
  * through a {@link ProcessLauncher}. `start()` returns once the processes run; the guest's readiness
  * is the caller's business via {@link QemuVm.connectGuest}, which is bounded and fails fast when QEMU
  * exits or the console shows a kernel panic / initramfs failure. QEMU appends the serial console to
- * `dir/serial.log`, which {@link SerialLog} follows. Always `stop()` (or `await using`): it is
+ * `dir/serial.log`, which {@link ConsoleLog} follows. Always `stop()` (or `await using`): it is
  * idempotent and leaves no process and no socket behind. This is the {@link RunningVm} that
  * `QemuDriver` returns.
  */
@@ -258,7 +260,7 @@ export class QemuVm implements RunningVm {
   readonly kind = "qemu" as const;
   readonly spec: VmSpec;
   readonly dir: QemuVmDir;
-  readonly serial: SerialLog;
+  readonly serial: ConsoleLog;
   readonly channel: QemuChannelKind;
   readonly argv: readonly string[];
   readonly pid: number;
@@ -353,6 +355,11 @@ export class QemuVm implements RunningVm {
 
   get running(): boolean {
     return this.#qemu.running;
+  }
+
+  /** The guest agent answered: from now on the console is the workload's, and no line of it is fatal. */
+  guestReady(): void {
+    this.serial.disarm();
   }
 
   /** Aborts once the VM can no longer come up (QEMU exited, kernel panic, initramfs failure); its reason says why. */
