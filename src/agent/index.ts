@@ -1,17 +1,30 @@
-// Public entry of the node agent part. Other parts import only from here.
-export * from "./guest/index.ts";
-export * from "./vmm/qemu/index.ts";
-export * from "./vsock/index.ts";
-export * from "./image/pull/index.ts";
-export * from "./image/layers/index.ts";
-export * from "./image/ext4/index.ts";
-export * from "./image/cache/index.ts";
-export * from "./image/disks/index.ts";
-export * from "./vmm/types.ts";
-export * from "./vmm/direct-launcher.ts";
-export * from "./vmm/netns-launcher.ts";
-export * from "./vmm/kvm-probe.ts";
-export * from "./vmm/firecracker/index.ts";
-export * from "./supervisor/index.ts";
-export * from "./network/index.ts";
-export * from "./node/index.ts";
+// Public entry of the node agent part: what other parts use (`imp agent`, `imp run`, `imp image`).
+// Listed by name so the surface is reviewed when it grows; tests reach the internals directly.
+
+// `imp agent`: the node's control loop.
+export { createNodeAgent, loadAgentConfig, parseAgentConfig, NodeAgent, type AgentConfig, type CreateNodeAgentOptions } from "./node/index.ts";
+
+// `imp run`: the same boot pipeline the agent runs, with its own ports.
+export { bootPipeline, DEFAULT_RUNTIME_TIMEOUTS, followToEnd, VmDir, type BootDeps, type RuntimeTimeouts, type VmBootRequest, type VmOutcome } from "./vm/index.ts";
+export { VmImages } from "./node/index.ts";
+export { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, FirecrackerDriver, probeKvm, QemuDriver, readHostTscKhz, type VmmDriver, type VmmKind } from "./vmm/index.ts";
+export { GuestClient, type ExitEvent, type OutputEvent, type SignalName } from "./guest/index.ts";
+
+// `imp image`: pull, store, build and cache images without Kubernetes.
+export {
+  credentialsFromDockerConfig,
+  credentialsFromSecretData,
+  formatPlatform,
+  formatReference,
+  FsContentStore,
+  ImagePuller,
+  ImageRefs,
+  nodePlatform,
+  parseReference,
+  type CredentialLookup,
+  type ImageRecord,
+  type Platform,
+  type PullProgress,
+} from "./image/pull/index.ts";
+export { BaseImages, fileDigestOf, ImageCache, type BuildEvent } from "./image/cache/index.ts";
+export { layerBlobsOf, localLayer, type LayerBlob } from "./image/layers/index.ts";

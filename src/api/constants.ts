@@ -119,6 +119,11 @@ export const VM_REASONS = {
   Expired: "Expired",
   /** The VM was deleted before it finished. */
   Deleted: "Deleted",
+  /**
+   * The VM ended while no agent watched it and left no exit record that verifies: what the workload
+   * did is not known, so it is never counted a success (docs/guest-protocol.md, "Exit records").
+   */
+  OutcomeUnknown: "OutcomeUnknown",
 } as const;
 export type VMReason = (typeof VM_REASONS)[keyof typeof VM_REASONS];
 

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { describe, it } from "node:test";
-import { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, renderRuleset } from "../../src/agent/index.ts";
+import { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, renderRuleset } from "../../src/agent/network/index.ts";
 import { readFirewall } from "./invariants.ts";
 import { judgeI6, type Observation } from "./judge.ts";
 

@@ -11,15 +11,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { SuiteContext, TestContext } from "node:test";
-import {
-  fileDigestOf,
-  GuestClient,
-  QemuVm,
-  readHostTscKhz,
-  type ExecRequest,
-  type HelloReply,
-  type QemuChannelKind,
-} from "../../src/agent/index.ts";
+import { fileDigestOf, GuestClient, readHostTscKhz } from "../../src/agent/index.ts";
+import { QemuVm, type QemuChannelKind } from "../../src/agent/vmm/index.ts";
+import { type ExecRequest, type HelloReply } from "../../src/agent/guest/index.ts";
 import { describeError, ImpError } from "../../src/shared/index.ts";
 
 const run = promisify(execFile);

@@ -134,6 +134,8 @@ export interface ConfigureRequest {
   readonly network?: NetworkConfig;
   /** 16..4096 random bytes credited to the guest's entropy pool. Never logged. */
   readonly entropySeed?: Uint8Array;
+  /** 32 bytes that authenticate this boot's exit records (docs/guest-protocol.md); set once per boot. Never logged. */
+  readonly exitRecordKey?: Uint8Array;
 }
 interface ExecRequestBase {
   /** Idempotency key: a repeated exec with a known id never starts a second process. */

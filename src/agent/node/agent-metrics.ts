@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { VM_PHASES } from "../../api/index.ts";
-import type { RuntimeEvent } from "./vm-runtime.ts";
+import type { RuntimeEvent } from "../vm/index.ts";
 
 const SECONDS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300];
 const RUN_SECONDS = [1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600];

@@ -7,21 +7,15 @@ import { arch } from "node:os";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { describeError, terminalError, type Logger } from "../../shared/index.ts";
-import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
 import { fileDigestOf } from "../image/cache/index.ts";
 import { NodeNetwork } from "../network/index.ts";
 import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
-import { DirectLauncher } from "../vmm/direct-launcher.ts";
-import { NetnsLauncher } from "../vmm/netns-launcher.ts";
-import { firecrackerCmdline, FirecrackerDriver } from "../vmm/firecracker/index.ts";
-import { probeKvm } from "../vmm/kvm-probe.ts";
-import { QemuDriver, readHostTscKhz } from "../vmm/qemu/index.ts";
-import type { ProcessLauncher, VmmDriver, VmmKind } from "../vmm/types.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, FirecrackerDriver, NetnsLauncher, probeKvm, QemuDriver, readHostTscKhz, type ProcessLauncher, type VmmDriver, type VmmKind } from "../vmm/index.ts";
+import type { VmLaunchPorts, VmNetworkProvider } from "../vm/index.ts";
 import type { AgentConfig } from "./agent-config.ts";
 import { loadOrCreateNodeKey } from "./node-key-store.ts";
 import { NodeAgent } from "./node-agent.ts";
 import type { VmPlan } from "./vm-plan.ts";
-import type { VmNetworkProvider } from "./vm-runtime.ts";
 import { VmImages } from "./vm-images.ts";
 
 export const AGENT_VERSION = "0.1.0";
@@ -35,13 +29,6 @@ export interface CreateNodeAgentOptions {
   /** Run the VM network, and every VM process with it, inside this named network namespace (tests simulate several nodes on one machine this way). */
   readonly netns?: string;
   readonly renewIntervalMs?: number;
-}
-
-/** Imp's kernel arguments for a VM (root, init, scratch) around the kernel's own and the template's. */
-export function vmCmdline(plan: VmPlan, vmm: VmmKind): string {
-  const imp = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
-  if (vmm === "firecracker") return firecrackerCmdline([...plan.kernel.args, ...imp, ...plan.bootArgs]);
-  return [...plan.kernel.args, "panic=-1", ...imp, ...plan.bootArgs].join(" ");
 }
 
 export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<NodeAgent> {
@@ -91,6 +78,29 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     throw terminalError("AgentConfigInvalid", "Cannot start the agent: supervised is on but supervisorBinary is not set");
   }
   const cids = new Map<string, number>();
+  const launch: VmLaunchPorts = {
+    drivers,
+    launcherFor: (request, dir) => {
+      const launcher: ProcessLauncher =
+        config.supervised && config.supervisorBinary !== undefined
+          ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: request.id, vmDir: dir.root, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(request.memoryMiB) })
+          : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false });
+      return netns === undefined ? launcher : new NetnsLauncher(launcher, netns);
+    },
+    adoptProcesses: async (dir) => (await adoptAllSupervised(dir.root)).adopted,
+    allocateCid: (id) => {
+      const existing = cids.get(id);
+      if (existing !== undefined) return existing;
+      const used = new Set(cids.values());
+      let cid = 3;
+      while (used.has(cid)) cid++;
+      cids.set(id, cid);
+      return cid;
+    },
+    releaseCid: (id) => {
+      cids.delete(id);
+    },
+  };
   const agent = new NodeAgent({
     kubeConfig: options.kubeConfig,
     nodeName: config.nodeName,
@@ -122,34 +132,13 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       ...(config.supervised ? { cgroup: { parent: config.cgroupParent } } : {}),
       ...(nodeNetwork === undefined ? {} : { sweepNetwork: (live: Pick<ReadonlySet<string>, "has">) => (nodeNetwork as NodeNetwork).sweep(live) }),
     },
+    chooseVmm,
     runtime: {
       stateDir: config.stateDir,
       images,
-      drivers,
-      chooseVmm,
-      cmdline: vmCmdline,
-      serialChannel: (vmm) => vmm === "qemu" && qemu.channel === "serial",
-      launcherFor: (plan, vmDir) => {
-        const launcher: ProcessLauncher =
-          config.supervised && config.supervisorBinary !== undefined
-            ? new SupervisorLauncher({ supervisorBinary: config.supervisorBinary, vmId: plan.uid, vmDir, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(plan.memoryMiB) })
-            : new DirectLauncher({ dieWithParent: options.dieWithParent ?? false });
-        return netns === undefined ? launcher : new NetnsLauncher(launcher, netns);
-      },
+      launch,
+      maxConsoleBytes: config.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES,
       ...(network === undefined ? {} : { network }),
-      adoptOrphans: async (vmDir) => (await adoptAllSupervised(vmDir)).adopted,
-      allocateCid: (uid) => {
-        const existing = cids.get(uid);
-        if (existing !== undefined) return existing;
-        const used = new Set(cids.values());
-        let cid = 3;
-        while (used.has(cid)) cid++;
-        cids.set(uid, cid);
-        return cid;
-      },
-      releaseCid: (uid) => {
-        cids.delete(uid);
-      },
     },
   });
   return agent;

@@ -10,6 +10,8 @@ import { Registry } from "prom-client";
 import {
   canTransitionVM,
   FINALIZERS,
+  openSetup,
+  parseSealedSetup,
   GROUP,
   IMP_NODE,
   IMP_VM,
@@ -35,7 +37,6 @@ import {
   HealthServer,
   Informer,
   isNotFound,
-  keyOf,
   LEASE_RESOURCE,
   Manager,
   mutateWithRetry,
@@ -48,16 +49,16 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { describeError, FaultPoints, ImpError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
+import { DEFAULT_RUNTIME_TIMEOUTS, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
+import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
-import type { LocalVm } from "./local-vm.ts";
 import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
 import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
 import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
-import { planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
-import { VmRuntime, type VmRuntimeOptions } from "./vm-runtime.ts";
+import { bootRequestOf, planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
 
 export interface SecretObject extends KubeObject {
   type?: string;
@@ -80,7 +81,9 @@ export interface NodeAgentOptions {
   readonly kernels: ReadonlyMap<string, KernelFiles>;
   /** Environment every workload starts with (below its own). */
   readonly baseEnv?: Readonly<Record<string, string>>;
-  readonly runtime: Omit<VmRuntimeOptions, "nodeKey" | "readSealedSetup" | "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe" | "faults">;
+  readonly runtime: Omit<VmRuntimeOptions, "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe" | "faults">;
+  /** Which VMM boots a plan here (node config, class preference, KVM). */
+  readonly chooseVmm: (plan: VmPlan) => VmmKind;
   readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
   readonly logger: Logger;
   readonly clock?: Clock;
@@ -119,6 +122,7 @@ export class NodeAgent {
   readonly #lastSeen = new Map<string, Readonly<ImpVM>>();
   readonly #plans = new Map<string, VmPlan>();
   readonly #resumeTried = new Set<string>();
+  readonly #setupWaitMs: number;
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
@@ -133,16 +137,15 @@ export class NodeAgent {
     this.#classes = createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES);
     this.#events = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-agent", instance: options.nodeName, clock: this.#clock });
     this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => this.#log.warn({ point, action: action.kind }, "test fault point fired"));
+    this.#setupWaitMs = options.runtime.timeouts?.setupWaitMs ?? DEFAULT_RUNTIME_TIMEOUTS.setupWaitMs;
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.runtime = new VmRuntime({
       ...options.runtime,
-      nodeKey: options.key,
       clock: this.#clock,
       logger: this.#log,
-      readSealedSetup: (vm) => this.#readSealedSetup(vm),
-      recordSetupSent: (vm, execId) => this.#recordSetupSent(vm, execId),
+      recordSetupSent: (vm, execId, signal) => this.#recordSetupSent(vm, execId, signal),
       deleteSetupSecret: (vm) => this.#deleteSetupSecret(vm),
-      notify: (vm) => this.#controller.enqueue(keyOf(vm)),
+      notify: (vm) => this.#controller.enqueue(`${vm.namespace}/${vm.name}`),
       observe: (event) => this.metrics.onRuntimeEvent(event),
       faults: this.faults,
     });
@@ -215,10 +218,7 @@ export class NodeAgent {
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
     const cached = this.#cache.get(ctx.key) as Readonly<ImpVM> | undefined;
     const vm = cached !== undefined && cached.status?.nodeName === this.#o.nodeName ? cached : undefined;
-    if (vm !== undefined) {
-      this.#lastSeen.set(ctx.key, vm);
-      this.runtime.observe(vm);
-    }
+    if (vm !== undefined) this.#lastSeen.set(ctx.key, vm);
     const known = vm ?? this.#lastSeen.get(ctx.key);
     const uid = known?.metadata.uid;
     if (known === undefined || uid === undefined) return done;
@@ -226,9 +226,9 @@ export class NodeAgent {
     if (local === undefined && vm !== undefined && apiSituation(vm) === "active" && !this.#resumeTried.has(uid)) {
       // Booted by an earlier run of this agent: re-adopt it before anything is decided about it.
       this.#resumeTried.add(uid);
-      if (await this.runtime.resume(vm)) local = this.runtime.local(uid);
+      if (await this.runtime.adopt(refOf(vm), localSetupOf(vm))) local = this.runtime.local(uid);
     }
-    const decision = decideVm({ vm, local, nowMs: this.#clock.now() });
+    const decision = decideVm({ vm, local, nowMs: this.#clock.now(), setupWaitMs: this.#setupWaitMs });
     for (const action of decision.actions) await this.#act(action, vm, known, ctx);
     this.#refreshPhaseGauge();
     return decision.requeueAfterMs === undefined ? done : requeueAfter(Math.max(1, decision.requeueAfterMs));
@@ -256,21 +256,24 @@ export class NodeAgent {
         } catch (err) {
           if (err instanceof ImpError && err.errorClass !== "terminal") throw err;
           this.#log.warn({ vm: ctx.key, error: describeError(err) }, "cannot plan the VM");
-          this.runtime.failBeforeStart(vm, { succeeded: false, reason: VM_REASONS.PrepareFailed, message: describeError(err) });
+          this.runtime.failBeforeStart(refOf(vm), { succeeded: false, reason: VM_REASONS.PrepareFailed, message: describeError(err) });
           this.#controller.enqueue(ctx.key);
           return;
         }
         this.#plans.set(uid, plan);
-        this.runtime.start(vm, plan);
+        this.runtime.start(refOf(vm), bootRequestOf(plan, this.#o.chooseVmm(plan)));
         await this.#events.record(vm, { type: "Normal", reason: "Preparing", message: `Preparing disks from ${plan.image} on node ${this.#o.nodeName}` });
         return;
       }
+      case "DeliverSetup":
+        if (vm !== undefined) await this.#deliverSetup(vm);
+        return;
       case "Stop":
         this.runtime.stop(uid, action.reason, action.message);
         await this.#events.record(known, { type: "Normal", reason: "Stopping", message: `Stopping the VM: ${action.message}` });
         return;
       case "Release":
-        await this.runtime.release(known);
+        await this.runtime.release(refOf(known));
         this.#plans.delete(uid);
         return;
       case "PatchStatus":
@@ -351,6 +354,31 @@ export class NodeAgent {
     return plan;
   }
 
+  /**
+   * Opens the setup the operator sealed to this node and hands it to the VM awaiting it; the
+   * plaintext lives only in that call and the Exec. A Secret that is not there yet (the status said
+   * Minted before the Secret reached us) is retried; one that cannot be used stops the VM.
+   */
+  async #deliverSetup(vm: Readonly<ImpVM>): Promise<void> {
+    const uid = vm.metadata.uid ?? "";
+    let setup: string;
+    try {
+      const raw = await this.#readSealedSetup(vm);
+      if (raw === undefined) throw retryableError("SetupSecretMissing", `Cannot deliver the setup of ${vm.metadata.name}: the status says Minted but its Secret is not readable yet`);
+      const plain = await openSetup(parseSealedSetup(raw), this.#o.key, uid);
+      try {
+        setup = Buffer.from(plain).toString("utf8");
+      } finally {
+        plain.fill(0);
+      }
+    } catch (err) {
+      if (err instanceof ImpError && err.errorClass === "retryable") throw err;
+      this.runtime.stop(uid, VM_REASONS.SetupFailed, `Cannot open the one-time setup: ${describeError(err)}`);
+      return;
+    }
+    this.runtime.deliverSetup(uid, setup);
+  }
+
   async #readSealedSetup(vm: Readonly<ImpVM>): Promise<string | undefined> {
     const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
     let secret: SecretObject;
@@ -369,10 +397,11 @@ export class NodeAgent {
     return raw === undefined ? undefined : Buffer.from(raw, "base64").toString("utf8");
   }
 
-  async #recordSetupSent(vm: Readonly<ImpVM>, execId: string): Promise<void> {
+  async #recordSetupSent(vm: VmRef, execId: string, signal: AbortSignal): Promise<void> {
     await mutateWithRetry(this.vms, {
-      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      ref: { namespace: vm.namespace, name: vm.name },
       subresource: "status",
+      signal,
       mutate: (d) => {
         const status = d.status ?? {};
         if (status.execId !== undefined && status.execId !== execId) throw terminalError("ExecIdMismatch", `Cannot send the workload: the VM's execId is ${status.execId}, not ${execId}`);
@@ -387,14 +416,15 @@ export class NodeAgent {
     });
   }
 
-  async #deleteSetupSecret(vm: Readonly<ImpVM>): Promise<void> {
-    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
-    await this.#secrets.delete({ namespace: vm.metadata.namespace, name }).catch((err: unknown) => {
+  async #deleteSetupSecret(ref: VmRef): Promise<void> {
+    const vm = this.#lastSeen.get(`${ref.namespace}/${ref.name}`);
+    const name = vm?.status?.setup?.secretName ?? setupSecretName(ref.name);
+    await this.#secrets.delete({ namespace: ref.namespace, name }).catch((err: unknown) => {
       if (!isNotFound(err)) throw err;
     });
-    if (vm.status?.setup === undefined) return;
+    if (vm !== undefined && vm.status?.setup === undefined) return;
     await mutateWithRetry(this.vms, {
-      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      ref: { namespace: ref.namespace, name: ref.name },
       subresource: "status",
       mutate: (d) => {
         if (d.status?.setup === undefined || d.status.setup.state === "Deleted") return false;
@@ -410,6 +440,16 @@ export class NodeAgent {
     for (const vm of this.#cache.list()) counts.set(vm.status?.phase ?? "Pending", (counts.get(vm.status?.phase ?? "Pending") ?? 0) + 1);
     for (const phase of ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded", "Failed", "Terminating"]) this.metrics.vms.set({ phase }, counts.get(phase) ?? 0);
   }
+}
+
+function refOf(vm: Readonly<ImpVM>): VmRef {
+  return { uid: vm.metadata.uid ?? "", name: vm.metadata.name ?? "", namespace: vm.metadata.namespace ?? "" };
+}
+
+/** What the API says of a VM's setup handoff, as an adopted VM's local record needs it. */
+function localSetupOf(vm: Readonly<ImpVM>): LocalSetupState {
+  const state = vm.status?.setup?.state;
+  return state === "Sent" ? "sent" : state === "Delivered" ? "delivered" : "none";
 }
 
 function forwardOnly(current: Readonly<ImpVMStatus>, want: ImpVMStatus): ImpVMStatus | undefined {

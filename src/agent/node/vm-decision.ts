@@ -5,13 +5,15 @@
  * object meets which local stage, and what the agent does about it.
  */
 import { canTransitionVM, FINALIZERS, isTerminalVMPhase, parseDurationMs, VM_REASONS, type ImpVM, type ImpVMStatus, type VMPhase } from "../../api/index.ts";
-import type { LocalStage, LocalVm } from "./local-vm.ts";
+import type { LocalStage, LocalVm } from "../vm/index.ts";
 
 export type AgentAction =
   /** Put the agent's finalizer on the VM before any node resource exists. */
   | { readonly type: "AddFinalizer" }
   /** Begin preparing and booting (the boot task runs asynchronously and reports into LocalVm). */
   | { readonly type: "Start" }
+  /** Open the sealed setup the operator minted and hand it to the VM awaiting it. */
+  | { readonly type: "DeliverSetup" }
   /** Stop the VM (graceful, then kill) and mark the outcome with `reason`. */
   | { readonly type: "Stop"; readonly reason: string; readonly message: string }
   /** Free every node resource (disks, tap, sockets, cgroup), verify the VMM is gone, delete the setup Secret. */
@@ -45,6 +47,8 @@ export interface DecisionInput {
   readonly vm: Readonly<ImpVM> | undefined;
   readonly local: LocalVm | undefined;
   readonly nowMs: number;
+  /** How long a booted VM waits for its one-time setup to be minted before it is stopped. */
+  readonly setupWaitMs: number;
 }
 
 const none: AgentDecision = { actions: [] };
@@ -63,6 +67,7 @@ export const AGENT_TABLE: Readonly<Record<ApiSituation, Readonly<Record<LocalSit
   gone: {
     absent: () => none,
     starting: () => act(stop(VM_REASONS.Deleted, "the ImpVM was deleted")),
+    "awaiting-setup": () => act(stop(VM_REASONS.Deleted, "the ImpVM was deleted")),
     running: () => act(stop(VM_REASONS.Deleted, "the ImpVM was deleted")),
     ended: () => act({ type: "Release" }),
     stopping: () => none,
@@ -72,6 +77,7 @@ export const AGENT_TABLE: Readonly<Record<ApiSituation, Readonly<Record<LocalSit
     // Nothing known locally, but files of an earlier agent run may exist: release is idempotent.
     absent: ({ vm }) => (vm !== undefined && hasFinalizer(vm) ? act({ type: "Release" }) : none),
     starting: () => act(stop(VM_REASONS.Deleted, "the ImpVM is being deleted")),
+    "awaiting-setup": () => act(stop(VM_REASONS.Deleted, "the ImpVM is being deleted")),
     running: () => act(stop(VM_REASONS.Deleted, "the ImpVM is being deleted")),
     ended: ({ vm, local }) => act(...syncStatus(vm, local), { type: "Release" }),
     stopping: () => none,
@@ -81,6 +87,7 @@ export const AGENT_TABLE: Readonly<Record<ApiSituation, Readonly<Record<LocalSit
     absent: ({ vm }) => (vm !== undefined && hasFinalizer(vm) ? act({ type: "Release" }) : none),
     // Someone else ended it (the operator on NodeLost, a person): the VM must stop here too.
     starting: ({ vm }) => act(stop(vm?.status?.reason ?? VM_REASONS.Deleted, "the ImpVM was marked terminal by another component")),
+    "awaiting-setup": ({ vm }) => act(stop(vm?.status?.reason ?? VM_REASONS.Deleted, "the ImpVM was marked terminal by another component")),
     running: ({ vm }) => act(stop(vm?.status?.reason ?? VM_REASONS.Deleted, "the ImpVM was marked terminal by another component")),
     ended: ({ vm, local }) => act(...syncStatus(vm, local), { type: "Release" }),
     stopping: () => none,
@@ -89,6 +96,7 @@ export const AGENT_TABLE: Readonly<Record<ApiSituation, Readonly<Record<LocalSit
   scheduled: {
     absent: ({ vm }) => (vm !== undefined && !hasFinalizer(vm) ? act({ type: "AddFinalizer" }) : act({ type: "Start" })),
     starting: ({ vm, local }) => act(...syncStatus(vm, local)),
+    "awaiting-setup": ({ vm, local }) => act(...syncStatus(vm, local)),
     running: ({ vm, local }) => act(...syncStatus(vm, local)),
     ended: ({ vm, local }) => act(...syncStatus(vm, local)),
     stopping: () => none,
@@ -102,12 +110,40 @@ export const AGENT_TABLE: Readonly<Record<ApiSituation, Readonly<Record<LocalSit
         ? act({ type: "Release" })
         : act({ type: "PatchStatus", status: { phase: "Failed", reason: VM_REASONS.VmmExited, message: "the node agent restarted and found no VMM process for this VM; it is not booted again" } }, { type: "Release" }),
     starting: ({ vm, local }) => act(...syncStatus(vm, local)),
+    // Booted and waiting for the one-time setup: hand it over once the operator minted it.
+    "awaiting-setup": (input) => decideSetup(input),
     running: ({ vm, local }) => act(...syncStatus(vm, local)),
     ended: ({ vm, local }) => act(...syncStatus(vm, local)),
     stopping: () => none,
     released: ({ vm, local }) => act(...syncStatus(vm, local)),
   },
 };
+
+/**
+ * A VM awaiting its setup: `Minted` (the Secret exists) → hand it over; `Sent`/`Delivered` already
+ * (another agent run sent it) or `Failed`/`Deleted` → never; not minted yet → wait, at most
+ * `setupWaitMs` from when the VM started waiting.
+ */
+function decideSetup({ vm, local, nowMs, setupWaitMs }: DecisionInput): AgentDecision {
+  const status = syncStatus(vm, local);
+  const state = vm?.status?.setup?.state;
+  switch (state) {
+    case "Minted":
+      return act(...status, { type: "DeliverSetup" });
+    case "Sent":
+    case "Delivered":
+      return act(...status, stop(VM_REASONS.SetupFailed, `the API says the setup was already ${state.toLowerCase()}; a one-time setup is never sent twice`));
+    case "Failed":
+    case "Deleted":
+      return act(...status, stop(VM_REASONS.SetupFailed, `the setup's state is ${state}`));
+    case "Pending":
+    case undefined: {
+      const deadline = (local?.at.awaitingSetup ?? nowMs) + setupWaitMs;
+      if (nowMs >= deadline) return act(...status, stop(VM_REASONS.SetupFailed, `no setup was minted within ${Math.round(setupWaitMs / 1000)} s of the VM booting`));
+      return { actions: status, requeueAfterMs: deadline - nowMs };
+    }
+  }
+}
 
 export function apiSituation(vm: Readonly<ImpVM> | undefined): ApiSituation {
   if (vm === undefined) return "gone";
@@ -123,7 +159,7 @@ export function decideVm(input: DecisionInput): AgentDecision {
   const row = AGENT_TABLE[apiSituation(input.vm)];
   const decision = row[input.local?.stage ?? "absent"](input);
   const expiry = expiryOf(input.vm);
-  const live = input.local?.stage === "starting" || input.local?.stage === "running";
+  const live = input.local?.stage === "starting" || input.local?.stage === "awaiting-setup" || input.local?.stage === "running";
   if (expiry === undefined || !live || apiSituation(input.vm) === "deleting") return decision;
   if (input.nowMs >= expiry) return { actions: [...decision.actions, stop(VM_REASONS.Expired, "expireAfter passed")] };
   return { ...decision, requeueAfterMs: Math.min(decision.requeueAfterMs ?? Infinity, expiry - input.nowMs) };
@@ -197,6 +233,8 @@ function phaseOfLocal(local: LocalVm): VMPhase | undefined {
   switch (local.stage) {
     case "starting":
       return local.step === "preparing" ? "Preparing" : "Booting";
+    case "awaiting-setup":
+      return "Booting";
     case "running":
       return "Running";
     default:

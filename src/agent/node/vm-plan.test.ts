@@ -35,8 +35,9 @@ test("a VM's plan takes shape from its class, template, kernel map and Secrets",
   assert.equal(plan.workload.uid, 1000);
   assert.equal(plan.workload.gid, 1000);
   assert.equal(plan.expiresAtMs, Date.parse("2026-12-02T11:00:00Z"));
-  assert.equal(plan.runner, false);
-  assert.equal(planVm(inputs({ vm: vm({}, { "imp.dev/pool": "p" }) })).runner, true);
+  assert.equal(plan.requiresSetup, false);
+  assert.equal(planVm(inputs({ vm: vm({}, { "imp.dev/pool": "p" }) })).requiresSetup, false, "a pool label alone does not make a runner VM");
+  assert.equal(planVm(inputs({ vm: vm({ runnerSetup: "Required" }) })).requiresSetup, true);
   assert.deepEqual(secretsNeeded(vm().spec.workload!).sort(), ["bulk", "creds"]);
 });
 

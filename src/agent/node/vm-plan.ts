@@ -6,13 +6,10 @@
 import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
 import { terminalError } from "../../shared/index.ts";
 import type { CredentialLookup } from "../image/pull/index.ts";
+import type { KernelFiles, VmBootRequest } from "../vm/index.ts";
+import type { VmmKind } from "../vmm/index.ts";
 
-export interface KernelFiles {
-  readonly kernel: string;
-  readonly initrd?: string;
-  /** Kernel arguments this kernel needs on top of Imp's own (e.g. `console=ttyS0`). */
-  readonly args: readonly string[];
-}
+export type { KernelFiles } from "../vm/index.ts";
 
 export interface VmPlan {
   readonly uid: string;
@@ -30,8 +27,8 @@ export interface VmPlan {
   /** Extra kernel arguments from the template, already split and checked. */
   readonly bootArgs: readonly string[];
   readonly workload: PlannedWorkload;
-  /** A runner VM waits for its sealed setup before its workload starts. */
-  readonly runner: boolean;
+  /** The workload waits for its sealed one-time setup (`spec.runnerSetup: Required`). */
+  readonly requiresSetup: boolean;
   readonly egress: "none" | "internet" | "restricted";
   readonly allowedCIDRs: readonly string[];
   readonly expiresAtMs: number;
@@ -114,7 +111,7 @@ export function planVm(inputs: PlanInputs): VmPlan {
     kernel,
     bootArgs,
     workload: plannedWorkload(workload, inputs.secrets, inputs.baseEnv, where),
-    runner: vm.metadata.labels?.["imp.dev/pool"] !== undefined,
+    requiresSetup: vm.spec.runnerSetup === "Required",
     egress: template.network?.egress ?? "internet",
     allowedCIDRs: template.network?.allowedCIDRs ?? [],
     expiresAtMs: (Number.isNaN(created) ? 0 : created) + parseDurationMs(template.expireAfter),
@@ -152,4 +149,22 @@ function userOf(user: string | undefined, where: string): { uid?: number; gid?: 
   if (m === null) throw terminalError("UserNotNumeric", `Cannot plan ${where}: user "${user}" must be uid or uid:gid here (names need the image's passwd file)`);
   const uid = Number(m[1]);
   return { uid, gid: m[2] === undefined ? uid : Number(m[2]) };
+}
+
+/** What the boot pipeline needs of a plan, once the node chose the VMM. */
+export function bootRequestOf(plan: VmPlan, vmm: VmmKind): VmBootRequest {
+  return {
+    id: plan.uid,
+    name: plan.name,
+    vmm,
+    vcpus: plan.vcpus,
+    memoryMiB: plan.memoryMiB,
+    scratchBytes: plan.scratchBytes,
+    image: { image: plan.image, extraLayers: plan.extraLayers, ...(plan.imageCredentials === undefined ? {} : { credentials: plan.imageCredentials }) },
+    kernel: plan.kernel,
+    bootArgs: plan.bootArgs,
+    ...(plan.egress === "none" ? {} : { network: { egress: plan.egress, allowedCIDRs: plan.allowedCIDRs } }),
+    requiresSetup: plan.requiresSetup,
+    workload: plan.workload,
+  };
 }

@@ -2,7 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { retryableError, terminalError } from "../../shared/index.ts";
 import { isGuestMisbehaviour } from "./guest-connection.ts";
-import { outcomeOfBootFailure } from "./vm-runtime.ts";
+import { outcomeOfBootFailure } from "./outcome.ts";
 
 describe("isGuestMisbehaviour()", () => {
   const violation = terminalError("GuestFrameTooLarge", "Cannot decode guest frame: declared length 4294967295 exceeds the limit of 1048576 bytes");

@@ -15,6 +15,10 @@ import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 export const LIFECYCLES = ["ephemeral"] as const;
 export type Lifecycle = (typeof LIFECYCLES)[number];
 
+/** Whether the workload needs a one-time runner setup (runner VMs) or none. */
+export const RUNNER_SETUPS = ["None", "Required"] as const;
+export type RunnerSetup = (typeof RUNNER_SETUPS)[number];
+
 /**
  * Where the one-time runner setup is: `Pending` (not minted), `Minted` (Secret exists = registered),
  * `Sent` (Exec sent, outcome unknown), `Delivered` (the guest started the process with it),
@@ -40,6 +44,13 @@ export const ImpVMSpec = Type.Object(
       Type.String({ maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Pin the VM to this node; the scheduler still checks capacity." }),
     ),
     lifecycle: StringEnum(LIFECYCLES, { default: "ephemeral", description: "`ephemeral`: runs once, never restarted." }),
+    runnerSetup: Type.Optional(
+      StringEnum(RUNNER_SETUPS, {
+        default: "None",
+        description:
+          "`Required`: the workload starts only with a one-time runner setup, which the operator mints and seals to the VM's node; the agent boots the VM meanwhile and waits for it (bounded). Runner pools set it on their VMs.",
+      }),
+    ),
   },
   {
     description: "Desired VM. Immutable after creation.",

@@ -9,32 +9,35 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { constants } from "node:os";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Command } from "commander";
 import {
-  connectGuest,
+  bootPipeline,
+  DEFAULT_MAX_CONSOLE_BYTES,
+  DEFAULT_RUNTIME_TIMEOUTS,
   DirectLauncher,
   fileDigestOf,
   FirecrackerDriver,
-  firecrackerCmdline,
-  GUEST_AGENT_INIT,
+  followToEnd,
   ImagePuller,
   FsContentStore,
   probeKvm,
   QemuDriver,
   readHostTscKhz,
+  VmDir,
   VmImages,
-  type GuestClient,
+  type BootDeps,
   type OutputEvent,
-  type RunningVm,
+  type RuntimeTimeouts,
   type SignalName,
+  type VmBootRequest,
   type VmmDriver,
   type VmmKind,
+  type VmOutcome,
 } from "../../agent/index.ts";
 import { cacheDir as impCacheDir } from "../../devcluster/index.ts";
-import { describeError, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
 import { humanBytes } from "./image/common.ts";
 import { progressView } from "./image/pull-progress.ts";
 
@@ -60,11 +63,8 @@ interface RunOpts {
 
 /** imp run's own failures (not the command's): as `docker run` does, so a command's exit 1 stays distinguishable. */
 export const RUN_FAILED_EXIT_CODE = 125;
-const EXEC_ID = "imp-run";
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const REQUEST_TIMEOUT_MS = 30_000;
-const STOP_GRACE_MS = 3_000;
-const POWER_OFF_WAIT_MS = 5_000;
+const TIMEOUTS: Omit<RuntimeTimeouts, "bootMs"> = { ...DEFAULT_RUNTIME_TIMEOUTS, requestMs: 30_000, stopGraceMs: 3_000, powerOffMs: 5_000 };
 
 export function registerRun(program: Command): void {
   program
@@ -124,11 +124,10 @@ async function run(argv: readonly string[], opts: RunOpts): Promise<number> {
       interrupts.forward(signal === "SIGINT" ? "SIGINT" : "SIGTERM");
       return;
     }
-    // Before the command runs (or a third time): give up; the cleanups below stop the VM.
+    // Before the command runs (or a third time): give up; the boot's cleanups stop the VM.
     interrupts.boot.abort(terminalError("RunInterrupted", `Cannot run: interrupted by ${signal}`));
   };
   process.on("SIGINT", onSignal).on("SIGTERM", onSignal);
-  const cleanups: (() => Promise<unknown>)[] = [];
   try {
     const cache = impCacheDir();
     const kit = await bootKitDefaults(cache);
@@ -140,7 +139,7 @@ async function run(argv: readonly string[], opts: RunOpts): Promise<number> {
     const stateDir = opts.stateDir ?? process.env.IMP_RUN_STATE_DIR ?? join(cache, "run");
     const signal = interrupts.boot.signal;
 
-    // Image: pulled with progress into the store VmImages uses, then built (or found) as an ext4 base.
+    // Image: pulled with progress into the store VmImages uses; the boot's image step then builds (or finds) the ext4 base.
     const plainHttp = (registry: string): boolean => opts.plainHttp === true || /^(127\.|localhost(:|$)|\[::1\])/.test(registry);
     const imagesRoot = join(stateDir, "images");
     await mkdir(imagesRoot, { recursive: true });
@@ -152,100 +151,113 @@ async function run(argv: readonly string[], opts: RunOpts): Promise<number> {
       view?.stop();
     }
     const images = await VmImages.open({ root: imagesRoot, guestAgent: { path: guestAgent, digest: await fileDigestOf(guestAgent) }, cacheMaxBytes: 20 * 1024 ** 3, plainHttp, logger: silentLogger });
-    const image = await withTicker(opts.quiet !== true, "building the VM image (ext4, guest agent injected)", () => images.ensure({ image: opts.image, extraLayers: [] }, signal));
-    say(`image ready: ${humanBytes(image.sizeBytes)}`);
-
-    // VM directory: on the image cache's filesystem (the base disk is a hard link), removed on the way out.
-    const vmsDir = join(stateDir, "vms");
-    await mkdir(vmsDir, { recursive: true });
-    await removeStaleRunDirs(vmsDir);
-    const vmDir = await mkdtemp(join(vmsDir, `run-${process.pid}-`));
-    cleanups.push(() => rm(vmDir, { recursive: true, force: true }));
-    const disks = await images.disks(vmDir, image, diskMiB * 1024 * 1024);
+    // VM directories live beside the image cache (the base disk is a hard link); a killed run's is removed by the next.
+    await mkdir(VmDir.vmsDir(stateDir), { recursive: true });
+    await removeStaleRunDirs(VmDir.vmsDir(stateDir));
 
     const kvm = await probeKvm({ mode: "auto", qemuBinary: opts.qemu });
-    const driver = await driverFor(vmm, kvm.accel, cache, opts, kit?.vhostDeviceVsock ?? undefined);
     if (vmm === "firecracker" && !kvm.kvm) throw terminalError("KvmUnavailable", `Cannot run under Firecracker: no usable KVM here (${kvm.reason})`);
-    say(`booting ${vmm === "qemu" ? `QEMU (${kvm.accel})` : "Firecracker"}: ${vcpus} vCPU, ${memoryMiB} MiB`);
-    const imp = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
-    const vm: RunningVm = await driver.start({
-      name: `imp-run-${process.pid}`,
-      dir: join(vmDir, "vm"),
+    const driver = await driverFor(vmm, kvm.accel, cache, opts, kit?.vhostDeviceVsock ?? undefined);
+    const output = new OutputSink();
+    const deps: BootDeps = {
+      stateDir,
+      images: {
+        ensure: async (image, abort) => {
+          const built = await withTicker(opts.quiet !== true, "building the VM image (ext4, guest agent injected)", () => images.ensure(image, abort));
+          say(`image ready: ${humanBytes(built.sizeBytes)}`);
+          return built;
+        },
+        disks: (dir, image, bytes) => images.disks(dir, image, bytes),
+      },
+      launch: {
+        drivers: new Map([[vmm, driver]]),
+        // Direct children that die with this process: even a SIGKILL of imp run leaves no VM running.
+        launcherFor: () => new DirectLauncher({ dieWithParent: true }),
+        allocateCid: () => 3,
+        releaseCid: () => undefined,
+      },
+      workload: { recordSent: async () => undefined, onOutput: (event) => output.write(event) },
+      clock: systemClock,
+      timeouts: { ...TIMEOUTS, bootMs: bootTimeoutMs },
+      faults: NO_FAULTS,
+      clientName: "imp-run",
+    };
+    const request: VmBootRequest = {
+      id: `run-${process.pid}-${randomBytes(4).toString("hex")}`,
+      name: "imp-run",
+      vmm,
       vcpus,
       memoryMiB,
-      kernel,
-      ...(initrd === undefined ? {} : { initrd }),
-      // As the node agent passes it (vmCmdline): the boot kit's kernel wants the serial console.
-      cmdline: vmm === "firecracker" ? firecrackerCmdline(imp) : ["console=ttyS0", "quiet", "panic=-1", ...imp].join(" "),
-      drives: [
-        { id: "root", path: disks.base, readOnly: true, isRoot: true },
-        { id: "scratch", path: disks.scratch, readOnly: false, isRoot: false },
-      ],
-      guestCid: 3,
-    }, { launcher: new DirectLauncher({ dieWithParent: true }), clock: systemClock, logger: silentLogger }, signal);
-    cleanups.push(() => vm.stop(STOP_GRACE_MS));
-    const started = performance.now();
-    const serial = driver instanceof QemuDriver && driver.channel === "serial";
-    const client = await connectGuest(vm, { timeoutMs: bootTimeoutMs, serial, signal, clientName: "imp-run" });
-    cleanups.push(async () => client.close());
-    say(`guest ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-    await client.configure({ hostname: "imp-run", entropySeed: randomBytes(64) }, { timeoutMs: REQUEST_TIMEOUT_MS, signal });
-    return await runCommand(client, vm, { argv, env, vmm, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) }, interrupts);
+      scratchBytes: diskMiB * 1024 * 1024,
+      image: { image: opts.image, extraLayers: [] },
+      // The boot kit's kernel wants the serial console, as the node agent's kernels do.
+      kernel: { kernel, ...(initrd === undefined ? {} : { initrd }), args: ["console=ttyS0", "quiet"] },
+      bootArgs: [],
+      requiresSetup: false,
+      workload: { argv, env: { PATH: DEFAULT_PATH, ...env }, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) },
+    };
+    const progress = new BootProgress(say, { vmm, accel: kvm.accel, vcpus, memoryMiB });
+    const { output: vm, run: booted } = await bootPipeline(deps).run({ request, log: silentLogger }, { signal, onStep: (name, event) => progress.step(name, event) });
+    try {
+      interrupts.forward = (sig) => void vm.client.signal(vm.execId, sig, { timeoutMs: TIMEOUTS.requestMs }).catch(() => undefined);
+      const outcome = await followToEnd(vm, {
+        clock: systemClock,
+        timeouts: { ...TIMEOUTS, bootMs: bootTimeoutMs },
+        clientName: "imp-run",
+        maxConsoleBytes: DEFAULT_MAX_CONSOLE_BYTES,
+        log: silentLogger,
+        signal,
+        stopped: () => (signal.aborted ? { succeeded: false, reason: "Interrupted", message: describeError(signal.reason) } : undefined),
+      });
+      await output.flushed();
+      return exitCodeOf(outcome);
+    } finally {
+      interrupts.forward = undefined;
+      // In reverse: guest channel, VM (its processes and sockets), VM directory.
+      await booted.rollback();
+    }
   } finally {
-    // In reverse: guest channel, VM (its processes and sockets), VM directory.
-    for (const cleanup of cleanups.reverse()) await cleanup().catch((err: unknown) => process.stderr.write(`imp run: cleanup: ${describeError(err)}\n`));
     process.off("SIGINT", onSignal).off("SIGTERM", onSignal);
   }
 }
 
-/** Runs the command to its end with live output; its exit code, or 128 + the signal's number. */
-async function runCommand(
-  client: GuestClient,
-  vm: RunningVm,
-  command: { readonly argv: readonly string[]; readonly env: Record<string, string>; readonly cwd?: string; readonly vmm: VmmKind },
-  interrupts: Interrupts,
-): Promise<number> {
-  const writes: Promise<void>[] = [];
-  const onOutput = (event: OutputEvent): void => {
-    if (event.execId !== EXEC_ID) return;
-    // The command's own bytes, passed through as `docker run` does (the user asked for this output).
+/** The command's own bytes, passed through as `docker run` does (the user asked for this output). */
+class OutputSink {
+  readonly #writes: Promise<void>[] = [];
+  write(event: OutputEvent): void {
     const out = event.stream === "stdout" ? process.stdout : process.stderr;
-    writes.push(new Promise((resolve) => out.write(Buffer.from(event.data, "base64"), () => resolve())));
-  };
-  client.on("output", onOutput);
-  try {
-    const reply = await client.exec(
-      {
-        execId: EXEC_ID,
-        argv: command.argv,
-        env: { PATH: DEFAULT_PATH, ...command.env },
-        ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
-        // The guest powers the VM off once the command has ended (Firecracker exits on a reboot).
-        shutdownAfterExit: command.vmm === "firecracker" ? "reboot" : "poweroff",
-      },
-      { timeoutMs: REQUEST_TIMEOUT_MS, signal: interrupts.boot.signal },
-    );
-    if (reply.state === "failed") throw terminalError("ExecFailed", `Cannot run ${JSON.stringify(command.argv[0])} in the guest: ${reply.error ?? "the guest refused it"}`);
-    interrupts.forward = (signal) => void client.signal(EXEC_ID, signal, { timeoutMs: REQUEST_TIMEOUT_MS }).catch(() => undefined);
-    const outcome = await client.waitForExit(EXEC_ID, { signal: AbortSignal.any([interrupts.boot.signal, vm.downSignal]) });
-    await Promise.all(writes);
-    if (outcome.state === "failed") throw terminalError("ExecFailed", `Cannot run ${JSON.stringify(command.argv[0])} in the guest: ${outcome.error ?? "it failed"}`);
-    // Let the guest's power-off end the VM by itself (bounded); stop() in the cleanups does the rest.
-    await Promise.race([vm.exited(), new Promise((r) => setTimeout(r, POWER_OFF_WAIT_MS).unref())]);
-    return exitCodeOf(outcome.exitCode, outcome.signal);
-  } finally {
-    interrupts.forward = undefined;
-    client.off("output", onOutput);
+    this.#writes.push(new Promise((resolve) => out.write(Buffer.from(event.data, "base64"), () => resolve())));
+  }
+  async flushed(): Promise<void> {
+    await Promise.all(this.#writes);
   }
 }
 
-/** A shell's convention: a command killed by signal N exits 128 + N. */
-export function exitCodeOf(exitCode: number | undefined, signal: string | undefined): number {
-  if (signal !== undefined) {
-    const number = (constants.signals as Record<string, number | undefined>)[signal];
-    return number === undefined ? RUN_FAILED_EXIT_CODE : 128 + number;
+/** What imp run tells a person while the boot's steps run. */
+class BootProgress {
+  readonly #say: (line: string) => void;
+  readonly #vm: { readonly vmm: VmmKind; readonly accel: string; readonly vcpus: number; readonly memoryMiB: number };
+  #bootStarted = 0;
+
+  constructor(say: (line: string) => void, vm: { readonly vmm: VmmKind; readonly accel: string; readonly vcpus: number; readonly memoryMiB: number }) {
+    this.#say = say;
+    this.#vm = vm;
   }
-  return exitCode ?? RUN_FAILED_EXIT_CODE;
+
+  step(name: string, event: "begin" | "end"): void {
+    if (name === "vmm" && event === "begin") {
+      const v = this.#vm;
+      this.#say(`booting ${v.vmm === "qemu" ? `QEMU (${v.accel})` : "Firecracker"}: ${v.vcpus} vCPU, ${v.memoryMiB} MiB`);
+    }
+    if (name === "vmm" && event === "end") this.#bootStarted = performance.now();
+    if (name === "guest" && event === "end") this.#say(`guest ready in ${((performance.now() - this.#bootStarted) / 1000).toFixed(1)} s`);
+  }
+}
+
+/** imp run's exit code: the command's (128 + N when killed by signal N); 125 when the VM, not the command, failed. */
+export function exitCodeOf(outcome: VmOutcome): number {
+  if (outcome.exitCode !== undefined) return outcome.exitCode;
+  throw terminalError("RunFailed", `Cannot run the command to its end: ${outcome.reason}: ${outcome.message}`);
 }
 
 async function driverFor(vmm: VmmKind, accel: "kvm" | "tcg", cache: string, opts: RunOpts, kitVsock: string | undefined): Promise<VmmDriver> {

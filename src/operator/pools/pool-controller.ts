@@ -295,6 +295,7 @@ export class PoolController {
         templateRef: { name: pool.spec.templateName },
         workload: { command: [...pool.spec.runnerCommand], ...(pool.spec.runnerEnv === undefined ? {} : { env: pool.spec.runnerEnv.map((e) => ({ ...e })) }) },
         lifecycle: "ephemeral",
+        runnerSetup: "Required",
       },
     } as ImpVM;
   }

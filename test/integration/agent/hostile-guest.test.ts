@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { API_VERSION, FINALIZERS, GROUP, IMP_VM, IMP_VM_CLASS, VERSION, installCrds, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
-import { DEFAULT_MAX_CONSOLE_BYTES } from "../../../src/agent/index.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES } from "../../../src/agent/vmm/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, isNotFound, resourceDescriptor, type ResourceClient } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";

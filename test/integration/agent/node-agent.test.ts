@@ -10,7 +10,7 @@ import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { API_VERSION, FINALIZERS, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, SETUP_SECRET, VERSION, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
-import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/index.ts";
+import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, resourceDescriptor, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { FAULT_POINTS_ENV, waitFor } from "../../../src/shared/index.ts";
@@ -74,12 +74,13 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
   });
 
   /** Creates an ImpVM with an inline template and binds it to the node, as the scheduler would. */
-  async function boundVm(name: string, command: string[], labels?: Record<string, string>): Promise<ImpVM> {
+  /** A VM bound to the node; a runner VM (`runner`) needs a one-time setup, as the pools' VMs do. */
+  async function boundVm(name: string, command: string[], runner = false): Promise<ImpVM> {
     const created = await vms.create({
       apiVersion: API_VERSION,
       kind: "ImpVM",
-      metadata: { name, namespace: NS, ...(labels === undefined ? {} : { labels }) },
-      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command }, lifecycle: "ephemeral" },
+      metadata: { name, namespace: NS, ...(runner ? { labels: { "imp.dev/pool": "pool-a" } } : {}) },
+      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command }, lifecycle: "ephemeral", ...(runner ? { runnerSetup: "Required" } : {}) },
     } as ImpVM);
     return vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE, phaseTimestamps: { scheduled: new Date().toISOString() } } }).then(() => created);
   }
@@ -158,7 +159,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     // split by an empty quote so the sentinel itself appears nowhere in the VM's spec.
     const pattern = `${SENTINEL.slice(0, 8)}""${SENTINEL.slice(8)}`;
     const logsBefore = agent.logs().length;
-    const vm = await boundVm("runner-1", ["/bin/sh", "-c", `sleep 3; test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], { "imp.dev/pool": "pool-a" });
+    const vm = await boundVm("runner-1", ["/bin/sh", "-c", `sleep 3; test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], true);
     const key = await publishedKey();
     const sealed = await sealSetup(new TextEncoder().encode(`{"config":"${SENTINEL}"}`), key, vm.metadata.uid ?? "");
     const name = setupSecretName("runner-1");
@@ -241,7 +242,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
   });
 
   it("deleting a runner VM while it is Booting (waiting for its setup) stops the VMM and frees everything", async () => {
-    const vm = await boundVm("del-boot", ["/bin/true"], { "imp.dev/pool": "pool-a" });
+    const vm = await boundVm("del-boot", ["/bin/true"], true);
     await waitFor("del-boot waiting for its setup", async () => {
       const v = await get("del-boot");
       return v?.status?.phase === "Booting" && v.status.bootDurationMs !== undefined ? v : undefined;

@@ -12,7 +12,9 @@ import { cp, mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { GuestClient, QemuVm, readHostTscKhz, type HelloReply, type QemuChannelKind } from "../../../src/agent/index.ts";
+import { GuestClient, readHostTscKhz } from "../../../src/agent/index.ts";
+import { QemuVm, type QemuChannelKind } from "../../../src/agent/vmm/index.ts";
+import { type HelloReply } from "../../../src/agent/guest/index.ts";
 import { describeError, ImpError } from "../../../src/shared/index.ts";
 import { loadBootKit, makeScratchDisk } from "../../harness/vm.ts";
 

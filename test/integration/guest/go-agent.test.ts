@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { once } from "node:events";
 import { waitFor } from "../../../src/shared/index.ts";
-import { FrameDecoder, GuestClient, parseGuestFrame, type ExitEvent, type GuestEvent } from "../../../src/agent/index.ts";
+import { FrameDecoder, parseGuestFrame, type GuestEvent } from "../../../src/agent/guest/index.ts";
+import { GuestClient, type ExitEvent } from "../../../src/agent/index.ts";
 
 const root = resolve(import.meta.dirname, "../../..");
 const SENTINEL = "imp-secret-sentinel-4f0c2b9a71";

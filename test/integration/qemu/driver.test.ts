@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { QemuVm, type QemuVmOptions } from "../../../src/agent/index.ts";
+import { QemuVm, type QemuVmOptions } from "../../../src/agent/vmm/index.ts";
 import { ImpError, waitFor } from "../../../src/shared/index.ts";
 import { loadBootKit } from "../../harness/vm.ts";
 

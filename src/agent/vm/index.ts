@@ -1,0 +1,14 @@
+// One VM's life on a node: its directory, the typed boot pipeline (also re-adoption and `imp run`),
+// the guest handoff, exit records, outcomes, and the runtime that runs one task per VM.
+export { VmDir } from "./vm-dir.ts";
+export { Pipeline, type PipelineResult, type PipelineRunOptions, type StepFn } from "./pipeline.ts";
+export { IMP_KERNEL_ARGS, readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName, type Connected, type Delivered, type Launched, type Prepared, type Requested } from "./boot-steps.ts";
+export { adoptPipeline, bootPipeline } from "./lifecycle.ts";
+export { followToEnd, type FollowOptions } from "./follow.ts";
+export { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
+export { handOffExec, workloadExecId, type HandoffDeps, type HandoffResult } from "./exec-handoff.ts";
+export { EXIT_RECORD_KEY_BYTES, EXIT_RECORD_PREFIX, exitRecordLine, firstExitRecord, newExitRecordKey, verifyExitRecord, type WorkloadExitRecord } from "./exit-record.ts";
+export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type StartStep, type VmOutcome } from "./local-vm.ts";
+export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
+export { DEFAULT_RUNTIME_TIMEOUTS, type KernelFiles, type RuntimeTimeouts, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmWorkload, type WorkloadPorts } from "./ports.ts";
+export { VmRuntime, type RuntimeEvent, type VmRef, type VmRuntimeOptions } from "./vm-runtime.ts";

@@ -1,0 +1,381 @@
+/**
+ * The act side of the node agent for VMs: one task per VM that runs its lifecycle (`lifecycle.ts`:
+ * boot, or re-adoption after an agent restart), then follows it to its end; plus stop and release.
+ * Each task reports into its {@link LocalVm} and pokes the controller (`notify`), which decides from
+ * there; the runtime never reads API objects. The one thing it waits on from outside, the one-time
+ * setup, arrives when the controller's decision says so (`deliverSetup`).
+ */
+import { rm } from "node:fs/promises";
+import { VM_REASONS } from "../../api/index.ts";
+import { describeError, NO_FAULTS, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
+import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
+import { readAdoptionFacts, type BootDeps, type Delivered } from "./boot-steps.ts";
+import { workloadExecId } from "./exec-handoff.ts";
+import { firstExitRecord } from "./exit-record.ts";
+import { followToEnd } from "./follow.ts";
+import { adoptPipeline, bootPipeline } from "./lifecycle.ts";
+import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
+import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
+import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider } from "./ports.ts";
+import { VmDir } from "./vm-dir.ts";
+
+/** Names a VM in the API (for the writes the runtime asks its owner to make). */
+export interface VmRef {
+  readonly uid: string;
+  readonly name: string;
+  readonly namespace: string;
+}
+
+export type RuntimeEvent =
+  | { readonly kind: "prepared"; readonly ms: number }
+  | { readonly kind: "booted"; readonly ms: number; readonly vmm: VmmKind }
+  | { readonly kind: "setup-delivered" }
+  | { readonly kind: "ended"; readonly outcome: VmOutcome; readonly runMs?: number }
+  | { readonly kind: "failed"; readonly code: string };
+
+export interface VmRuntimeOptions {
+  readonly stateDir: string;
+  readonly images: VmImageSource;
+  readonly network?: VmNetworkProvider;
+  readonly launch: VmLaunchPorts;
+  /** Records in the API that the Exec is about to be sent (ambiguous-handoff rule). Must not return before it is stored. */
+  readonly recordSetupSent: (vm: VmRef, execId: string, signal: AbortSignal) => Promise<void>;
+  readonly deleteSetupSecret: (vm: VmRef) => Promise<void>;
+  /** Pokes the controller to look at this VM again. */
+  readonly notify: (vm: VmRef) => void;
+  /** Console bytes read when looking for an exit record after the fact (the console cap). */
+  readonly maxConsoleBytes: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly timeouts?: Partial<RuntimeTimeouts>;
+  /** Called for every delivered setup and every boot/prepare measurement (metrics). */
+  readonly observe?: (event: RuntimeEvent) => void;
+  /** Test fault points agent.* and teardown.before-secret-delete (docs/failure-proof-points.md); default none. */
+  readonly faults?: FaultPoints;
+}
+
+/** A setup waiting to be handed over: resolved by `deliverSetup`, abandoned by a stop. */
+interface SetupGate {
+  readonly promise: Promise<string>;
+  resolve(setup: string): void;
+}
+
+class VmTask {
+  local: LocalVm;
+  readonly ref: VmRef;
+  readonly abort = new AbortController();
+  stopRequest: { readonly reason: string; readonly message: string } | undefined;
+  run: StepRun | undefined;
+  /** The VMM of the boot or adoption, once one runs (stopped on a stop request). */
+  vm: RunningVm | undefined;
+  done: Promise<void> = Promise.resolve();
+  pid: number | undefined;
+  setupGate: SetupGate | undefined;
+  /** The workload carries a one-time setup (its handoff is tracked in `local.setup`). */
+  requiresSetup = false;
+
+  constructor(ref: VmRef, local: LocalVm) {
+    this.ref = ref;
+    this.local = local;
+  }
+}
+
+export class VmRuntime {
+  readonly #o: VmRuntimeOptions;
+  readonly #t: RuntimeTimeouts;
+  readonly #tasks = new Map<string, VmTask>();
+  readonly #faults: FaultPoints;
+  readonly #deps: BootDeps;
+
+  constructor(options: VmRuntimeOptions) {
+    this.#o = options;
+    this.#t = { ...DEFAULT_RUNTIME_TIMEOUTS, ...options.timeouts };
+    this.#faults = options.faults ?? NO_FAULTS;
+    this.#deps = {
+      stateDir: options.stateDir,
+      images: options.images,
+      ...(options.network === undefined ? {} : { network: options.network }),
+      launch: options.launch,
+      clock: options.clock,
+      timeouts: this.#t,
+      faults: this.#faults,
+      clientName: "imp-agent",
+      onVmStarted: (id, vm) => {
+        const task = this.#tasks.get(id);
+        if (task === undefined) return;
+        task.vm = vm;
+        task.pid = vm.pid;
+        // A stop that came while the VMM was starting: the step's signal ends the boot, this the VMM.
+        if (task.stopRequest !== undefined) void vm.stop(this.#t.stopGraceMs);
+      },
+      workload: {
+        awaitSetup: (id, signal) => this.#awaitSetup(id, signal),
+        recordSent: async (id, execId, signal) => {
+          const task = this.#tasks.get(id);
+          if (task === undefined) throw terminalError("VmMissing", `Cannot record exec ${execId}: no task`);
+          await this.#o.recordSetupSent(task.ref, execId, signal);
+          // Only after the API holds "Sent": the controller derives status from this record.
+          if (task.requiresSetup) this.#progress(task, { setup: "sent" });
+        },
+      },
+    };
+  }
+
+  vmDir(uid: string): string {
+    return VmDir.of(this.#o.stateDir, uid).root;
+  }
+
+  local(uid: string): LocalVm | undefined {
+    return this.#tasks.get(uid)?.local;
+  }
+
+  /** VMs this runtime holds (for capacity accounting and the sweep). */
+  liveUids(): string[] {
+    return [...this.#tasks.keys()];
+  }
+
+  /** Starts booting the VM. Returns at once; progress arrives through `notify`. */
+  start(ref: VmRef, request: VmBootRequest): void {
+    if (this.#tasks.has(ref.uid)) return;
+    const task = new VmTask(ref, { ...newLocalVm(ref.uid), at: { preparing: this.#o.clock.now() } });
+    task.requiresSetup = request.requiresSetup;
+    this.#tasks.set(ref.uid, task);
+    task.done = this.#boot(task, request);
+    this.#o.notify(ref); // so Preparing reaches the API now, not at the next step
+  }
+
+  /** Records a VM that failed before it could start (e.g. its plan is invalid): ended, nothing to free. */
+  failBeforeStart(ref: VmRef, outcome: VmOutcome): void {
+    if (this.#tasks.has(ref.uid)) return;
+    this.#tasks.set(ref.uid, new VmTask(ref, { ...newLocalVm(ref.uid), stage: "ended", outcome, at: { ended: this.#o.clock.now() } }));
+    this.#o.observe?.({ kind: "failed", code: outcome.reason });
+  }
+
+  /**
+   * Hands the opened one-time setup to a VM awaiting it. Returns false (and keeps nothing) when the
+   * VM is not awaiting one; the caller must not keep the plaintext either way.
+   */
+  deliverSetup(uid: string, setup: string): boolean {
+    const task = this.#tasks.get(uid);
+    if (task?.local.stage !== "awaiting-setup" || task.setupGate === undefined) return false;
+    task.setupGate.resolve(setup);
+    return true;
+  }
+
+  /** Stops the VM (graceful, then kill). The outcome is `reason` unless the VM already ended on its own. */
+  stop(uid: string, reason: string, message: string): void {
+    const task = this.#tasks.get(uid);
+    if (task === undefined || task.local.stage === "ended" || task.local.stage === "released" || task.local.stage === "stopping") return;
+    task.stopRequest = { reason, message };
+    task.local = { ...task.local, stage: "stopping" };
+    task.abort.abort(terminalError("VmStopped", `VM stopped: ${message}`));
+    void task.vm?.stop(this.#t.stopGraceMs);
+  }
+
+  /**
+   * Frees everything of the VM on this node: VMM stopped and verified gone, guest channel closed,
+   * tap detached, disks and directory removed, setup Secret deleted. Idempotent, also for VMs this
+   * runtime never ran (files of an earlier agent run).
+   */
+  async release(ref: VmRef): Promise<void> {
+    let task = this.#tasks.get(ref.uid);
+    if (task === undefined) {
+      task = new VmTask(ref, { ...newLocalVm(ref.uid), stage: "ended", outcome: { succeeded: false, reason: VM_REASONS.Deleted, message: "released without a local record" } });
+      this.#tasks.set(ref.uid, task);
+    }
+    if (task.local.stage === "released") return;
+    if (task.local.stage === "starting" || task.local.stage === "awaiting-setup" || task.local.stage === "running") this.stop(ref.uid, VM_REASONS.Deleted, "released");
+    await task.done;
+    await task.run?.rollback();
+    await task.vm?.stop(this.#t.stopGraceMs);
+    const dir = VmDir.of(this.#o.stateDir, ref.uid);
+    // Processes of an earlier agent run that nobody re-adopted: stopped here, never left running.
+    const orphans = task.vm === undefined ? await this.#o.launch.adoptProcesses?.(dir) : undefined;
+    let orphansGone = true;
+    for (const p of orphans ?? []) {
+      await p.stop(this.#t.stopGraceMs);
+      orphansGone &&= !p.running;
+    }
+    await this.#o.network?.detach(ref.uid);
+    await rm(dir.root, { recursive: true, force: true });
+    this.#o.launch.releaseCid(ref.uid);
+    const processGone = orphansGone && (task.pid === undefined || isProcessGone(task.pid));
+    await this.#faults.hit("teardown.before-secret-delete");
+    await this.#o.deleteSetupSecret(ref);
+    task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
+    this.#o.notify(ref);
+  }
+
+  /**
+   * After an agent restart: re-adopts a VM an earlier run of this agent booted, from its VM record
+   * and its supervised processes, reconnects to its guest and follows its workload — asking the guest
+   * for the state of the one exec id, never sending anything again. A VM whose VMM ended while the
+   * agent was down ends with its verified exit record, or `OutcomeUnknown`. Returns false when there
+   * is nothing to re-adopt (no record): the caller then fails the VM.
+   */
+  async adopt(ref: VmRef, setup: LocalSetupState): Promise<boolean> {
+    if (this.#tasks.has(ref.uid)) return true;
+    const dir = VmDir.of(this.#o.stateDir, ref.uid);
+    const facts = await readAdoptionFacts(dir, this.#o.launch.drivers).catch(() => undefined);
+    if (facts === undefined) return false;
+    const task = new VmTask(ref, { ...newLocalVm(ref.uid), stage: "running", vmm: facts.record.driver, setup, at: {} });
+    this.#tasks.set(ref.uid, task);
+    task.done = this.#adopt(task, dir, facts);
+    return true;
+  }
+
+  forget(uid: string): void {
+    if (this.#tasks.get(uid)?.local.stage === "released") this.#tasks.delete(uid);
+  }
+
+  /** Stops every VM and waits (bounded by the stop grace) — for `imp run` and tests, not agent restarts. */
+  async stopAll(): Promise<void> {
+    for (const [uid] of this.#tasks) this.stop(uid, VM_REASONS.Deleted, "the agent is stopping every VM");
+    await Promise.all([...this.#tasks.values()].map((t) => t.done));
+  }
+
+  async #boot(task: VmTask, request: VmBootRequest): Promise<void> {
+    const log = this.#o.logger.child({ vm: `${task.ref.namespace}/${task.ref.name}`, uid: task.ref.uid });
+    let failedStep = "";
+    let delivered: Delivered;
+    try {
+      const result = await bootPipeline(this.#deps).run(
+        { request, log },
+        { signal: task.abort.signal, logger: log, onStep: (name, event) => this.#onBootStep(task, request, name, event), onFailure: (step) => (failedStep = step) },
+      );
+      task.run = result.run;
+      delivered = result.output;
+    } catch (err) {
+      this.#end(task, task.stopRequest === undefined ? outcomeOfBootFailure(failedStep, err) : stopped(task), log);
+      return;
+    }
+    const now = this.#o.clock.now();
+    this.#progress(task, { stage: "running", setup: request.requiresSetup ? "delivered" : task.local.setup, at: { running: now, ...(request.requiresSetup ? { delivered: now } : {}) } });
+    if (request.requiresSetup) this.#o.observe?.({ kind: "setup-delivered" });
+    const outcome = await followToEnd(delivered, this.#followOptions(task, log));
+    this.#end(task, outcome, log);
+  }
+
+  /** Maps the boot's steps onto the VM's local stages (which the decision turns into phases). */
+  #onBootStep(task: VmTask, request: VmBootRequest, name: string, event: "begin" | "end"): void {
+    const now = this.#o.clock.now();
+    if (name === "vmm" && event === "begin") {
+      this.#progress(task, { step: "booting", vmm: request.vmm, at: { booting: now } });
+      if (task.local.at.preparing !== undefined) this.#o.observe?.({ kind: "prepared", ms: now - task.local.at.preparing });
+    } else if (name === "guest" && event === "end") {
+      this.#progress(task, { at: { guestReady: now } });
+      if (task.local.at.booting !== undefined) this.#o.observe?.({ kind: "booted", ms: now - task.local.at.booting, vmm: request.vmm });
+    } else if (name === "setup" && event === "begin" && request.requiresSetup) {
+      task.setupGate = newSetupGate();
+      this.#progress(task, { stage: "awaiting-setup", at: { awaitingSetup: now } });
+    } else if (name === "exec" && event === "begin") {
+      task.setupGate = undefined;
+      this.#progress(task, { stage: "starting", step: "delivering" });
+    }
+  }
+
+  async #adopt(task: VmTask, dir: VmDir, facts: Awaited<ReturnType<typeof readAdoptionFacts>> & object): Promise<void> {
+    const log = this.#o.logger.child({ vm: `${task.ref.namespace}/${task.ref.name}`, uid: task.ref.uid });
+    const processes: readonly VmmProcess[] = (await this.#o.launch.adoptProcesses?.(dir)) ?? [];
+    const request = { id: task.ref.uid, name: task.ref.name };
+    let failedStep = "";
+    let delivered: Delivered;
+    try {
+      const result = await adoptPipeline(this.#deps, facts, processes).run(
+        { request: request as VmBootRequest, log },
+        { signal: task.abort.signal, logger: log, onFailure: (step) => (failedStep = step) },
+      );
+      task.run = result.run;
+      delivered = result.output;
+      task.vm = delivered.vm;
+      task.pid = delivered.vm.pid;
+    } catch (err) {
+      for (const p of processes) await p.stop(this.#t.stopGraceMs);
+      if (task.stopRequest !== undefined) {
+        this.#end(task, stopped(task), log);
+        return;
+      }
+      if (failedStep !== "adopt") {
+        this.#end(task, outcomeOfBootFailure(failedStep, err), log);
+        return;
+      }
+      // The VM ended while no agent watched it: only a record that verifies says how.
+      const record = facts.exitKey === undefined ? undefined : await firstExitRecord(facts.driver.consoleLog(facts.record.spec), facts.exitKey, workloadExecId(task.ref.uid), this.#o.maxConsoleBytes);
+      const vmm = processes.find((p) => p.name === facts.driver.kind);
+      const vmmExit = vmm !== undefined && !vmm.running ? await vmm.exited() : undefined;
+      const outcome = outcomeAfterTheFact(record, vmmExit, describeError(err));
+      log.info({ error: describeError(err), exitCode: outcome.exitCode, reason: outcome.reason }, "VM ended while the agent was away");
+      this.#end(task, outcome, log);
+      return;
+    }
+    log.info("re-adopted a running VM");
+    this.#o.notify(task.ref);
+    const outcome = await followToEnd(delivered, this.#followOptions(task, log));
+    this.#end(task, outcome, log);
+  }
+
+  #followOptions(task: VmTask, log: Logger): Parameters<typeof followToEnd>[1] {
+    return {
+      clock: this.#o.clock,
+      timeouts: this.#t,
+      clientName: "imp-agent",
+      maxConsoleBytes: this.#o.maxConsoleBytes,
+      log,
+      signal: task.abort.signal,
+      stopped: () => (task.stopRequest === undefined ? undefined : stopped(task)),
+      // The workload ended, nothing reported or freed yet. Only crash/delay mean something here; a fail is logged and passes.
+      afterExit: () => this.#faults.hit("agent.after-exit", task.abort.signal).catch((err: unknown) => log.warn({ error: describeError(err) }, "fault at agent.after-exit")),
+    };
+  }
+
+  async #awaitSetup(id: string, signal: AbortSignal): Promise<string> {
+    const gate = this.#tasks.get(id)?.setupGate;
+    if (gate === undefined) throw terminalError("SetupUnavailable", `Cannot wait for the setup of VM ${id}: it is not awaiting one`);
+    return new Promise<string>((resolve, reject) => {
+      signal.throwIfAborted();
+      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+      void gate.promise.then(resolve);
+    });
+  }
+
+  #end(task: VmTask, outcome: VmOutcome, log: Logger): void {
+    const now = this.#o.clock.now();
+    task.setupGate = undefined;
+    // The first outcome stands (a stop that raced the workload's own end does not rewrite it).
+    const first = task.local.outcome ?? outcome;
+    task.local = { ...task.local, stage: "ended", outcome: first, at: { ...task.local.at, ended: now } };
+    log.info({ reason: first.reason, exitCode: first.exitCode, succeeded: first.succeeded }, "VM ended");
+    this.#o.observe?.({ kind: "ended", outcome: first, ...(task.local.at.running === undefined ? {} : { runMs: now - task.local.at.running }) });
+    this.#o.notify(task.ref);
+  }
+
+  #progress(task: VmTask, change: Partial<Omit<LocalVm, "at">> & { readonly at?: LocalVm["at"] }): void {
+    if (task.local.stage === "stopping" || task.local.stage === "ended" || task.local.stage === "released") {
+      // Timestamps and the setup record still count (they happened); the stage does not move back.
+      const { stage: _stage, step: _step, ...rest } = change;
+      task.local = { ...task.local, ...rest, at: { ...task.local.at, ...change.at } };
+    } else {
+      task.local = { ...task.local, ...change, at: { ...task.local.at, ...change.at } };
+    }
+    this.#o.notify(task.ref);
+  }
+}
+
+function newSetupGate(): SetupGate {
+  let resolve: (setup: string) => void = () => undefined;
+  const promise = new Promise<string>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+function stopped(task: VmTask): VmOutcome {
+  return { succeeded: false, reason: task.stopRequest?.reason ?? VM_REASONS.Deleted, message: task.stopRequest?.message ?? "stopped" };
+}
+
+function isProcessGone(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ESRCH";
+  }
+}
