@@ -121,7 +121,7 @@ describe("VM network isolation with real QEMU guests", { skip: unavailable, time
   before(async () => {
     const kit = await loadBootKit();
     topo = await buildTopology(net);
-    network = await NodeNetwork.open({ netns: topo.node, config: { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], dns: [PLAN.dns] } });
+    network = await NodeNetwork.open({ netns: topo.node, config: { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], allowedCidrs: [...PLAN.allowedCidrs], dns: [PLAN.dns] } });
     const leases = [await network.attach("vm-a"), await network.attach("vm-b")];
     // One at a time: two TCG boots at once on a shared 2-core machine only make both slow.
     for (const [i, lease] of leases.entries()) guests.push(await bootGuest(kit, topo.node, `vm-${"ab"[i]}`, lease));
@@ -184,7 +184,7 @@ describe("VM network isolation with real QEMU guests", { skip: unavailable, time
     await net.exec(topo.node, ["nft", "delete", "table", "inet", "imp"]);
     const open = await probeFromGuest(a, "control-open", targets);
     for (const target of targets) assert.match(open.get(target) ?? "", /^ok /, `control ${target}: ${JSON.stringify([...open])}`);
-    network = await NodeNetwork.open({ netns: topo.node, config: { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], dns: [PLAN.dns] } });
+    network = await NodeNetwork.open({ netns: topo.node, config: { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], allowedCidrs: [...PLAN.allowedCidrs], dns: [PLAN.dns] } });
     const closed = await probeFromGuest(a, "control-closed", targets);
     for (const target of targets) assert.equal(closed.get(target), "fail", `${target} after open(): ${JSON.stringify([...closed])}`);
   });

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { describe, it } from "node:test";
-import { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, renderRuleset } from "../../src/agent/network/index.ts";
+import { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, NON_PUBLIC_V4, renderRuleset } from "../../src/agent/network/index.ts";
 import { readFirewall } from "./invariants.ts";
 import { judgeI6, type Observation } from "./judge.ts";
 
@@ -21,6 +21,9 @@ function load(netns: string, blockedV4: readonly string[]): void {
     tapPrefix: "imp-",
     subnet: "10.231.0.0/24",
     blockedV4,
+    refusedV4: NON_PUBLIC_V4,
+    allowedV4: [],
+    allowedTcpV4: [],
     blockedV6: BUILTIN_BLOCKED_V6,
     ports: [{ tap: "imp-0123456789", mac: "02:00:00:00:00:02", ip: "10.231.0.2", egress: "internet", allowed: [] }],
   });

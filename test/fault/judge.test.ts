@@ -9,7 +9,11 @@ import { checkInvariants, type FaultWorld } from "./invariants.ts";
 import { judgeI1, judgeI2, judgeI3, judgeI4, judgeI5, judgeI6, type Observation, type VmObservation } from "./judge.ts";
 import type { NodeResource } from "./node-state.ts";
 
-const RULESET = "table inet imp {\n\tset blocked_v4 { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16 } }\n\tchain forward { iifname imp-br0 ip daddr @blocked_v4 drop }\n}";
+const RULESET =
+  "table inet imp {\n\tset blocked_v4 { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16 } }\n" +
+  "\tset refused_v4 { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 } }\n" +
+  "\tchain refused { ip daddr @allowed_v4 return; drop }\n" +
+  "\tchain forward { iifname imp-br0 ip daddr @blocked_v4 drop; iifname imp-br0 ip daddr @refused_v4 jump refused }\n}";
 
 const vm = (name: string, phase: string | undefined, extra: Partial<VmObservation> = {}): VmObservation => ({ name, uid: `uid-${name}`, phase, deleting: false, nodeName: "node-a", pool: "pool", setupState: undefined, ...extra });
 const res = (kind: NodeResource["kind"], uid: string | undefined, detail = "x", node = "node-a"): NodeResource => ({ node, kind, uid, detail });
@@ -95,6 +99,8 @@ describe("invariant judgments", () => {
     assert.equal(judgeI6(world({ probes: [{ target: "169.254.169.254:80", reached: false }] })).held, true);
     assert.equal(judgeI6(world({ firewalls: [{ node: "node-a", noNetwork: false, ruleset: RULESET.replace("169.254.0.0/16", "") }] })).held, false);
     assert.equal(judgeI6(world({ firewalls: [{ node: "node-a", noNetwork: false, ruleset: RULESET.replace("drop", "accept") }] })).held, false);
+    assert.equal(judgeI6(world({ firewalls: [{ node: "node-a", noNetwork: false, ruleset: RULESET.replace("192.168.0.0/16", "") }] })).held, false, "a private range not refused");
+    assert.equal(judgeI6(world({ firewalls: [{ node: "node-a", noNetwork: false, ruleset: RULESET.replace("return; drop", "return; accept") }] })).held, false, "a refusal chain that lets everything through");
     assert.equal(judgeI6(world({ firewalls: [{ node: "node-a", noNetwork: true, ruleset: "" }] })).held, true, "no VM network, no NIC");
   });
 });

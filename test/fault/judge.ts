@@ -154,6 +154,8 @@ export function judgeI5(o: Observation): Judgment {
 
 /** What every node firewall must drop from VMs: link-local (cloud metadata) and the node's loopback. */
 export const REQUIRED_BLOCKS = ["169.254.0.0/16", "127.0.0.0/8"] as const;
+/** What it must refuse unless allowed: egress `internet` is public unicast (private and shared blocks at least). */
+export const REQUIRED_REFUSALS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"] as const;
 
 /** I6: no probe from a VM reached a forbidden target; every node with a VM network drops the required blocks. */
 export function judgeI6(o: Observation): Judgment {
@@ -162,13 +164,14 @@ export function judgeI6(o: Observation): Judgment {
   const weak: string[] = [];
   for (const fw of o.firewalls) {
     if (fw.noNetwork) continue;
-    const missing = REQUIRED_BLOCKS.filter((b) => !fw.ruleset.includes(b));
-    if (!/ip daddr @blocked_v4 drop/.test(fw.ruleset)) missing.push("the drop rule for @blocked_v4" as never);
+    const missing: string[] = [...REQUIRED_BLOCKS, ...REQUIRED_REFUSALS].filter((b) => !fw.ruleset.includes(b));
+    if (!/ip daddr @blocked_v4 drop/.test(fw.ruleset)) missing.push("the drop rule for @blocked_v4");
+    if (!/ip daddr @refused_v4 jump refused/.test(fw.ruleset) || !/chain refused \{[^}]*\bdrop\s*\}/.test(fw.ruleset)) missing.push("the refusal of @refused_v4 (a jump to a chain ending in drop)");
     if (missing.length > 0) weak.push(`${fw.node} lacks ${missing.join(", ")}`);
   }
   if (weak.length > 0) return { held: false, detail: `VM firewall incomplete: ${weak.join("; ")}` };
   const probes = o.probes === undefined ? "no probe from a VM in this case" : `${o.probes.length} probe(s) from a VM, none reached (${o.probes.map((p) => p.target).join(", ")})`;
-  const nets = o.firewalls.map((fw) => `${fw.node}: ${fw.noNetwork ? "no VM network (no NIC)" : "blocks link-local and loopback"}`).join(", ");
+  const nets = o.firewalls.map((fw) => `${fw.node}: ${fw.noNetwork ? "no VM network (no NIC)" : "blocks link-local and loopback, refuses non-public ranges"}`).join(", ");
   return { held: true, detail: `${probes}; ${nets}` };
 }
 

@@ -5,6 +5,7 @@ import { commandRunner, type NetCommandRunner } from "./commands.ts";
 import { gatewayAddress, resolveNetworkConfig, type NodeNetworkConfig, type ResolvedNetworkConfig } from "./config.ts";
 import { formatIpv4Cidr, minimalCover, parseIpv4CidrMasked } from "./ipv4.ts";
 import { parseLinks, planSweep, vmPorts, type ObservedLink } from "./links.ts";
+import { nodeNetworksOf } from "./node-networks.ts";
 import { renderRuleset, renderTeardown } from "./ruleset.ts";
 import { assertVmId, tapAlias, tapNameFor, type EgressMode } from "./tap-name.ts";
 
@@ -364,7 +365,9 @@ export class NodeNetwork {
     }
   }
 
+  /** Re-reads the node's own networks each time: addresses can change while the agent runs. */
   async #applyRuleset(): Promise<void> {
+    const { stdout } = await this.#runner.run(["ip", "-j", "addr", "show"]);
     const text = renderRuleset({
       table: this.config.table,
       bridge: this.config.bridge,
@@ -372,6 +375,9 @@ export class NodeNetwork {
       tapPrefix: this.config.tapPrefix,
       subnet: formatIpv4Cidr(this.resolved.subnet),
       blockedV4: this.resolved.blockedV4,
+      refusedV4: [...this.resolved.refusedV4, ...nodeNetworksOf(stdout, { bridge: this.config.bridge })],
+      allowedV4: this.resolved.allowedV4,
+      allowedTcpV4: this.resolved.allowedTcpV4,
       blockedV6: this.resolved.blockedV6,
       ports: [...this.#leases.values()].map((l) => ({ tap: l.tap, mac: l.mac, ip: l.ip, egress: l.egress, allowed: l.allowed })),
     });

@@ -9,7 +9,7 @@ const golden = (name: string): string => readFileSync(join(import.meta.dirname, 
 
 function input(ports: RulesetInput["ports"]): RulesetInput {
   const r = resolveNetworkConfig({ uplink: "eth0", blockedCidrs: ["10.96.0.0/12", "10.244.0.0/16"] });
-  return { table: "imp", bridge: "imp0", uplink: "eth0", tapPrefix: "imp-", subnet: "10.231.0.0/24", blockedV4: r.blockedV4, blockedV6: r.blockedV6, ports };
+  return { table: "imp", bridge: "imp0", uplink: "eth0", tapPrefix: "imp-", subnet: "10.231.0.0/24", blockedV4: r.blockedV4, refusedV4: [...r.refusedV4, "203.0.113.64/26"], allowedV4: ["192.168.7.10/32"], allowedTcpV4: ["198.18.3.2/32 . 8443"], blockedV6: r.blockedV6, ports };
 }
 
 // The integration test (test/integration/network) applies these rulesets with the real nft and proves

@@ -34,7 +34,13 @@ export interface RulesetInput {
   readonly uplink: string;
   readonly tapPrefix: string;
   readonly subnet: string;
+  /** Never reachable. */
   readonly blockedV4: readonly string[];
+  /** Not reachable unless in `allowedV4`: non-public blocks, the node's own networks, configured blocks. */
+  readonly refusedV4: readonly string[];
+  readonly allowedV4: readonly string[];
+  /** `block . port` pairs: one TCP port of a refused block. */
+  readonly allowedTcpV4: readonly string[];
   readonly blockedV6: readonly string[];
   readonly ports: readonly RulesetPort[];
 }
@@ -70,6 +76,9 @@ export function renderRuleset(input: RulesetInput): string {
     "",
     `table inet ${input.table} {`,
     ...set("blocked_v4", "ipv4_addr", input.blockedV4),
+    ...set("refused_v4", "ipv4_addr", input.refusedV4),
+    ...set("allowed_v4", "ipv4_addr", input.allowedV4),
+    ...set("allowed_tcp_v4", "ipv4_addr . inet_service", input.allowedTcpV4),
     ...set("blocked_v6", "ipv6_addr", input.blockedV6),
     "",
     // Before conntrack (-200) and DNAT (-100): decisions on the destination the VM asked for, before
@@ -79,8 +88,17 @@ export function renderRuleset(input: RulesetInput): string {
     `\t\tiifname ${br} fib daddr type { local, broadcast, multicast, anycast } drop`,
     `\t\tiifname ${br} ip saddr != ${input.subnet} drop`,
     `\t\tiifname ${br} ip daddr @blocked_v4 drop`,
+    `\t\tiifname ${br} ip daddr @refused_v4 jump refused`,
     `\t\tiifname ${br} ip6 daddr @blocked_v6 drop`,
     `\t\tiifname ${br} meta nfproto ipv6 drop`,
+    "\t}",
+    "",
+    // A refused destination passes only what the node's allow-list names: a whole block, or one TCP
+    // port of it. Everything else to it (other ports, UDP, ICMP) is dropped.
+    "\tchain refused {",
+    "\t\tip daddr @allowed_v4 return",
+    "\t\tmeta l4proto tcp ip daddr . tcp dport @allowed_tcp_v4 return",
+    "\t\tdrop",
     "\t}",
     "",
     "\tchain input {",
@@ -91,6 +109,7 @@ export function renderRuleset(input: RulesetInput): string {
     "\tchain forward {",
     "\t\ttype filter hook forward priority filter - 10; policy accept;",
     `\t\tiifname ${br} ip daddr @blocked_v4 drop`,
+    `\t\tiifname ${br} ip daddr @refused_v4 jump refused`,
     `\t\tiifname ${br} oifname != ${up} drop`,
     `\t\toifname ${br} ct state != { established, related } drop`,
     // Per-VM egress by source address: the bridge table below guarantees a port sends only its own.

@@ -32,7 +32,10 @@ export interface AgentConfig {
     readonly uplink: string;
     readonly bridge?: string;
     readonly subnet?: string;
+    /** Refused to VMs besides the non-public ranges (e.g. public pod or service CIDRs). */
     readonly blockedCIDRs?: readonly string[];
+    /** Refused destinations VMs may reach anyway (a registry mirror on the node network); never the always-blocked ones. */
+    readonly allowedCIDRs?: readonly string[];
     readonly dns?: readonly string[];
     /** Keep the VM network (bridge, taps, rules) and every VM process inside this named network namespace instead of the agent's. */
     readonly netns?: string;

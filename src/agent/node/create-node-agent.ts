@@ -61,7 +61,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
   if (config.network !== undefined) {
     const n = config.network;
     nodeNetwork = await NodeNetwork.open({
-      config: { uplink: n.uplink, ...(n.bridge === undefined ? {} : { bridge: n.bridge }), ...(n.subnet === undefined ? {} : { subnet: n.subnet }), ...(n.blockedCIDRs === undefined ? {} : { blockedCidrs: [...n.blockedCIDRs] }), ...(n.dns === undefined ? {} : { dns: [...n.dns] }) },
+      config: { uplink: n.uplink, ...(n.bridge === undefined ? {} : { bridge: n.bridge }), ...(n.subnet === undefined ? {} : { subnet: n.subnet }), ...(n.blockedCIDRs === undefined ? {} : { blockedCidrs: [...n.blockedCIDRs] }), ...(n.allowedCIDRs === undefined ? {} : { allowedCidrs: [...n.allowedCIDRs] }), ...(n.dns === undefined ? {} : { dns: [...n.dns] }) },
       ...(netns === undefined ? {} : { netns }),
       logger,
     });

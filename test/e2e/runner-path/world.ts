@@ -310,7 +310,9 @@ export class RunnerWorld {
           kernels: { default: { kernel: kernel.kernel, ...(kernel.initrd === undefined ? {} : { initrd: kernel.initrd }), args: kernel.args } },
           guestAgent: guestAgentPath,
           imageCacheMaxBytes: 2 * 1024 ** 3,
-          network: { uplink: net.uplink, netns: net.netns },
+          // Egress `internet` refuses non-public addresses, as on a real node; this world's GitHub
+          // stands on one (the benchmarking range), so the node allow-lists exactly its port.
+          network: { uplink: net.uplink, netns: net.netns, allowedCIDRs: [`${sim.serviceAddress}:${new URL(github.url).port}`] },
           healthPort: 0,
           supervised: true,
           supervisorBinary: supervisorPath,

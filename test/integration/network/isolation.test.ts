@@ -1,10 +1,11 @@
 /**
  * The node network manager inside network namespaces this test creates (topology.ts): real bridge,
  * real veth ports standing in for VM taps, the real nftables ruleset, and real TCP connections. From a
- * "VM" namespace the internet host answers (masqueraded to the node's uplink address); the node's own
- * addresses, the cluster's service and pod addresses, the metadata service, a service DNATed to an
- * allowed host, and the other VM do not — while each of them answers a connection from elsewhere, so
- * it is the rules that refuse. Spoofed source addresses and MACs are dropped. Detach, adopt, sweep
+ * "VM" namespace the internet host answers (masqueraded to the node's uplink address), and the
+ * node's allow-listed mirror on its one allowed port; the node's own addresses, the cluster's service
+ * and pod addresses, the metadata service, a service DNATed to an allowed host, an address in every
+ * non-public block, the mirror's other ports and the other VM do not — while each of them answers a
+ * connection from elsewhere, so it is the rules that refuse. Spoofed source addresses and MACs are dropped. Detach, adopt, sweep
  * and teardown are checked on the node; at the end nothing of the test's network is left.
  */
 import { after, before, describe, it } from "node:test";
@@ -15,7 +16,7 @@ import { networkTestsUnavailable, sh, TestNetwork, type ProbeResult } from "./ne
 import { buildTopology, forbiddenTargets, PLAN, type Topology } from "./topology.ts";
 
 const unavailable = await networkTestsUnavailable();
-const config = { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], dns: [PLAN.dns] };
+const config = { uplink: "up0", blockedCidrs: [...PLAN.blockedCidrs], allowedCidrs: [...PLAN.allowedCidrs], dns: [PLAN.dns] };
 
 /** Moves a veth lease's peer into `ns` and configures it as the guest agent's `configure` would. */
 async function plugGuest(net: TestNetwork, node: string, ns: string, lease: NodeNetworkLease): Promise<void> {
@@ -80,7 +81,8 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
   });
 
   it("serves every target from outside the VMs (the controls)", async () => {
-    const targets = [PLAN.internet, PLAN.clusterService, PLAN.pod, PLAN.metadata, PLAN.nodeUplink, PLAN.nodeLan, vm1.gateway].map((ip) => `${ip}:${PLAN.port}`);
+    const targets = [PLAN.internet, PLAN.clusterService, PLAN.pod, PLAN.publicPod, PLAN.metadata, PLAN.mirror, ...PLAN.nonPublic, PLAN.nodeUplink, PLAN.nodeLan, vm1.gateway].map((ip) => `${ip}:${PLAN.port}`);
+    targets.push(`${PLAN.mirror}:${PLAN.mirrorPort}`);
     const results = await net.probe(topo.node, targets);
     for (const target of targets) assert.equal(results.get(target)?.ok, true, describeResults(results));
     // Not even the node reaches a VM over IP (the VM's replies to a node address are dropped like any
@@ -99,7 +101,15 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
     assert.equal(results.get(`${PLAN.dnatPlain}:80`)?.reply, `out ${PLAN.nodeUplink}`, describeResults(results));
   });
 
-  it("refuses a VM the node, the cluster, metadata, a DNATed service and the other VM", async () => {
+  it("lets a VM reach the one port of a private address the node allow-lists, and nothing else of it", async () => {
+    const allowed = `${PLAN.mirror}:${PLAN.mirrorPort}`;
+    const other = `${PLAN.mirror}:${PLAN.port}`;
+    const results = await net.probe(vm1ns, [allowed, other]);
+    assert.equal(results.get(allowed)?.reply, `out ${PLAN.nodeUplink}`, describeResults(results));
+    assert.equal(results.get(other)?.ok, false, describeResults(results));
+  });
+
+  it("refuses a VM the node, the cluster, metadata, every non-public block, a DNATed service and the other VM", async () => {
     for (const [vmNs, other] of [[vm1ns, vm2], [vm2ns, vm1]] as const) {
       const forbidden = forbiddenTargets(other.ip, other.gateway);
       const results = await net.probe(vmNs, Object.values(forbidden));
@@ -149,14 +159,14 @@ describe("node network isolation (network namespaces)", { skip: unavailable, tim
     const allowed = `${PLAN.internet}:${PLAN.port}`;
     const other = `${PLAN.otherInternet}:${PLAN.port}`;
     const cluster = `${PLAN.clusterService}:${PLAN.port}`;
-    const vm3 = await network.attach("vm-3", { egress: "restricted", allowedCIDRs: ["203.0.113.7/24", "10.96.0.0/12", "2001:db8::/32"] });
+    const vm3 = await network.attach("vm-3", { egress: "restricted", allowedCIDRs: ["44.31.0.7/24", "10.96.0.0/12", "2001:db8::/32"] });
     try {
-      assert.deepEqual(vm3.allowed, ["10.96.0.0/12", "203.0.113.0/24"]);
+      assert.deepEqual(vm3.allowed, ["10.96.0.0/12", "44.31.0.0/24"]);
       await plugGuest(net, topo.node, vm3ns, vm3);
       const restricted = await net.probe(vm3ns, [allowed, other, cluster]);
       assert.equal(restricted.get(allowed)?.ok, true, describeResults(restricted));
       assert.equal(restricted.get(other)?.ok, false, describeResults(restricted));
-      assert.equal(restricted.get(cluster)?.ok, false, `an allowed block inside a blocked one stays blocked:\n${describeResults(restricted)}`);
+      assert.equal(restricted.get(cluster)?.ok, false, `a template's allowed block inside a refused one stays refused (only the node allow-lists):\n${describeResults(restricted)}`);
       const internet = await net.probe(vm1ns, [other]);
       assert.equal(internet.get(other)?.ok, true, `control: an internet VM reaches it:\n${describeResults(internet)}`);
       const none = await network.attach("vm-3", { egress: "none", allowedCIDRs: [] });

@@ -5,9 +5,12 @@
  *                                                        (lo also carries a second node address)
  *
  * `out` plays everything beyond the uplink: an internet host, the cluster's service and pod
- * addresses and the metadata service, each served by tcp-server.fixture.ts on port 8080. The node
- * also carries a kube-proxy-like DNAT (a service address rewritten to the internet host), which the
- * rules must judge by the address the VM asked for.
+ * addresses, the metadata service, a mirror on a private address that the node allow-lists, and one
+ * address in every non-public block, each served by tcp-server.fixture.ts. The node also carries a
+ * kube-proxy-like DNAT (a service address rewritten to the internet host), which the rules must judge
+ * by the address the VM asked for. The "internet" is public unicast (44.31.0.0/24, in AMPRNet):
+ * egress `internet` means exactly that, and every documentation or benchmarking address is refused
+ * like any other non-public one. All of it lives in namespaces the test makes; none reaches the host.
  */
 import type { TestNetwork } from "./netns.ts";
 
@@ -15,19 +18,28 @@ export const PLAN = {
   nodeUplink: "198.51.100.1",
   outUplink: "198.51.100.2",
   nodeLan: "192.168.77.5",
-  internet: "203.0.113.10",
+  internet: "44.31.0.10",
   /** A second internet host, outside a restricted VM's allowed block. */
-  otherInternet: "198.18.0.10",
-  dns: "203.0.113.53",
+  otherInternet: "44.31.1.10",
+  dns: "44.31.0.53",
   clusterService: "10.96.0.1",
   pod: "10.244.1.5",
+  /** A cluster whose pods have public addresses: refused only because the node config names the block. */
+  publicPod: "44.200.1.5",
   metadata: "169.254.169.254",
   /** DNATed by the node to the internet host, as kube-proxy does for a service. */
   dnatService: "10.96.0.10",
-  /** The same DNAT for an address outside every blocked range: proves the DNAT itself works. */
-  dnatPlain: "192.0.2.80",
+  /** The same DNAT for a public address: proves the DNAT itself works. */
+  dnatPlain: "44.31.0.80",
+  /** A registry mirror on a private address: the node allow-lists its one TCP port. */
+  mirror: "192.0.2.50",
+  mirrorPort: 5000,
+  /** One address in each non-public block that is not covered above. */
+  nonPublic: ["10.1.2.3", "100.64.0.9", "172.16.5.5", "192.0.0.9", "192.0.2.9", "192.88.99.9", "192.168.50.5", "198.18.7.7", "203.0.113.9"],
   port: 8080,
-  blockedCidrs: ["10.96.0.0/12", "10.244.0.0/16"],
+  blockedCidrs: ["44.200.0.0/16"],
+  /** The node's allow-list: one TCP port of the mirror. */
+  allowedCidrs: ["192.0.2.50:5000"],
 } as const;
 
 export interface Topology {
@@ -50,7 +62,7 @@ export async function buildTopology(net: TestNetwork): Promise<Topology> {
   // A way back to the VM subnet, so that without the rules the VMs really would reach everything
   // here (the integration test's controls depend on it); with them, NAT makes it unused.
   await net.exec(out, ["ip", "route", "add", "10.231.0.0/24", "via", PLAN.nodeUplink]);
-  for (const ip of [PLAN.internet, PLAN.otherInternet, PLAN.clusterService, PLAN.pod, PLAN.metadata]) await net.exec(out, ["ip", "address", "add", `${ip}/32`, "dev", "lo"]);
+  for (const ip of [PLAN.internet, PLAN.otherInternet, PLAN.clusterService, PLAN.pod, PLAN.publicPod, PLAN.metadata, PLAN.mirror, ...PLAN.nonPublic]) await net.exec(out, ["ip", "address", "add", `${ip}/32`, "dev", "lo"]);
   const dnat = [
     "table ip kubesim {",
     "\tchain prerouting {",
@@ -60,7 +72,7 @@ export async function buildTopology(net: TestNetwork): Promise<Topology> {
     "}",
   ].join("\n");
   await net.exec(node, ["sh", "-c", `printf '%s\\n' '${dnat}' | nft -f -`]);
-  await net.server(out, "out", [`0.0.0.0:${PLAN.port}`]);
+  await net.server(out, "out", [`0.0.0.0:${PLAN.port}`, `0.0.0.0:${PLAN.mirrorPort}`]);
   await net.server(node, "node", [`0.0.0.0:${PLAN.port}`]);
   return { net, node, out };
 }
@@ -73,6 +85,9 @@ export function forbiddenTargets(otherVmIp: string, gateway: string): Record<str
     "another node address": `${PLAN.nodeLan}:${PLAN.port}`,
     "a cluster service address": `${PLAN.clusterService}:${PLAN.port}`,
     "a pod address": `${PLAN.pod}:${PLAN.port}`,
+    "a public pod address the node config blocks": `${PLAN.publicPod}:${PLAN.port}`,
+    "the allow-listed mirror on a port not allowed": `${PLAN.mirror}:${PLAN.port}`,
+    ...Object.fromEntries(PLAN.nonPublic.map((ip) => [`non-public ${ip}`, `${ip}:${PLAN.port}`])),
     "the metadata service": `${PLAN.metadata}:${PLAN.port}`,
     "a service DNATed to an allowed host": `${PLAN.dnatService}:80`,
     "another VM": `${otherVmIp}:${PLAN.port}`,
