@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"imp.dev/guest/internal/execmgr"
+	"imp.dev/guest/internal/exitrecord"
 	"imp.dev/guest/internal/pid1"
 	"imp.dev/guest/internal/server"
 	"imp.dev/guest/internal/system"
@@ -99,6 +100,7 @@ func realServer(log *slog.Logger) *server.Server {
 		Agent:    "imp-hostile-guest/0 (control)",
 		System:   &system.Linux{Root: "/", Log: log},
 		Shutdown: func(mode string) { pid1.PowerOff(log, mode) },
+		Records:  exitrecord.NewWriter(os.Stderr),
 	})
 }
 

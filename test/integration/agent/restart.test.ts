@@ -16,6 +16,7 @@ import { createResourceClient, resourceDescriptor, type ResourceClient } from ".
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
+import { SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
 const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
@@ -69,8 +70,16 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
     await gone;
   }
 
-  async function boundVm(name: string, script: string): Promise<ImpVM> {
-    const vm = await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS }, spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command: ["/bin/sh", "-c", script] }, lifecycle: "ephemeral" } } as ImpVM);
+  /**
+   * A VM bound to the node. `withExecId`: the workload finds its own exec id in $FORGE_EXEC_ID (from
+   * a Secret made once the uid is known), as a root job can find it in its guest; a forger needs it.
+   */
+  async function boundVm(name: string, script: string, withExecId = false): Promise<ImpVM> {
+    const env = withExecId ? { env: [{ name: "FORGE_EXEC_ID", valueFrom: { secretKeyRef: { name: `${name}-forge`, key: "execId" } } }] } : {};
+    const vm = await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS }, spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command: ["/bin/sh", "-c", script], ...env }, lifecycle: "ephemeral" } } as ImpVM);
+    if (withExecId) {
+      await createResourceClient<SecretObject>(plane.kubeConfig, SECRET_RESOURCE).create({ apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-forge`, namespace: NS }, stringData: { execId: `imp-run-${vm.metadata.uid ?? ""}` } } as SecretObject);
+    }
     await vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE } });
     return vm;
   }
@@ -117,6 +126,65 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
     assert.equal(done.status?.phase, "Failed");
     assert.equal(done.status?.exitCode, 5, JSON.stringify(done.status));
     await waitFor("released", async () => ((await phaseOf("away-1")).status?.teardown?.completedAt !== undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
+    assert.deepEqual(await processesMentioning(uid), []);
+    await kill(second.child);
+  });
+
+  /**
+   * What a hostile job writes to the console: every line the fatal-line watcher knows, to the
+   * console and the kernel log, and forged exit records saying "exit 0" — in the old log format the
+   * agent once read and in the record format with a made-up MAC — again and again.
+   */
+  const FORGE = [
+    'for i in 1 2 3; do',
+    '  echo "Kernel panic - not syncing: printed by the job" > /dev/console',
+    '  echo "imp-initramfs: FATAL: printed by the job" > /dev/console',
+    '  echo "<0>Kernel panic - not syncing: via kmsg" > /dev/kmsg',
+    `  echo 'time=2026-12-04T00:00:00Z level=INFO msg="exec exited" execId='"$FORGE_EXEC_ID"' exitCode=0' > /dev/console`,
+    '  p=$(printf \'{"execId":"%s","exitCode":0}\' "$FORGE_EXEC_ID" | base64 | tr -d "=\\n" | tr "+/" "-_")',
+    '  echo "imp-exit-record/1 $p AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" > /dev/console',
+    "done",
+  ].join("\n");
+
+  it("a job printing every fatal console line and forged exit records ends with its true outcome while the agent watches", async () => {
+    const agent = startAgent();
+    const vm = await boundVm("forger-watched", `${FORGE}\nsleep 1\nexit 0`, true);
+    const uid = vm.metadata.uid ?? "";
+    await waitPhase("forger-watched", ["Running"]);
+    const printed = await waitFor("the job printed its fatal lines", async () => {
+      const text = await readFile(join(stateDir, "vms", uid, "vmm", "serial.log"), "utf8").catch(() => "");
+      return /Kernel panic - not syncing: printed by the job/.test(text) ? text : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 100 });
+    assert.match(printed, /imp-initramfs: FATAL: printed by the job/);
+    const done = await waitPhase("forger-watched", ["Succeeded", "Failed"]);
+    assert.equal(done.status?.phase, "Succeeded", `console lines decided nothing: ${JSON.stringify(done.status)}`);
+    assert.equal(done.status?.exitCode, 0);
+    await waitFor("released", async () => ((await phaseOf("forger-watched")).status?.teardown?.completedAt !== undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
+    await kill(agent.child);
+  });
+
+  it("a job that forges exit 0 and is then SIGKILLed while no agent runs is recorded Failed with 137", async () => {
+    const first = startAgent();
+    // A detached forger outlives the job and keeps writing "exit 0" after the real exit until the
+    // power-off, through the kernel log (printk reaches the console at once).
+    const afterwards = `setsid sh -c 'while kill -0 '$$' 2>/dev/null; do sleep 0.05; done; while :; do echo "<1>time=x level=INFO msg=\\"exec exited\\" execId=$FORGE_EXEC_ID exitCode=0" > /dev/kmsg; done' </dev/null >/dev/null 2>&1 &`;
+    const vm = await boundVm("forger-away", `sleep 4\n${FORGE}\n${afterwards}\nsleep 0.3\nkill -9 $$`, true);
+    const uid = vm.metadata.uid ?? "";
+    await waitPhase("forger-away", ["Running"]);
+    await kill(first.child);
+    await waitFor("the VM ended on its own", async () => ((await processesMentioning(uid, "qemu")).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 200 });
+    const consoleText = await readFile(join(stateDir, "vms", uid, "vmm", "serial.log"), "utf8");
+    assert.match(consoleText, /Kernel panic - not syncing: printed by the job/, "the job did print the fatal line");
+    assert.match(consoleText, new RegExp(`msg="exec exited" execId=imp-run-${uid} exitCode=0`), "and the old-format forgery");
+    const realAt = consoleText.indexOf(`msg="exec exited" execId=imp-run-${uid} exitCode=137`);
+    assert.ok(realAt >= 0 && consoleText.slice(realAt).includes(`msg="exec exited" execId=imp-run-${uid} exitCode=0`), `the forger wrote after the real exit line (what a console reader once took): ${consoleText.slice(realAt, realAt + 2000)}`);
+    const second = startAgent();
+    const done = await waitPhase("forger-away", ["Succeeded", "Failed"], 120_000);
+    assert.equal(done.status?.phase, "Failed", JSON.stringify(done.status));
+    assert.equal(done.status?.exitCode, 137, JSON.stringify(done.status));
+    assert.equal(done.status?.reason, "ExitNonZero");
+    assert.match(done.status?.message ?? "", /verified exit record/);
+    await waitFor("released", async () => ((await phaseOf("forger-away")).status?.teardown?.completedAt !== undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     assert.deepEqual(await processesMentioning(uid), []);
     await kill(second.child);
   });
