@@ -5,7 +5,7 @@ import { RunnerJitConfig } from "./jit-config.ts";
 import { DEFAULT_TOKEN_REFRESH_MARGIN_MS } from "./installation-token-cache.ts";
 import { createOctokit, type GitHubCredentials, type ImpOctokitInstance } from "./octokit.ts";
 import { DEFAULT_RATE_LIMIT_POLICY, type RateLimitPolicy } from "./rate-limit-decision.ts";
-import { asObject, parsePage, parseRunner, parseRunnerGroup, type GitHubRunner, type GitHubRunnerGroup } from "./response-shapes.ts";
+import { asObject, parsePage, parseRunner, parseRunnerGroup, parseWorkflowJob, type GitHubRunner, type GitHubRunnerGroup, type GitHubWorkflowJob } from "./response-shapes.ts";
 import { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
 
 /**
@@ -163,6 +163,43 @@ export class GitHubClient {
       // GitHub's 422 here is "Bad request - Runner \"x\" is still running a job".
       if (status === 422 && /busy|running a job|still running/i.test(gitHubMessageOf(err) ?? "")) return "busy";
       throw classifyGitHubError(err, call);
+    }
+  }
+
+  /**
+   * The jobs of a repository that wait for a runner: its workflow runs with status `queued`, then
+   * their jobs with status `queued` (a queued run may hold jobs that run already). Bounded: at most
+   * `maxRuns` runs are looked at, newest first (GitHub lists runs newest first).
+   */
+  async listQueuedJobs(repo: { readonly owner: string; readonly repo: string }, options: { readonly maxRuns?: number } = {}): Promise<GitHubWorkflowJob[]> {
+    const scope: GitHubScope = { kind: "repo", owner: repo.owner, repo: repo.repo };
+    const call = { action: "list queued workflow jobs of", object: describeScope(scope), context: { scope: describeScope(scope) } };
+    const { data } = await this.#call(call, `GET ${actionsPrefix(scope)}/runs`, { status: "queued", per_page: Math.min(PAGE_SIZE, options.maxRuns ?? 20), page: 1 });
+    const runs = asObject(data, "workflow runs")["workflow_runs"];
+    if (!Array.isArray(runs)) throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot ${call.action} ${call.object}: GitHub's response has no array "workflow_runs"`, { context: call.context });
+    const jobs: GitHubWorkflowJob[] = [];
+    for (const run of runs) {
+      const runId = asObject(run, "workflow run")["id"];
+      if (typeof runId !== "number") continue;
+      const items = await this.#paginate(call, `GET ${actionsPrefix(scope)}/runs/${runId}/jobs`, "jobs", { filter: "latest" });
+      for (const item of items) {
+        const job = parseWorkflowJob(item);
+        if (job.status === "queued") jobs.push(job);
+      }
+    }
+    return jobs;
+  }
+
+  /** One workflow job, or undefined when GitHub has none with this id in the repository. */
+  async getWorkflowJob(repo: { readonly owner: string; readonly repo: string }, jobId: number): Promise<GitHubWorkflowJob | undefined> {
+    const scope: GitHubScope = { kind: "repo", owner: repo.owner, repo: repo.repo };
+    const call = { action: "read", object: `workflow job ${jobId} of ${describeScope(scope)}`, context: { scope: describeScope(scope), jobId } };
+    try {
+      const { data } = await this.#call(call, `GET ${actionsPrefix(scope)}/jobs/${jobId}`, {});
+      return parseWorkflowJob(data);
+    } catch (err) {
+      if (err instanceof ImpError && err.code === GitHubErrorCode.NotFound) return undefined;
+      throw err;
     }
   }
 

@@ -12,7 +12,7 @@ export {
   type RunnerGroupScope,
 } from "./client.ts";
 export type { AppCredentials, TokenCredentials, GitHubCredentials } from "./octokit.ts";
-export type { GitHubRunner, GitHubRunnerGroup } from "./response-shapes.ts";
+export type { GitHubRunner, GitHubRunnerGroup, GitHubWorkflowJob } from "./response-shapes.ts";
 export { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
 export { RunnerJitConfig } from "./jit-config.ts";
 export { GitHubErrorCode, classifyGitHubError } from "./errors.ts";

@@ -62,6 +62,33 @@ export function parseRunner(value: unknown, what = "runner"): GitHubRunner {
   };
 }
 
+/** A workflow job as Imp reads it: enough to know whether it still waits for a runner, and for which labels. */
+export interface GitHubWorkflowJob {
+  readonly id: number;
+  readonly runId: number;
+  /** queued, in_progress, completed, waiting, requested, pending; a string so a new value parses. */
+  readonly status: string;
+  readonly labels: readonly string[];
+  readonly runnerName: string | null;
+  /** created_at in ms since the epoch, when GitHub gives one. */
+  readonly createdAt: number | undefined;
+}
+
+export function parseWorkflowJob(value: unknown, what = "workflow job"): GitHubWorkflowJob {
+  const obj = asObject(value, what);
+  const labels = obj["labels"];
+  if (!Array.isArray(labels) || labels.some((l) => typeof l !== "string")) unexpected(what, 'has no array of strings "labels"');
+  const created = typeof obj["created_at"] === "string" ? Date.parse(obj["created_at"]) : Number.NaN;
+  return {
+    id: field<number>(obj, "id", "number", what),
+    runId: field<number>(obj, "run_id", "number", what),
+    status: field<string>(obj, "status", "string", what),
+    labels: labels as string[],
+    runnerName: typeof obj["runner_name"] === "string" && obj["runner_name"] !== "" ? obj["runner_name"] : null,
+    createdAt: Number.isNaN(created) ? undefined : created,
+  };
+}
+
 export function parseRunnerGroup(value: unknown): GitHubRunnerGroup {
   const obj = asObject(value, "runner group");
   return {

@@ -29,7 +29,7 @@ import { NodeLossController } from "./nodes/index.ts";
 import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
 import { FaultPoints, systemClock, type Clock, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
-import { GitHubClients, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
+import { PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
 
@@ -122,7 +122,7 @@ export class Operator {
     this.poolCache = new Informer({ client: pools, ...ns, resyncPeriodMs: 10 * 60_000, clock, logger: logger.child({ cache: "impvmrunnerpools" }) });
     this.nodeCache = new Informer({ client: nodes, clock, logger: logger.child({ cache: "impnodes" }) });
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: options.identity ?? hostname(), clock, logger });
-    const github = new GitHubClients({
+    const forges = new PoolForges({
       secrets,
       ...(options.githubUrl === undefined ? {} : { baseUrlOverride: options.githubUrl }),
       ...(options.githubClientOptions === undefined ? {} : { clientOptions: options.githubClientOptions }),
@@ -134,7 +134,7 @@ export class Operator {
       vms,
       poolCache: this.poolCache,
       vmCache: this.vmCache,
-      github,
+      forges,
       recorder,
       registry: this.registry,
       logger,
@@ -149,7 +149,7 @@ export class Operator {
       vmCache: this.vmCache,
       poolCache: this.poolCache,
       nodeCache: this.nodeCache,
-      github,
+      forges,
       recorder,
       registry: this.registry,
       logger,

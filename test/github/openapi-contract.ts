@@ -28,6 +28,12 @@ export const OPERATIONS: ReadonlyArray<{ readonly method: string; readonly path:
     { method: "delete", path: `${prefix}/actions/runners/{runner_id}`, from: "api.github.com" as const },
   ]),
   { method: "get", path: "/orgs/{org}/actions/runner-groups", from: "api.github.com" },
+  // Demand that does not depend on webhook delivery: queued runs and their jobs, and one job's state.
+  { method: "get", path: "/repos/{owner}/{repo}/actions/runs", from: "api.github.com" },
+  { method: "get", path: "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs", from: "api.github.com" },
+  { method: "get", path: "/repos/{owner}/{repo}/actions/jobs/{job_id}", from: "api.github.com" },
+  // The runner scale-set auth chain starts with a registration token.
+  ...(["/repos/{owner}/{repo}", "/orgs/{org}"] as const).map((prefix) => ({ method: "post", path: `${prefix}/actions/runners/registration-token`, from: "api.github.com" as const })),
   { method: "post", path: "/enterprises/{enterprise}/actions/runners/generate-jitconfig", from: "ghec" },
   { method: "get", path: "/enterprises/{enterprise}/actions/runners", from: "ghec" },
   { method: "get", path: "/enterprises/{enterprise}/actions/runners/{runner_id}", from: "ghec" },
@@ -56,6 +62,8 @@ export interface Operation {
   readonly parameters: readonly Parameter[];
   readonly requestBody: { readonly required: boolean; readonly validate: ValidateFunction } | undefined;
   readonly responses: ReadonlyMap<number, ValidateFunction | "no-content">;
+  /** The documented (dereferenced) JSON schema of each response with a body, to sample one from. */
+  readonly responseSchemas: ReadonlyMap<number, object>;
 }
 
 export interface Violation {
@@ -129,9 +137,11 @@ export class OpenApiContract {
       const raw = description(from).paths[path]?.[method];
       if (raw === undefined) throw new Error(`${method.toUpperCase()} ${path} is not in the ${from} OpenAPI description`);
       const responses = new Map<number, ValidateFunction | "no-content">();
+      const responseSchemas = new Map<number, object>();
       for (const [status, response] of Object.entries(raw.responses)) {
         const schema = response.content?.["application/json"]?.schema;
         responses.set(Number(status), schema === undefined ? "no-content" : ajv.compile(schema));
+        if (schema !== undefined) responseSchemas.set(Number(status), schema);
         if (schema !== undefined && (schema as { title?: string }).title === "Basic Error") basicErrorSchema ??= schema;
       }
       const bodySchema = raw.requestBody?.content?.["application/json"]?.schema;
@@ -146,6 +156,7 @@ export class OpenApiContract {
         parameters: raw.parameters ?? [],
         requestBody: bodySchema === undefined ? undefined : { required: raw.requestBody?.required ?? false, validate: ajv.compile(bodySchema) },
         responses,
+        responseSchemas,
       };
     });
     if (basicErrorSchema === undefined) throw new Error("no Basic Error schema found in the described operations");

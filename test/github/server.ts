@@ -439,6 +439,15 @@ export class GitHubTestServer {
         this.runners.delete(runner.id);
         return { status: 204 };
       }
+      case "GET /actions/runs":
+        return this.#listQueuedRuns(operation, params, query);
+      case "GET /actions/runs/{run_id}/jobs":
+        return this.#listRunJobs(operation, params, query);
+      case "GET /actions/jobs/{job_id}": {
+        const job = this.jobs.get(Number(params["job_id"]));
+        if (job === undefined || job.repo.owner !== params["owner"] || job.repo.repo !== params["repo"]) return notFound();
+        return { status: 200, body: this.#jobJson(operation, job) };
+      }
       case "GET /actions/runner-groups": {
         const groups = this.#groupsOf(scopeKey);
         const { page, perPage } = paging(query);
@@ -548,6 +557,52 @@ export class GitHubTestServer {
       { Scheme: "ImpTestOneTimeSecret", Data: { secret: runner.secret } },
     );
     return { runner, encoded };
+  }
+
+  /** GitHub's workflow runs of a repository, only `status=queued` (the one filter Imp uses): runs with a queued job. */
+  #listQueuedRuns(operation: Operation, params: Record<string, string>, query: URLSearchParams): Reply {
+    const status = query.get("status");
+    const jobs = [...this.jobs.values()].filter((j) => j.repo.owner === params["owner"] && j.repo.repo === params["repo"] && (status === null || j.status === status));
+    const runIds = [...new Set(jobs.map((j) => j.runId))].sort((a, b) => b - a);
+    const { page, perPage } = paging(query);
+    const schema = operation.responseSchemas.get(200) as { properties: { workflow_runs: { items: object } } };
+    const runs = runIds.slice((page - 1) * perPage, page * perPage).map((runId) => {
+      const first = jobs.find((j) => j.runId === runId);
+      return { ...(sampleFromSchema(schema.properties.workflow_runs.items, "run") as object), id: runId, run_attempt: 1, status: status ?? first?.status ?? "queued", name: "CI", created_at: isoSeconds(first?.queuedAt ?? Date.now()) };
+    });
+    return { status: 200, body: { total_count: runIds.length, workflow_runs: runs } };
+  }
+
+  #listRunJobs(operation: Operation, params: Record<string, string>, query: URLSearchParams): Reply {
+    const runId = Number(params["run_id"]);
+    const jobs = [...this.jobs.values()].filter((j) => j.runId === runId && j.repo.owner === params["owner"] && j.repo.repo === params["repo"]);
+    const { page, perPage } = paging(query);
+    const schema = operation.responseSchemas.get(200) as { properties: { jobs: { items: object } } };
+    return { status: 200, body: { total_count: jobs.length, jobs: jobs.slice((page - 1) * perPage, page * perPage).map((j) => this.#jobJson(operation, j, schema.properties.jobs.items)) } };
+  }
+
+  /** A job as the REST API shows it: the fields Imp reads, the rest sampled from the documented schema. */
+  #jobJson(operation: Operation, job: TestJob, schema: object = operation.responseSchemas.get(200) ?? {}): Record<string, unknown> {
+    return {
+      ...(sampleFromSchema(schema, "job") as object),
+      id: job.id,
+      run_id: job.runId,
+      run_attempt: 1,
+      name: job.name,
+      status: job.status,
+      conclusion: job.status === "completed" ? (job.conclusion ?? null) : null,
+      labels: job.labels,
+      runner_id: job.runnerId ?? null,
+      runner_name: job.runnerName ?? null,
+      runner_group_id: job.runnerId === undefined ? null : 1,
+      runner_group_name: job.runnerId === undefined ? null : "Default",
+      created_at: isoSeconds(job.queuedAt),
+      started_at: isoSeconds(job.startedAt ?? job.queuedAt),
+      completed_at: job.completedAt === undefined ? null : isoSeconds(job.completedAt),
+      workflow_name: "CI",
+      head_branch: "main",
+      steps: [],
+    };
   }
 
   #listRunners(scopeKey: string, query: URLSearchParams): Reply {
@@ -822,6 +877,11 @@ export class GitHubTestServer {
     }
     this.webhooks.deliver("workflow_job", payload);
   }
+}
+
+/** GitHub's timestamps have whole seconds. */
+function isoSeconds(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
 }
 
 function runnerJson(runner: TestRunner): Record<string, unknown> {

@@ -5,7 +5,7 @@ import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } fro
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FakeClock, silentLogger, waitFor } from "../../shared/index.ts";
-import { GitHubClients } from "../setup/github-clients.ts";
+import { PoolForges } from "../setup/pool-forges.ts";
 import { PoolController } from "./pool-controller.ts";
 import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
 
@@ -45,7 +45,7 @@ describe("PoolController", () => {
       vms,
       poolCache,
       vmCache, // not started: it never sees the VMs the controller creates
-      github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      forges: new PoolForges({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
       recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
       registry,
       logger: silentLogger,
@@ -98,7 +98,7 @@ describe("PoolController", () => {
       vms,
       poolCache,
       vmCache: new Informer({ client: vms }),
-      github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      forges: new PoolForges({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
       recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
       registry: new Registry(),
       logger: silentLogger,
@@ -183,7 +183,7 @@ describe("PoolController", () => {
         vms,
         poolCache,
         vmCache,
-        github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+        forges: new PoolForges({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
         recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
         registry,
         logger: silentLogger,

@@ -35,7 +35,7 @@ import {
   type ResourceClient,
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
-import type { GitHubClients } from "../setup/github-clients.ts";
+import type { PoolForges } from "../setup/pool-forges.ts";
 import { setCondition } from "./conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
 import { decidePool, DEFAULT_FAILURE_BUDGET, failureBudgetStatus, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
@@ -53,7 +53,7 @@ export interface PoolControllerOptions {
   readonly poolCache: Informer<ImpVMRunnerPool>;
   /** Must carry the index "imp-operator/vm-by-pool" (the imp.dev/pool label); `addOperatorIndexes` adds it. */
   readonly vmCache: Informer<ImpVM>;
-  readonly github: GitHubClients;
+  readonly forges: PoolForges;
   readonly recorder: EventRecorder;
   readonly registry: Registry;
   readonly logger: Logger;
@@ -221,15 +221,15 @@ export class PoolController {
     if (last !== undefined && startedAt - last.at < this.#listIntervalMs) return;
     const ours = vmNamePattern(pool.metadata.name ?? "");
     try {
-      const gh = await this.#o.github.forPool(pool, ctx.signal);
-      const runners = (await gh.client.listRunners(gh.scope)).filter((r) => ours.test(r.name));
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      const runners = (await forge.listRunners(`${pool.metadata.name ?? ""}-`, ctx.signal)).filter((r) => ours.test(r.name));
       this.activity.runnersListed(runners, startedAt);
       const known = new Set([...vms.map((vm) => vm.metadata.name ?? ""), ...creating]);
       this.activity.forgetRunnersExcept(known, `${pool.metadata.name ?? ""}-`);
       // A registration named like our VMs with no VM: left by a crash before its VM was recorded,
       // or by a VM deleted behind our back. It can take no job of ours; remove it.
       for (const orphan of runners.filter((r) => !known.has(r.name) && !r.busy)) {
-        const result = await gh.client.deleteRunner(gh.scope, orphan.id);
+        const result = await forge.removeRunner(orphan.name, orphan.id, ctx.signal);
         ctx.logger.info({ runner: orphan.name, id: orphan.id, result }, "removed a runner registration without a VM");
       }
       this.#github.set(ctx.key, { at: startedAt, ok: true, message: `Listed ${runners.length} runners of this pool on GitHub` });
@@ -252,8 +252,8 @@ export class PoolController {
       const runnerId = vm.status?.runner?.id;
       if (runnerId !== undefined) {
         // Deregister first: a runner gone from GitHub can no longer be handed a job while its VM stops.
-        const gh = await this.#o.github.forPool(pool, ctx.signal);
-        if ((await gh.client.deleteRunner(gh.scope, runnerId)) === "busy") {
+        const forge = await this.#o.forges.forPool(pool, ctx.signal);
+        if ((await forge.removeRunner(name, runnerId, ctx.signal)) === "busy") {
           this.activity.runnerBusy(name, true);
           continue;
         }

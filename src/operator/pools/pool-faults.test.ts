@@ -9,7 +9,7 @@ import { Registry } from "prom-client";
 import { API_VERSION, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FaultPoints, parseFaultPlan, silentLogger, waitFor } from "../../shared/index.ts";
-import { GitHubClients } from "../setup/github-clients.ts";
+import { PoolForges } from "../setup/pool-forges.ts";
 import { PoolController } from "./pool-controller.ts";
 import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
 
@@ -53,7 +53,7 @@ describe("PoolController at fault point pool.before-replace", () => {
       vms,
       poolCache,
       vmCache,
-      github: new GitHubClients({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      forges: new PoolForges({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
       recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
       registry,
       logger: silentLogger,

@@ -1,3 +1,2 @@
 export { SetupController, VM_NODE_INDEX, VM_POOL_INDEX, type SetupControllerOptions } from "./setup-controller.ts";
-export { GitHubClients, TOKEN_SECRET_KEY, type GitHubClientsOptions, type PoolGitHub } from "./github-clients.ts";
-export { mintRunner, removeRegistrations, runnerIdsNamed, isNameTaken } from "./runner-registration.ts";
+export { PoolForges, TOKEN_SECRET_KEY, type PoolForgesOptions, type PoolGitHub } from "./pool-forges.ts";

@@ -4,7 +4,7 @@ import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../..
 import { FakeResourceClient } from "../../kube/index.ts";
 import { ImpError, silentLogger } from "../../shared/index.ts";
 import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../pools/resources.ts";
-import { GitHubClients, TOKEN_SECRET_KEY } from "./github-clients.ts";
+import { PoolForges, TOKEN_SECRET_KEY } from "./pool-forges.ts";
 
 const b64 = (s: string): string => Buffer.from(s).toString("base64");
 
@@ -31,18 +31,18 @@ function pool(scope: "repo" | "enterprise"): ImpVMRunnerPool {
   };
 }
 
-async function clientsWith(data: Record<string, string>): Promise<GitHubClients> {
+async function clientsWith(data: Record<string, string>): Promise<PoolForges> {
   const secrets = new FakeResourceClient<SecretObject>(SECRETS);
   await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "creds", namespace: "ns" }, data });
-  return new GitHubClients({ secrets, logger: silentLogger });
+  return new PoolForges({ secrets, logger: silentLogger });
 }
 
 const APP_KEYS = { [GITHUB_APP_SECRET_KEYS.appId]: b64("1"), [GITHUB_APP_SECRET_KEYS.installationId]: b64("2"), [GITHUB_APP_SECRET_KEYS.privateKey]: b64("not a key") };
 
-describe("GitHubClients credentials", () => {
+describe("PoolForges credentials", () => {
   it("an enterprise pool whose Secret has only App keys is refused with what to put there", async () => {
     const clients = await clientsWith(APP_KEYS);
-    await assert.rejects(clients.forPool(pool("enterprise")), (err: unknown) => {
+    await assert.rejects(clients.gitHubFor(pool("enterprise")), (err: unknown) => {
       assert.ok(err instanceof ImpError);
       assert.equal(err.code, "CredentialsSecretInvalid");
       assert.equal(err.errorClass, "terminal");
@@ -56,14 +56,14 @@ describe("GitHubClients credentials", () => {
     for (const scope of ["enterprise", "repo"] as const) {
       const clients = await clientsWith({ ...APP_KEYS, [TOKEN_SECRET_KEY]: b64("ghp_example\n") });
       // With the App keys above ("not a key"), building an App client would fail; a token client does not.
-      const gh = await clients.forPool(pool(scope));
+      const gh = await clients.gitHubFor(pool(scope));
       assert.equal(gh.scope.kind, scope);
     }
   });
 
   it("an empty token counts as no token", async () => {
     const clients = await clientsWith({ [TOKEN_SECRET_KEY]: "" });
-    await assert.rejects(clients.forPool(pool("enterprise")), /no key token/);
-    await assert.rejects(clients.forPool(pool("repo")), /no key appId/);
+    await assert.rejects(clients.gitHubFor(pool("enterprise")), /no key token/);
+    await assert.rejects(clients.gitHubFor(pool("repo")), /no key appId/);
   });
 });

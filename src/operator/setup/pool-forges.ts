@@ -1,5 +1,6 @@
 /**
- * One GitHub client per pool credentials Secret, kept while the Secret is unchanged: the client
+ * The forge of each runner pool (`PoolForge`, src/forge), built from the pool's spec and its
+ * credentials Secret. One GitHub client per credentials Secret, kept while the Secret is unchanged: the client
  * holds the installation token cache (src/github refreshes the token before it expires), so
  * reconciles do not mint a token each. The App's private key is read from the Secret into the
  * client's memory only; it never leaves the operator.
@@ -8,6 +9,7 @@
  * Secret holds a token (key `token`, scope `manage_runners:enterprise`) instead of App keys. A
  * Secret with a `token` key is used as a token for any scope; without one, as App credentials.
  */
+import { GitHubJitForge, type PoolForge } from "../../forge/index.ts";
 import { DEFAULT_RUNNER_GROUP_ID, GitHubClient, type GitHubClientOptions, type GitHubScope } from "../../github/index.ts";
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { isNotFound, type ResourceClient } from "../../kube/index.ts";
@@ -18,7 +20,7 @@ import type { SecretObject } from "../pools/resources.ts";
 /** Key of a credentials Secret that holds a token instead of App credentials (enterprise scope). */
 export const TOKEN_SECRET_KEY = "token";
 
-export interface GitHubClientsOptions {
+export interface PoolForgesOptions {
   readonly secrets: Pick<ResourceClient<SecretObject>, "get">;
   /** Replaces every pool's spec.github.apiURL (a GitHub Enterprise Server, or a test server). */
   readonly baseUrlOverride?: string;
@@ -45,17 +47,24 @@ interface Entry {
   readAt: number;
 }
 
-export class GitHubClients {
-  readonly #o: GitHubClientsOptions;
+export class PoolForges {
+  readonly #o: PoolForgesOptions;
   readonly #clock: Clock;
   readonly #entries = new Map<string, Entry>();
 
-  constructor(options: GitHubClientsOptions) {
+  constructor(options: PoolForgesOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
   }
 
-  async forPool(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolGitHub> {
+  /** The pool's forge: GitHub just-in-time runners. */
+  async forPool(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolForge> {
+    const gh = await this.gitHubFor(pool, signal);
+    return new GitHubJitForge({ client: gh.client, scope: gh.scope, runnerGroupId: (s) => gh.runnerGroupId(s), labels: pool.spec.github.labels });
+  }
+
+  /** The GitHub client of the pool's credentials and its scope. */
+  async gitHubFor(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolGitHub> {
     const scope = scopeOfPool(pool);
     const entry = await this.#entry(pool, signal);
     const groupName = pool.spec.github.runnerGroup;

@@ -2,17 +2,17 @@
  * Runner setup and registration removal for the ImpVMs of pools (one key per VM):
  *
  *  - a VM bound to a node (status.nodeName, phase Scheduled/Preparing/Booting) without a setup gets
- *    one: register the runner on GitHub (name = VM name), seal the encoded jitconfig to the bound
- *    node's published key with the VM uid as associated data, store the envelope in the Secret
+ *    one: register the runner on its pool's forge (name = VM name), seal the one-time setup to the
+ *    bound node's published key with the VM uid as associated data, store the envelope in the Secret
  *    `<vm>-setup` owned by the VM, then record status.runner and status.setup (Minted);
- *  - a VM that is terminal or being deleted has its GitHub registration removed (404 counts as
- *    done, 422 busy means wait) before the registration finalizer comes off.
+ *  - a VM that is terminal or being deleted has its registration removed (gone counts as done,
+ *    busy means wait) before the registration finalizer comes off.
  *
  * Idempotency: the Secret is the record that a VM is registered; it is created right after the
  * mint, and a reconcile that finds it never mints again. If the operator dies between mint and
- * Secret, the next reconcile finds no Secret, GitHub refuses the name (409), the stale runner of
- * that name is deleted and the mint repeated once: one registered runner per VM name, always.
- * The plaintext exists only in memory between the GitHub response and the seal.
+ * Secret, the next reconcile finds no Secret, the forge refuses the name, the stale runner of that
+ * name is removed and the mint repeated once (`PoolForge.mint`): one registered runner per VM name,
+ * always. The plaintext exists only in memory between the forge's response and the seal.
  */
 import type { Registry } from "prom-client";
 import {
@@ -45,8 +45,7 @@ import {
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
 import type { SecretObject } from "../pools/resources.ts";
-import type { GitHubClients } from "./github-clients.ts";
-import { mintRunner, removeRegistrations, runnerIdsNamed } from "./runner-registration.ts";
+import type { PoolForges } from "./pool-forges.ts";
 
 /** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
 export const VM_NODE_INDEX = "imp-operator/setup-vm-by-node";
@@ -63,7 +62,7 @@ export interface SetupControllerOptions {
   readonly vmCache: Informer<ImpVM>;
   readonly poolCache: Informer<ImpVMRunnerPool>;
   readonly nodeCache: Informer<ImpNode>;
-  readonly github: GitHubClients;
+  readonly forges: PoolForges;
   readonly recorder: EventRecorder;
   readonly registry: Registry;
   readonly logger: Logger;
@@ -145,8 +144,8 @@ export class SetupController {
       if (!(existing.metadata?.ownerReferences ?? []).some((o) => o.uid === uid)) {
         throw terminalError("SetupSecretNotOwned", `Cannot set up runner ${name}: Secret ${namespace}/${secretName} exists and is not owned by this ImpVM`);
       }
-      const gh = await this.#o.github.forPool(pool, ctx.signal);
-      const ids = vm.status?.runner === undefined ? await runnerIdsNamed(gh, name) : [vm.status.runner.id];
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      const ids = vm.status?.runner === undefined ? (await forge.listRunners(name, ctx.signal)).filter((r) => r.name === name).map((r) => r.id) : [vm.status.runner.id];
       // The Secret was created right after the mint: its creation time is the best record of it.
       await this.#recordMinted(ctx, vm, secretName, ids[0], Date.parse(existing.metadata?.creationTimestamp ?? ""));
       return done;
@@ -157,13 +156,13 @@ export class SetupController {
       ctx.logger.debug({ node: nodeName }, "waiting for the node to publish its setup key");
       return requeueAfter(NODE_KEY_WAIT_MS);
     }
-    const gh = await this.#o.github.forPool(pool, ctx.signal);
-    const runner = await mintRunner(gh, { name, labels: pool.spec.github.labels });
+    const forge = await this.#o.forges.forPool(pool, ctx.signal);
+    const runner = await forge.mint(name, ctx.signal);
     const mintedAt = this.#clock.now();
     // Outside the try below: a fault here stands in for a crash right after the mint, and nothing cleans up after it.
     await this.#faults.hit("setup.after-mint", ctx.signal);
     try {
-      const sealed = await sealSetup(new TextEncoder().encode(runner.encodedJitConfig.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
+      const sealed = await sealSetup(new TextEncoder().encode(runner.setup.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
       await this.#o.secrets.create(
         {
           apiVersion: "v1",
@@ -183,13 +182,15 @@ export class SetupController {
     } catch (err) {
       // The runner is registered but nothing records it: take it back now if we can. If this fails
       // too, the next attempt finds the name taken and removes it then.
-      if (!isAlreadyExists(err)) await gh.client.deleteRunner(gh.scope, runner.runnerId).catch(() => undefined);
+      if (!isAlreadyExists(err)) {
+        await forge.removeRunner(name, runner.runnerId).catch((undo: unknown) => ctx.logger.warn({ runner: name, err: describeError(undo) }, "cannot take back the registration of a setup that was not stored; the next mint removes it"));
+      }
       throw err;
     }
     // The Secret exists, the status does not say so yet (nor can an agent proceed): a retry must find the Secret and never mint again.
     await this.#faults.hit("setup.after-store", ctx.signal);
     await this.#recordMinted(ctx, vm, secretName, runner.runnerId, mintedAt);
-    await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered GitHub runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
+    await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered ${forge.kind === "gitea" ? "Gitea" : "GitHub"} runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
     return done;
   }
 
@@ -218,10 +219,10 @@ export class SetupController {
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its GitHub registration (if any) cannot be looked up and is left to GitHub's cleanup of offline runners`, signal: ctx.signal });
     } else {
-      const gh = await this.#o.github.forPool(pool, ctx.signal);
-      const result = await removeRegistrations(gh, name, vm.status?.runner?.id);
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      const result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
       if (result === "busy") {
-        ctx.logger.info({ runner: name }, "runner still busy on GitHub; waiting before removing its registration");
+        ctx.logger.info({ runner: name }, "runner still busy on its forge; waiting before removing its registration");
         return requeueAfter(BUSY_RECHECK_MS);
       }
     }
