@@ -55,6 +55,8 @@ export interface OperatorOptions {
   readonly githubClientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
+  /** How often webhook pools list the jobs waiting on their forge (PoolController's default otherwise). */
+  readonly demandListIntervalMs?: number;
   /** Concurrent setup reconciles (mint, deregister); each may wait on GitHub's write pacing. */
   readonly setupWorkers?: number;
   /** Run the scheduler (default true). Off when something else binds VMs (tests that play scheduler). */
@@ -141,6 +143,7 @@ export class Operator {
       clock,
       ...(options.failureBudget === undefined ? {} : { failureBudget: options.failureBudget }),
       ...(options.runnerListIntervalMs === undefined ? {} : { runnerListIntervalMs: options.runnerListIntervalMs }),
+      ...(options.demandListIntervalMs === undefined ? {} : { demandListIntervalMs: options.demandListIntervalMs }),
       faults,
     });
     this.setup = new SetupController({

@@ -4,13 +4,16 @@ import { createHmac, randomUUID } from "node:crypto";
  * Sends webhooks the way GitHub does: POST JSON with X-GitHub-Event, X-GitHub-Delivery (a GUID
  * that a redelivery reuses), X-GitHub-Hook-ID and X-Hub-Signature-256 (HMAC-SHA256 of the raw
  * body, hex, "sha256=" prefix). Faults: drop the next N deliveries, or send the next N twice
- * with the same delivery id.
+ * with the same delivery id; and `replay`, which sends a body delivered before again, validly
+ * signed, under a new delivery id (the delivery id is not signed): what whoever kept old bodies can do.
  */
 export interface SentWebhook {
   readonly deliveryId: string;
   readonly event: string;
   readonly action: string;
   readonly status: number | "dropped" | "failed";
+  /** The payload as delivered (for `replay`). */
+  readonly payload: Record<string, unknown>;
 }
 
 export class WebhookSender {
@@ -27,7 +30,7 @@ export class WebhookSender {
     const action = typeof payload["action"] === "string" ? payload["action"] : "";
     if (this.dropNext > 0) {
       this.dropNext--;
-      this.sent.push({ deliveryId, event, action, status: "dropped" });
+      this.sent.push({ deliveryId, event, action, status: "dropped", payload });
       return;
     }
     const times = this.duplicateNext > 0 ? 2 : 1;
@@ -51,9 +54,9 @@ export class WebhookSender {
             signal: AbortSignal.timeout(10_000),
           });
           await response.arrayBuffer();
-          this.sent.push({ deliveryId, event, action, status: response.status });
+          this.sent.push({ deliveryId, event, action, status: response.status, payload });
         } catch {
-          this.sent.push({ deliveryId, event, action, status: "failed" });
+          this.sent.push({ deliveryId, event, action, status: "failed", payload });
         }
       }
     };
@@ -62,6 +65,14 @@ export class WebhookSender {
     const p = previous.then(send);
     this.#pending.add(p);
     void p.finally(() => this.#pending.delete(p));
+  }
+
+  /** Sends `delivery`'s body again, signed, under a new delivery id; resolves once it was answered. */
+  async replay(delivery: SentWebhook): Promise<SentWebhook | undefined> {
+    const before = this.sent.length;
+    this.deliver(delivery.event, delivery.payload);
+    await this.settled();
+    return this.sent.slice(before).at(-1);
   }
 
   /** Resolves when every delivery started so far has been answered (or failed). */

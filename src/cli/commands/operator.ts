@@ -14,6 +14,7 @@ interface OperatorFlags {
   webhookSecretFile: string[];
   healthPort: string;
   githubUrl?: string;
+  demandListInterval: string;
   leaderElection: boolean;
   logLevel: string;
 }
@@ -21,6 +22,12 @@ interface OperatorFlags {
 const port = (value: string, flag: string): number => {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: not a port number`);
+  return n;
+};
+
+const seconds = (value: string, flag: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 86_400) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: need whole seconds, 1 to 86400`);
   return n;
 };
 
@@ -37,6 +44,7 @@ export function registerOperator(program: Command): void {
     .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret, trusted for every pool; give twice while rotating (pools may name their own: spec.webhook.secretRef)", (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
     .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
+    .option("--demand-list-interval <seconds>", "how often a webhook pool lists the jobs waiting on its forge: the most a lost webhook delays a job", "30")
     .option("--no-leader-election", "run without a Lease (a single replica only)")
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: OperatorFlags) => {
@@ -56,6 +64,7 @@ export function registerOperator(program: Command): void {
         healthPort: port(opts.healthPort, "--health-port"),
         ...(opts.webhookPort === undefined ? {} : { webhookPort: port(opts.webhookPort, "--webhook-port"), webhookSecrets }),
         ...(opts.githubUrl === undefined ? {} : { githubUrl: opts.githubUrl }),
+        demandListIntervalMs: seconds(opts.demandListInterval, "--demand-list-interval") * 1000,
       });
       const stop = new AbortController();
       const onSignal = (): void => stop.abort(new Error("signal"));

@@ -6,6 +6,7 @@ import type { WorkflowJobEvent } from "../../github/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FakeClock, silentLogger, waitFor } from "../../shared/index.ts";
 import { PoolForges } from "../setup/pool-forges.ts";
+import type { JobState, PoolForge } from "../../forge/index.ts";
 import { PoolController } from "./pool-controller.ts";
 import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
 
@@ -120,6 +121,7 @@ describe("PoolController", () => {
         organization: undefined,
         enterprise: undefined,
         installationId: undefined,
+        createdAt: Date.now(),
       });
       controller.onWorkflowJob(job("queued", 1, null), new Set(["ns/b"]));
       assert.equal(controller.activity.queuedJobs("ns/a"), 0, "pool a comes first by name, but the secret was b's");
@@ -231,5 +233,99 @@ describe("PoolController", () => {
     await second.reconcile();
     assert.equal((await live()).length, 1, "at the same backoffUntil it probes with one VM");
     await second.stop();
+  });
+});
+
+describe("PoolController demand: replayed and stale deliveries, and listings", () => {
+  const webhookPool = { ...pool, metadata: { name: "w", namespace: "ns", uid: "u-w" }, spec: { ...pool.spec, webhook: { enabled: true, secretRef: { name: "hook", key: "secret" } } } } as ImpVMRunnerPool;
+  const delivery = (action: WorkflowJobEvent["action"], jobId: number, createdAt: number | undefined, runnerName: string | null = null): WorkflowJobEvent => ({
+    deliveryId: `d-${jobId}-${action}-${Math.random()}`,
+    action,
+    jobId,
+    runId: 1,
+    runAttempt: 1,
+    jobName: "build",
+    labels: ["imp"],
+    runnerName,
+    runnerId: null,
+    runnerGroupName: null,
+    conclusion: null,
+    repository: { owner: "acme", name: "web", fullName: "acme/web" },
+    organization: undefined,
+    enterprise: undefined,
+    installationId: undefined,
+    ...(createdAt === undefined ? {} : { createdAt }),
+  });
+
+  async function harness(forge: Partial<PoolForge>): Promise<{ controller: PoolController; registry: Registry; clock: FakeClock; asked: number[]; stop: AbortController }> {
+    const stop = new AbortController();
+    const clock = new FakeClock(Date.parse("2026-12-04T12:00:00Z"));
+    const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS);
+    await pools.create(webhookPool);
+    const poolCache = new Informer({ client: pools });
+    void poolCache.start(stop.signal);
+    await poolCache.waitForSync(stop.signal);
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
+    const asked: number[] = [];
+    const registry = new Registry();
+    const full: PoolForge = {
+      kind: "github",
+      mint: () => Promise.reject(new Error("no mint here")),
+      removeRunner: async () => "done",
+      listRunners: async () => [],
+      ...forge,
+    };
+    const controller = new PoolController({
+      pools,
+      vms,
+      poolCache,
+      vmCache: new Informer({ client: vms }),
+      forges: { forPool: async () => ({ ...full, jobState: async (repo, id) => (asked.push(id), (await forge.jobState?.(repo, id)) ?? "unknown") }) },
+      recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
+      registry,
+      logger: silentLogger,
+      clock,
+    });
+    return { controller, registry, clock, asked, stop };
+  }
+
+  const signals = async (registry: Registry, source: string, result: string): Promise<number> =>
+    (await registry.getSingleMetric("imp_operator_demand_signals_total")?.get())?.values.find((v) => v.labels.source === source && v.labels.result === result)?.value ?? 0;
+
+  it("never counts a queued delivery for a job seen taken or completed (a replay), whatever its delivery id", async () => {
+    const h = await harness({});
+    try {
+      const now = h.clock.now();
+      h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
+      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1);
+      h.controller.onWorkflowJob(delivery("completed", 7, now, "w-bcdfg"), "all");
+      assert.equal(h.controller.activity.queuedJobs("ns/w"), 0);
+      h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
+      assert.equal(h.controller.activity.queuedJobs("ns/w"), 0, "the signed body replayed under a new delivery id");
+      assert.equal(await signals(h.registry, "webhook", "replayed"), 1);
+      assert.deepEqual(h.asked, [], "a known replay costs no call to the forge");
+    } finally {
+      h.stop.abort();
+    }
+  });
+
+  it("checks a delivery that is not fresh with the forge, and counts it only while the job waits", async () => {
+    const states = new Map<number, JobState>([[8, "done"], [9, "queued"]]);
+    const h = await harness({ jobState: async (_repo, id) => states.get(id) ?? "unknown" });
+    try {
+      const hourAgo = h.clock.now() - 3_600_000;
+      h.controller.onWorkflowJob(delivery("queued", 8, hourAgo), "all");
+      h.controller.onWorkflowJob(delivery("queued", 9, hourAgo), "all");
+      h.controller.onWorkflowJob(delivery("queued", 10, undefined), "all");
+      await waitFor("the three checks", async () => ((await signals(h.registry, "webhook", "stale")) === 2 && (await signals(h.registry, "webhook", "counted")) === 1 ? true : undefined), { timeoutMs: 5_000, intervalMs: 10 });
+      assert.deepEqual(h.asked.sort(), [10, 8, 9].sort());
+      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1, "only job 9, which still waits");
+      assert.equal(h.controller.activity.isQueued("ns/w", 9), true);
+      h.controller.onWorkflowJob(delivery("queued", 11, h.clock.now() - 5_000), "all");
+      assert.equal(h.controller.activity.isQueued("ns/w", 11), true, "a fresh delivery counts at once, unasked");
+      assert.ok(!h.asked.includes(11));
+    } finally {
+      h.stop.abort();
+    }
   });
 });

@@ -1,14 +1,20 @@
 /**
  * The runner pool controller (one key per ImpVMRunnerPool): observe (the pool, its VMs from the
- * cache, create/delete expectations, GitHub's runner list every `runnerListIntervalMs`, queued
- * jobs and busy runners from webhooks) → `decidePool` (pure) → act (create VMs, deregister and
- * delete idle ones, delete terminal ones, one status write, Events).
+ * cache, create/delete expectations, the forge's runner list every `runnerListIntervalMs`, queued
+ * jobs from webhooks and, for webhook pools, from the forge's own listing every
+ * `demandListIntervalMs`, busy runners from webhooks) → `decidePool` (pure) → act (create VMs,
+ * deregister and delete idle ones, delete terminal ones, one status write, Events).
+ *
+ * Demand is verified before it costs a VM: a `queued` delivery for a job seen taken or completed is
+ * a replay and never counts; one that is not fresh (queued more than `FRESH_QUEUED_MS` ago, or
+ * without a time) counts only once the forge says the job still waits. A dropped delivery is found
+ * by the next listing.
  *
  * A pool carries the runner-registration finalizer: on deletion it deletes its VMs itself and
  * lets go only when they are all gone, so every VM can still read the pool's GitHub settings when
  * its own registration finalizer removes the runner.
  */
-import type { Registry } from "prom-client";
+import { Counter, type Registry } from "prom-client";
 import {
   API_VERSION,
   CONDITION_TYPES,
@@ -40,9 +46,20 @@ import { setCondition } from "./conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
 import { decidePool, DEFAULT_FAILURE_BUDGET, failureBudgetStatus, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
 import { poolTakesJob } from "./pool-scope.ts";
+import type { QueuedJob } from "../../forge/index.ts";
 import { RunnerActivity } from "./runner-activity.ts";
 
 export const DEFAULT_RUNNER_LIST_INTERVAL_MS = 30_000;
+/** How often a webhook pool lists the jobs waiting on its forge: the most a dropped delivery delays a job. */
+export const DEFAULT_DEMAND_LIST_INTERVAL_MS = 30_000;
+/**
+ * A `queued` delivery counts at once only if its job was queued this recently (GitHub sends it
+ * within seconds; a minute of clock skew allowed): anything older, replayed or redelivered by hand,
+ * is checked with the forge first.
+ */
+export const FRESH_QUEUED_MS = 120_000;
+/** What became of each demand signal, by where it came from. */
+export const DEMAND_RESULTS = ["counted", "replayed", "stale", "unverified"] as const;
 const POOL_VM_INDEX = "imp-operator/vm-by-pool";
 /** `generateName: <pool>-` gives exactly five of these characters. */
 const vmNamePattern = (pool: string): RegExp => new RegExp(`^${pool.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-[a-z0-9]{5}$`);
@@ -53,13 +70,15 @@ export interface PoolControllerOptions {
   readonly poolCache: Informer<ImpVMRunnerPool>;
   /** Must carry the index "imp-operator/vm-by-pool" (the imp.dev/pool label); `addOperatorIndexes` adds it. */
   readonly vmCache: Informer<ImpVM>;
-  readonly forges: PoolForges;
+  /** The pool's forge (a fake in unit tests). */
+  readonly forges: Pick<PoolForges, "forPool">;
   readonly recorder: EventRecorder;
   readonly registry: Registry;
   readonly logger: Logger;
   readonly clock?: Clock;
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
+  readonly demandListIntervalMs?: number;
   readonly workers?: number;
   /** Test fault point pool.before-replace (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
@@ -83,12 +102,19 @@ export class PoolController {
   readonly #listIntervalMs: number;
   readonly #failures = new Map<string, FailureState>();
   readonly #github = new Map<string, GitHubView>();
+  /** When each webhook pool last listed its queued jobs. */
+  readonly #demandListedAt = new Map<string, number>();
+  readonly #demandIntervalMs: number;
+  readonly #demand: Counter;
 
   constructor(options: PoolControllerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#policy = options.failureBudget ?? DEFAULT_FAILURE_BUDGET;
     this.#listIntervalMs = options.runnerListIntervalMs ?? DEFAULT_RUNNER_LIST_INTERVAL_MS;
+    this.#demandIntervalMs = options.demandListIntervalMs ?? DEFAULT_DEMAND_LIST_INTERVAL_MS;
+    this.#demand = new Counter({ name: "imp_operator_demand_signals_total", help: "Demand signals (queued jobs) by source (webhook, listing) and what became of them: counted, replayed (a job seen taken or completed), stale (the forge says it no longer waits), unverified (the forge could not be asked).", labelNames: ["source", "result"], registers: [options.registry] });
+    for (const source of ["webhook", "listing"]) for (const result of DEMAND_RESULTS) this.#demand.inc({ source, result }, 0);
     this.activity = new RunnerActivity(this.#clock);
     this.expectations = new PoolExpectations(this.#clock);
     this.controller = new Controller({ name: "imp-runner-pool", registry: options.registry, workers: options.workers ?? 2, logger: options.logger, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx) });
@@ -114,16 +140,14 @@ export class PoolController {
         .list()
         .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && heard(p as Readonly<ImpVMRunnerPool>) && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event))
         .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
-      if (pool !== undefined) {
-        this.activity.jobQueued(keyOf(pool), event.jobId);
-        this.controller.enqueue(keyOf(pool));
-      }
+      if (pool !== undefined) this.#queuedDelivery(pool as Readonly<ImpVMRunnerPool>, event);
       return;
     }
+    for (const p of this.#o.poolCache.list()) if (heard(p as Readonly<ImpVMRunnerPool>) && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event)) this.activity.repositoryHeard(keyOf(p), event.repository.fullName);
     if (event.runnerName === null) {
       // Completed without a runner: cancelled while queued. No pool waits for it any more; a
       // pool's own secret can end only that pool's demand.
-      const waited = this.activity.jobTaken(event.jobId, audience === "all" ? undefined : (poolKey) => audience.has(poolKey));
+      const waited = this.activity.jobTaken(event.jobId, audience);
       for (const poolKey of waited) this.controller.enqueue(poolKey);
       return;
     }
@@ -132,12 +156,103 @@ export class PoolController {
       const runner = event.runnerName;
       if (!this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
     }
-    this.activity.jobTaken(event.jobId);
+    this.activity.jobTaken(event.jobId, audience);
     if (event.action === "completed") this.activity.runnerFinished(event.runnerName);
     else this.activity.runnerBusy(event.runnerName, true);
     for (const pool of this.#o.poolCache.list()) {
       if (heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
+  }
+
+  /** A verified `queued` delivery for `pool`: counted if fresh, checked with the forge if not, never if its job settled. */
+  #queuedDelivery(pool: Readonly<ImpVMRunnerPool>, event: WorkflowJobEvent): void {
+    const key = keyOf(pool);
+    if (this.activity.isSettled(event.jobId, key)) {
+      this.#demand.inc({ source: "webhook", result: "replayed" });
+      this.#o.logger.warn({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId }, "a queued delivery for a job already taken or completed: a replay; not counted");
+      return;
+    }
+    const now = this.#clock.now();
+    const fresh = event.createdAt !== undefined && now - event.createdAt <= FRESH_QUEUED_MS && event.createdAt - now <= 60_000;
+    if (fresh) {
+      this.#count(key, "webhook", event.jobId, event.repository.fullName);
+      return;
+    }
+    void this.#verifyThenCount(pool, event);
+  }
+
+  async #verifyThenCount(pool: Readonly<ImpVMRunnerPool>, event: WorkflowJobEvent): Promise<void> {
+    const key = keyOf(pool);
+    try {
+      const forge = await this.#o.forges.forPool(pool);
+      const state = (await forge.jobState?.(event.repository.fullName, event.jobId)) ?? "unknown";
+      if (state === "queued") {
+        this.#count(key, "webhook", event.jobId, event.repository.fullName);
+        return;
+      }
+      this.#demand.inc({ source: "webhook", result: "stale" });
+      this.#o.logger.info({ pool: key, jobId: event.jobId, state }, "a queued delivery that is not fresh, for a job that no longer waits; not counted");
+    } catch (err) {
+      // Not counted: the next listing finds the job if it really waits.
+      this.#demand.inc({ source: "webhook", result: "unverified" });
+      this.#o.logger.warn({ pool: key, jobId: event.jobId, err: describeError(err) }, "cannot verify a queued delivery that is not fresh; the next listing decides");
+    }
+  }
+
+  #count(poolKey: string, source: "webhook" | "listing", jobId: number, repository: string): void {
+    if (!this.activity.jobQueued(poolKey, jobId, repository)) {
+      this.#demand.inc({ source, result: "replayed" });
+      return;
+    }
+    this.#demand.inc({ source, result: "counted" });
+    this.controller.enqueue(poolKey);
+  }
+
+  /**
+   * A webhook pool's periodic listing of the jobs waiting on its forge, so that no job waits for a
+   * lost delivery longer than one interval. Repository scope: the pool's repository; organization
+   * scope: the repositories the pool heard of within a day (at most 20); enterprise: none (see
+   * docs/operator.md). A job counts in the first pool by name that takes it, as a delivery does.
+   */
+  async #refreshDemand(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>): Promise<void> {
+    if (!(pool.spec.webhook?.enabled ?? false)) return;
+    const startedAt = this.#clock.now();
+    const last = this.#demandListedAt.get(ctx.key);
+    if (last !== undefined && startedAt - last < this.#demandIntervalMs) return;
+    this.#demandListedAt.set(ctx.key, startedAt);
+    const gh = pool.spec.github;
+    const repositories = gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? this.activity.recentRepositories(ctx.key) : [];
+    if (repositories.length === 0) return;
+    try {
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      if (forge.listQueuedJobs === undefined) return;
+      const jobs = (await forge.listQueuedJobs(repositories, ctx.signal)).filter((j) => this.#firstPoolFor(j, ctx.key));
+      for (const job of jobs) {
+        if (this.activity.isQueued(ctx.key, job.id)) continue;
+        if (this.activity.isSettled(job.id, ctx.key)) {
+          this.#demand.inc({ source: "listing", result: "replayed" });
+          continue;
+        }
+        ctx.logger.info({ jobId: job.id, repository: job.repository }, "a queued job found by listing (its delivery was lost or is late)");
+        this.#count(ctx.key, "listing", job.id, job.repository);
+      }
+      this.activity.jobsListed(ctx.key, repositories, jobs.map((j) => j.id), startedAt);
+      ctx.logger.debug({ repositories, queued: jobs.map((j) => j.id) }, "listed the jobs waiting on the forge");
+    } catch (err) {
+      ctx.logger.warn({ err: describeError(err) }, "cannot list the jobs waiting on the forge");
+    }
+  }
+
+  /** Whether `poolKey` is the first webhook pool by name that takes the job (one pool per job, as for a delivery). */
+  #firstPoolFor(job: QueuedJob, poolKey: string): boolean {
+    const [owner = "", name = ""] = job.repository.split("/");
+    const asDelivered = { labels: job.labels, repository: { owner, name, fullName: job.repository }, organization: owner, enterprise: undefined };
+    const first = this.#o.poolCache
+      .list()
+      .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, asDelivered))
+      .map((p) => keyOf(p))
+      .sort()[0];
+    return first === poolKey;
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
@@ -147,6 +262,7 @@ export class PoolController {
       this.activity.forgetPool(ctx.key);
       this.#failures.delete(ctx.key);
       this.#github.delete(ctx.key);
+      this.#demandListedAt.delete(ctx.key);
       return done;
     }
     const vms = this.#vmsOf(pool);
@@ -166,6 +282,7 @@ export class PoolController {
     const inCache = new Map(vms.map((vm) => [vm.metadata.name ?? "", { deleting: vm.metadata.deletionTimestamp !== undefined }]));
     const pending = this.expectations.settle(ctx.key, inCache);
     await this.#refreshRunners(ctx, pool, vms, pending.creating);
+    await this.#refreshDemand(ctx, pool);
     // A restarted operator (or a new leader) takes the budget up from the pool's status, not from zero.
     const failures = this.#failures.get(ctx.key) ?? restoreFailures(pool.status?.failureBudget, pool.metadata.generation);
     const decision = decidePool({
@@ -189,7 +306,9 @@ export class PoolController {
     const github = this.#github.get(ctx.key);
     const untilList = github === undefined ? 0 : Math.max(1_000, github.at + this.#listIntervalMs - now);
     const untilHold = decision.holdUntil === undefined ? Infinity : Math.max(100, decision.holdUntil - now);
-    return requeueAfter(Math.min(untilList, untilHold));
+    const listedAt = this.#demandListedAt.get(ctx.key);
+    const untilDemand = !(pool.spec.webhook?.enabled ?? false) || listedAt === undefined ? Infinity : Math.max(1_000, listedAt + this.#demandIntervalMs - now);
+    return requeueAfter(Math.min(untilList, untilHold, untilDemand));
   }
 
   #vmsOf(pool: Readonly<ImpVMRunnerPool>): Readonly<ImpVM>[] {

@@ -39,7 +39,11 @@ export function poolTakesJob(pool: Readonly<ImpVMRunnerPool>, job: Pick<Workflow
       : gh.scope === "org"
         ? (job.organization ?? job.repository.owner).toLowerCase() === (gh.organization ?? "").toLowerCase()
         : job.enterprise !== undefined && job.enterprise.toLowerCase() === (gh.enterprise ?? "").toLowerCase();
-  if (!inScope) return false;
-  const carried = new Set([...IMPLICIT_LABELS, ...gh.labels.map((l) => l.toLowerCase())]);
-  return job.labels.every((l) => carried.has(l.toLowerCase()));
+  return inScope && poolCarriesLabels(pool, job.labels);
+}
+
+/** Whether the pool's runners carry every label a job asks for (GitHub compares labels case-insensitively). */
+export function poolCarriesLabels(pool: Readonly<ImpVMRunnerPool>, labels: readonly string[]): boolean {
+  const carried = new Set([...IMPLICIT_LABELS, ...pool.spec.github.labels.map((l) => l.toLowerCase())]);
+  return labels.every((l) => carried.has(l.toLowerCase()));
 }

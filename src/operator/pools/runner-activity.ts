@@ -1,25 +1,48 @@
 /**
- * What the operator knows about GitHub's side of its pools, in memory: jobs waiting for a runner
- * (from `workflow_job` queued webhooks) and which runners are busy (from in_progress/completed
- * webhooks, confirmed by periodic runner lists). Webhooks are fast but may be lost or duplicated;
- * the list is slow but complete, so a list replaces what it covers unless a webhook about the same
- * runner arrived after the list was started. Queued jobs expire after `queuedTtlMs`, so a lost
- * in_progress webhook cannot hold burst capacity for ever.
+ * What the operator knows about the forge's side of its pools, in memory: jobs waiting for a runner
+ * (from `workflow_job` queued webhooks and from periodic listings of queued jobs) and which runners
+ * are busy (from in_progress/completed webhooks, confirmed by periodic runner lists). Webhooks are
+ * fast but may be lost, duplicated or replayed; listings are slow but complete, so a listing replaces
+ * what it covers unless a webhook about the same job or runner arrived after it was started. Queued
+ * jobs expire after `queuedTtlMs`, so a lost in_progress webhook cannot hold burst capacity for ever.
+ * Jobs seen taken or completed are remembered (bounded) as settled: a later `queued` for them is a
+ * replay and never counts again.
  */
 import type { Clock } from "../../shared/index.ts";
 
 export const DEFAULT_QUEUED_JOB_TTL_MS = 10 * 60_000;
+/** How long a job seen taken or completed stays known as settled, and how many are kept at most. */
+export const SETTLED_JOB_TTL_MS = 24 * 60 * 60_000;
+export const MAX_SETTLED_JOBS = 100_000;
+/** Repositories a pool heard of recently (org scope: where its listings look), how long and how many. */
+export const RECENT_REPOSITORY_TTL_MS = 24 * 60 * 60_000;
+export const MAX_RECENT_REPOSITORIES = 20;
 
 interface BusyEntry {
   readonly busy: boolean;
   readonly at: number;
 }
 
+interface QueuedEntry {
+  readonly expires: number;
+  readonly repository: string | undefined;
+  /** When this demand was last confirmed (webhook or listing). */
+  readonly at: number;
+}
+
 export class RunnerActivity {
   readonly #clock: Clock;
   readonly #queuedTtlMs: number;
-  /** pool key → job id → expiry. */
-  readonly #queued = new Map<string, Map<number, number>>();
+  /** pool key → job id → its demand record. */
+  readonly #queued = new Map<string, Map<number, QueuedEntry>>();
+  /**
+   * job id → when it was seen taken or completed, and for which pools: every pool when a signal
+   * trusted for all said so (the App's webhook secret), else only the pools whose own secret did
+   * (a pool's secret must not make other pools ignore a job). Insertion order is time order.
+   */
+  readonly #settled = new Map<number, { readonly at: number; readonly pools: ReadonlySet<string> | "all" }>();
+  /** pool key → repository → when a job of it was last heard of. */
+  readonly #repositories = new Map<string, Map<string, number>>();
   /** runner name → last known busy flag. */
   readonly #busy = new Map<string, BusyEntry>();
   /** Runners whose one job completed. */
@@ -30,13 +53,75 @@ export class RunnerActivity {
     this.#queuedTtlMs = queuedTtlMs;
   }
 
-  jobQueued(poolKey: string, jobId: number): void {
+  /** A job waits for a runner of this pool. A settled job never counts again (a replayed delivery); returns whether it counted. */
+  jobQueued(poolKey: string, jobId: number, repository?: string): boolean {
+    if (this.isSettled(jobId, poolKey)) return false;
     let jobs = this.#queued.get(poolKey);
     if (jobs === undefined) {
       jobs = new Map();
       this.#queued.set(poolKey, jobs);
     }
-    jobs.set(jobId, this.#clock.now() + this.#queuedTtlMs);
+    const now = this.#clock.now();
+    jobs.set(jobId, { expires: now + this.#queuedTtlMs, repository, at: now });
+    if (repository !== undefined) this.repositoryHeard(poolKey, repository);
+    return true;
+  }
+
+  /** A job of `repository` concerned this pool (any action): its listings look there (org scope). */
+  repositoryHeard(poolKey: string, repository: string): void {
+    let repos = this.#repositories.get(poolKey);
+    if (repos === undefined) this.#repositories.set(poolKey, (repos = new Map()));
+    repos.delete(repository);
+    repos.set(repository, this.#clock.now());
+    while (repos.size > MAX_RECENT_REPOSITORIES) repos.delete(repos.keys().next().value ?? "");
+  }
+
+  /** The repositories heard of within RECENT_REPOSITORY_TTL_MS, most recent last. */
+  recentRepositories(poolKey: string): string[] {
+    const repos = this.#repositories.get(poolKey);
+    if (repos === undefined) return [];
+    const since = this.#clock.now() - RECENT_REPOSITORY_TTL_MS;
+    for (const [repo, at] of repos) if (at < since) repos.delete(repo);
+    return [...repos.keys()];
+  }
+
+  /**
+   * A complete listing of the jobs waiting in `repositories`, requested at `startedAt`: the listed
+   * jobs are demand (unless settled); demand recorded for those repositories before the listing
+   * started and not listed is no longer (taken or cancelled, its webhook lost). Demand recorded
+   * after the listing started stays: the listing may predate it.
+   */
+  jobsListed(poolKey: string, repositories: readonly string[], jobIds: readonly number[], startedAt: number): void {
+    const listed = new Set(jobIds);
+    const covered = new Set(repositories);
+    const jobs = this.#queued.get(poolKey);
+    for (const [id, entry] of jobs ?? []) {
+      if (!listed.has(id) && entry.repository !== undefined && covered.has(entry.repository) && entry.at <= startedAt) jobs?.delete(id);
+    }
+  }
+
+  /** Whether the pool counts the job as waiting now. */
+  isQueued(poolKey: string, jobId: number): boolean {
+    const entry = this.#queued.get(poolKey)?.get(jobId);
+    return entry !== undefined && entry.expires > this.#clock.now();
+  }
+
+  /** Whether the job was seen taken or completed (within SETTLED_JOB_TTL_MS), by a signal trusted for this pool. */
+  isSettled(jobId: number, poolKey: string): boolean {
+    const entry = this.#settled.get(jobId);
+    return entry !== undefined && this.#clock.now() - entry.at < SETTLED_JOB_TTL_MS && (entry.pools === "all" || entry.pools.has(poolKey));
+  }
+
+  #settle(jobId: number, pools: ReadonlySet<string> | "all"): void {
+    const now = this.#clock.now();
+    const known = this.#settled.get(jobId)?.pools;
+    this.#settled.delete(jobId);
+    const merged = pools === "all" || known === "all" ? "all" : new Set([...(known ?? []), ...pools]);
+    this.#settled.set(jobId, { at: now, pools: merged });
+    for (const [id, entry] of this.#settled) {
+      if (this.#settled.size <= MAX_SETTLED_JOBS && now - entry.at < SETTLED_JOB_TTL_MS) break;
+      this.#settled.delete(id);
+    }
   }
 
   /**
@@ -44,9 +129,10 @@ export class RunnerActivity {
    * waits for it any more. `inPool`: only the pools it answers true for (a pool's own webhook
    * secret). Returns the pools that were waiting for it.
    */
-  jobTaken(jobId: number, inPool: (poolKey: string) => boolean = () => true): string[] {
+  jobTaken(jobId: number, audience: ReadonlySet<string> | "all" = "all"): string[] {
+    this.#settle(jobId, audience);
     const waited: string[] = [];
-    for (const [poolKey, jobs] of this.#queued) if (inPool(poolKey) && jobs.delete(jobId)) waited.push(poolKey);
+    for (const [poolKey, jobs] of this.#queued) if ((audience === "all" || audience.has(poolKey)) && jobs.delete(jobId)) waited.push(poolKey);
     return waited;
   }
 
@@ -54,7 +140,7 @@ export class RunnerActivity {
     const jobs = this.#queued.get(poolKey);
     if (jobs === undefined) return 0;
     const now = this.#clock.now();
-    for (const [id, expires] of jobs) if (expires <= now) jobs.delete(id);
+    for (const [id, entry] of jobs) if (entry.expires <= now) jobs.delete(id);
     return jobs.size;
   }
 
@@ -92,5 +178,6 @@ export class RunnerActivity {
 
   forgetPool(poolKey: string): void {
     this.#queued.delete(poolKey);
+    this.#repositories.delete(poolKey);
   }
 }
