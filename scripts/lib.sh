@@ -2,6 +2,9 @@
 IMP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export IMP_ROOT
 export IMP_CACHE="${IMP_CACHE:-$IMP_ROOT/.cache}"
+# Builds of pinned third-party versions (Gitea, its runner, the kubelet, Helm) are the same for every
+# checkout: like Go's own build cache, they live once per machine, keyed by what went into them.
+export IMP_BUILD_CACHE="${IMP_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imp-builds}"
 # The project pins its own Node.js (the `node` npm package, see docs/adr/0001-node-runtime.md);
 # scripts put node_modules/.bin first so every `node` below is that one.
 export PATH="$IMP_ROOT/node_modules/.bin:$PATH"
@@ -22,4 +25,25 @@ apt_need() {
     mkdir -p "$IMP_CACHE" && touch "$IMP_CACHE/.apt-updated"
   fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# build_once KEY_DIR BINARY... -- COMMAND...: runs COMMAND unless every BINARY exists in KEY_DIR
+# (the cache entry for one set of inputs), under a lock so concurrent set-ups build it once. Prints
+# the time it took.
+build_once() {
+  local dir="$1"; shift
+  local binaries=()
+  while [[ "$1" != "--" ]]; do binaries+=("$1"); shift; done
+  shift
+  mkdir -p "$dir"
+  exec {lockfd}>"$dir/.lock"
+  flock "$lockfd"
+  local missing=0 b
+  for b in "${binaries[@]}"; do [[ -x "$dir/$b" ]] || missing=1; done
+  if [[ $missing -eq 1 ]]; then
+    local start=$SECONDS
+    "$@"
+    log "built ${binaries[*]} in $((SECONDS - start)) s ($dir)"
+  fi
+  exec {lockfd}>&-
 }

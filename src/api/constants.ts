@@ -74,6 +74,8 @@ export const SETUP_SECRET = {
   envName: "IMP_RUNNER_JITCONFIG",
   /** The same value under the name GitHub's runner reads its `--jitconfig` argument from, so no argv carries it. */
   runnerInputEnvName: "ACTIONS_RUNNER_INPUT_JITCONFIG",
+  /** With delivery `Stdin`: set to `stdin` (the setup itself is on the runner's stdin, in no variable). */
+  deliveryEnvName: "IMP_RUNNER_SETUP",
 } as const;
 
 /** Deterministic setup Secret name for a VM: the name is the idempotency key. */

@@ -2,8 +2,10 @@
 // server in test/github (these machines cannot reach GitHub). It honours the parts of the real
 // runner's contract that Imp relies on:
 //
-//   - the one-time setup arrives as `--jitconfig <encoded>` (as `run.sh --jitconfig` takes it) or in
-//     ACTIONS_RUNNER_INPUT_JITCONFIG; it is never printed or written to disk;
+//   - the one-time setup arrives as `--jitconfig <encoded>` (as `run.sh --jitconfig` takes it), in
+//     ACTIONS_RUNNER_INPUT_JITCONFIG, or — with IMP_RUNNER_SETUP=stdin, which the real runner does
+//     not know — on stdin, read once; it is never printed or written to disk, and never reaches
+//     the job's steps through their environment;
 //   - the runner comes online, takes exactly one job, runs its shell steps with their output on
 //     stdout, reports the result with the job's log (its first 256 KiB, as a job log GitHub shows)
 //     and exits 0, whatever the job's conclusion;
@@ -174,12 +176,15 @@ func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]S
 func withoutJitConfig(env []string) []string {
 	kept := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "ACTIONS_RUNNER_INPUT_JITCONFIG=") {
+		if !strings.HasPrefix(kv, "ACTIONS_RUNNER_INPUT_JITCONFIG=") && !strings.HasPrefix(kv, "IMP_RUNNER_JITCONFIG=") && !strings.HasPrefix(kv, "IMP_RUNNER_SETUP=") {
 			kept = append(kept, kv)
 		}
 	}
 	return kept
 }
+
+// maxStdinSetup bounds what is read from stdin for the setup (the guest protocol's stdin limit).
+const maxStdinSetup = 64 * 1024
 
 // client speaks the test server's runner session API.
 type client struct {
@@ -237,7 +242,10 @@ type config struct {
 }
 
 // run is main without the process: it returns the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "try-session" {
+		return trySession(ctx, getenv, stdout, stderr)
+	}
 	flags := flag.NewFlagSet("imp-test-runner", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	jitconfig := flags.String("jitconfig", "", "the encoded one-time runner setup (or ACTIONS_RUNNER_INPUT_JITCONFIG)")
@@ -245,6 +253,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitTerminatedError
 	}
 	encoded := *jitconfig
+	if encoded == "" && getenv("IMP_RUNNER_SETUP") == "stdin" {
+		raw, err := io.ReadAll(io.LimitReader(stdin, maxStdinSetup))
+		if err != nil {
+			fmt.Fprintln(stderr, "Cannot start the runner: cannot read the setup from stdin")
+			return exitTerminatedError
+		}
+		encoded = string(raw)
+	}
 	if encoded == "" {
 		encoded = getenv("ACTIONS_RUNNER_INPUT_JITCONFIG")
 	}
@@ -430,5 +446,25 @@ func cases(conclusion string) string {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// trySession is what a job that read its runner's setup (from the runner's environment, which a
+// job of the same user can read) could do with it: open a second session with it. It prints the
+// server's answer and exits 0 only when the server refused, as it must.
+func trySession(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) int {
+	setup, err := decodeSetup(getenv("IMP_TRY_JITCONFIG"))
+	if err != nil {
+		fmt.Fprintf(stderr, "try-session: %v\n", err)
+		return exitTerminatedError
+	}
+	c := &client{base: strings.TrimRight(setup.Runner.ServerURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}
+	status, err := c.do(ctx, http.MethodPost, "/sessions", map[string]any{"runnerId": setup.Runner.AgentID, "runnerName": setup.Runner.AgentName, "secret": setup.Secret, "version": version}, nil)
+	var apiErr *apiError
+	if errors.As(err, &apiErr) {
+		fmt.Fprintf(stdout, "try-session: refused %d %s\n", apiErr.Status, apiErr.Code)
+		return exitSuccess
+	}
+	fmt.Fprintf(stdout, "try-session: ACCEPTED %d (%v)\n", status, err)
+	return exitTerminatedError
 }

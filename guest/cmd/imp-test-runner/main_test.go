@@ -132,7 +132,7 @@ func TestOneJobThenRefuseReuse(t *testing.T) {
 	t.Chdir(t.TempDir())
 	var out, errOut bytes.Buffer
 	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": setup, "TEST_RUNNER_IDLE_SECONDS": "5"}
-	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errOut)
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
 	if code != exitSuccess {
 		t.Fatalf("exit %d, stderr %s", code, errOut.String())
 	}
@@ -148,7 +148,7 @@ func TestOneJobThenRefuseReuse(t *testing.T) {
 	}
 	// The same setup again: the server says it was used, the runner exits 1 like the real one.
 	errOut.Reset()
-	if code := run(context.Background(), []string{"--jitconfig", setup}, func(string) string { return "" }, &out, &errOut); code != exitTerminatedError {
+	if code := run(context.Background(), []string{"--jitconfig", setup}, func(string) string { return "" }, strings.NewReader(""), &out, &errOut); code != exitTerminatedError {
 		t.Fatalf("reuse: exit %d, stderr %s", code, errOut.String())
 	}
 	if !strings.Contains(errOut.String(), "SetupAlreadyUsed") {
@@ -159,23 +159,23 @@ func TestOneJobThenRefuseReuse(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	none := func(string) string { return "" }
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), nil, none, &out, &errOut); code != exitTerminatedError {
+	if code := run(context.Background(), nil, none, strings.NewReader(""), &out, &errOut); code != exitTerminatedError {
 		t.Errorf("no setup: exit %d", code)
 	}
-	if code := run(context.Background(), []string{"--jitconfig", "%%%"}, none, &out, &errOut); code != exitTerminatedError {
+	if code := run(context.Background(), []string{"--jitconfig", "%%%"}, none, strings.NewReader(""), &out, &errOut); code != exitTerminatedError {
 		t.Errorf("bad setup: exit %d", code)
 	}
 	// Nothing listens on port 1: retryable.
-	if code := run(context.Background(), []string{"--jitconfig", encodeSetup("http://127.0.0.1:1/x", "s3cret")}, none, &out, &errOut); code != exitRetryableError {
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup("http://127.0.0.1:1/x", "s3cret")}, none, strings.NewReader(""), &out, &errOut); code != exitRetryableError {
 		t.Errorf("unreachable: exit %d", code)
 	}
 	fake := &fakeServer{active: true}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
-	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")}, none, &out, &errOut); code != exitSessionConflict {
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")}, none, strings.NewReader(""), &out, &errOut); code != exitSessionConflict {
 		t.Errorf("conflict: exit %d", code)
 	}
-	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "wrong")}, none, &out, &errOut); code != exitTerminatedError {
+	if code := run(context.Background(), []string{"--jitconfig", encodeSetup(srv.URL+"/_imp-test/runner", "wrong")}, none, strings.NewReader(""), &out, &errOut); code != exitTerminatedError {
 		t.Errorf("wrong secret: exit %d", code)
 	}
 }
@@ -188,7 +188,7 @@ func runJob(t *testing.T, fake *fakeServer) (int, string, string) {
 	t.Chdir(t.TempDir())
 	var out, errOut bytes.Buffer
 	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": encodeSetup(srv.URL+"/_imp-test/runner", "s3cret"), "TEST_RUNNER_IDLE_SECONDS": "5"}
-	code := run(context.Background(), nil, func(k string) string { return env[k] }, &out, &errOut)
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -236,5 +236,43 @@ func TestRenewInterval(t *testing.T) {
 		if got := renewInterval(in); got != want {
 			t.Errorf("renewInterval(%d) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestSetupFromStdinReachesNoStepEnvironment(t *testing.T) {
+	fake := &fakeServer{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	setup := encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")
+	t.Chdir(t.TempDir())
+	var out, errOut bytes.Buffer
+	env := map[string]string{"IMP_RUNNER_SETUP": "stdin", "IMP_RUNNER_JITCONFIG": "leaked-if-seen", "TEST_RUNNER_IDLE_SECONDS": "5"}
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, strings.NewReader(setup), &out, &errOut)
+	if code != exitSuccess {
+		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "hello-from-step") {
+		t.Fatalf("the runner did not run the job with the setup from stdin:\n%s", out.String())
+	}
+}
+
+func TestTrySessionReportsTheServersRefusal(t *testing.T) {
+	fake := &fakeServer{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	setup := encodeSetup(srv.URL+"/_imp-test/runner", "s3cret")
+	t.Chdir(t.TempDir())
+	var out, errOut bytes.Buffer
+	env := map[string]string{"ACTIONS_RUNNER_INPUT_JITCONFIG": setup, "TEST_RUNNER_IDLE_SECONDS": "5"}
+	if code := run(context.Background(), nil, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut); code != exitSuccess {
+		t.Fatalf("first run: exit %d, %s", code, errOut.String())
+	}
+	out.Reset()
+	try := map[string]string{"IMP_TRY_JITCONFIG": setup}
+	if code := run(context.Background(), []string{"try-session"}, func(k string) string { return try[k] }, strings.NewReader(""), &out, &errOut); code != exitSuccess {
+		t.Fatalf("try-session: exit %d, %s %s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "refused 409 SetupAlreadyUsed") {
+		t.Fatalf("try-session said %q", out.String())
 	}
 }

@@ -120,11 +120,11 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	devnull, err := os.Open(os.DevNull)
+	stdin, err := stdinFor(req.StdinBytes)
 	if err != nil {
 		return err
 	}
-	defer devnull.Close()
+	defer stdin.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ func (m *Manager) spawn(req *proto.ExecRequest, rec *execRecord) error {
 	attr := &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   env,
-		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	}
 	if req.UID != nil && req.GID != nil { // validation guarantees both or neither
@@ -214,4 +214,26 @@ func (r *execRecord) snapshot(execID string) proto.ExecState {
 		s.Signal = r.signal
 	}
 	return s
+}
+
+// stdinFor is the read end of a pipe holding data, its write end already closed, so the process
+// reads data once and then EOF; without data, /dev/null. data fits the pipe (MaxStdinBytes), so the
+// write cannot block on a reader that never comes.
+func stdinFor(data []byte) (*os.File, error) {
+	if data == nil {
+		return os.Open(os.DevNull)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(data)
+	if closeErr := w.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }

@@ -70,6 +70,11 @@ type ExecRequest struct {
 	// ShutdownAfterExit ("poweroff" | "reboot") makes the guest shut down once this exec has exited
 	// and its exit event was written to the connected streams.
 	ShutdownAfterExit *string `json:"shutdownAfterExit"`
+	// Stdin (base64) is written to the process's stdin, which is then closed: a secret handed over
+	// this way is read once and stays in no environment. Secret: never log it.
+	Stdin *string `json:"stdin"`
+	// StdinBytes is Stdin decoded; filled by validation.
+	StdinBytes []byte `json:"-"`
 }
 
 type ExecStatusRequest struct {

@@ -22,6 +22,8 @@ const (
 	MaxVersions    = 16
 	// ExitRecordKeyBytes is the length of the per-boot exit record key.
 	ExitRecordKeyBytes = 32
+	// MaxStdinBytes bounds an exec's stdin: what a pipe holds without a reader, so it is written at once.
+	MaxStdinBytes = 64 * 1024
 )
 
 var (
@@ -122,6 +124,13 @@ func validateExec(e *ExecRequest) error {
 	}
 	if e.ShutdownAfterExit != nil && *e.ShutdownAfterExit != "poweroff" && *e.ShutdownAfterExit != "reboot" {
 		return errors.New(`shutdownAfterExit must be "poweroff" or "reboot"`)
+	}
+	if e.Stdin != nil {
+		data, err := base64.StdEncoding.Strict().DecodeString(*e.Stdin)
+		if err != nil || len(data) > MaxStdinBytes {
+			return fmt.Errorf("stdin must be standard padded base64 of at most %d bytes", MaxStdinBytes)
+		}
+		e.StdinBytes = data
 	}
 	return nil
 }

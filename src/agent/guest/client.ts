@@ -162,7 +162,8 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
    * the guest never starts a second process for a known id (`started` is then false).
    */
   async exec(request: ExecRequest, options?: RequestOptions): Promise<ExecReply> {
-    const reply = (await this.#request("exec", { ...request }, options)) as ExecReply;
+    const { stdin, ...fields } = request;
+    const reply = (await this.#request("exec", { ...fields, ...(stdin === undefined ? {} : { stdin: Buffer.from(stdin).toString("base64") }) }, options)) as ExecReply;
     this.#expectExecId(reply.execId, request.execId);
     return reply;
   }

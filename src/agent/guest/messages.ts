@@ -146,6 +146,8 @@ interface ExecRequestBase {
   readonly cwd?: string;
   /** Shut the guest down once this exec exited and its exit event was written to the connected streams. */
   readonly shutdownAfterExit?: ShutdownMode;
+  /** Written to the process's stdin, then closed (≤ 64 KiB): read once, in no environment. Secret: never log it. */
+  readonly stdin?: Uint8Array;
 }
 /**
  * uid and gid come together or not at all: the guest refuses one without the other, since a

@@ -29,6 +29,8 @@ export interface VmPlan {
   readonly workload: PlannedWorkload;
   /** The workload waits for its sealed one-time setup (`spec.runnerSetup: Required`). */
   readonly requiresSetup: boolean;
+  /** How the workload receives it (`spec.runnerSetupDelivery`). */
+  readonly setupDelivery: "Environment" | "Stdin";
   readonly egress: "none" | "internet" | "restricted";
   readonly allowedCIDRs: readonly string[];
   readonly expiresAtMs: number;
@@ -112,6 +114,7 @@ export function planVm(inputs: PlanInputs): VmPlan {
     bootArgs,
     workload: plannedWorkload(workload, inputs.secrets, inputs.baseEnv, where),
     requiresSetup: vm.spec.runnerSetup === "Required",
+    setupDelivery: vm.spec.runnerSetupDelivery ?? "Environment",
     egress: template.network?.egress ?? "internet",
     allowedCIDRs: template.network?.allowedCIDRs ?? [],
     expiresAtMs: (Number.isNaN(created) ? 0 : created) + parseDurationMs(template.expireAfter),
@@ -165,6 +168,7 @@ export function bootRequestOf(plan: VmPlan, vmm: VmmKind): VmBootRequest {
     bootArgs: plan.bootArgs,
     ...(plan.egress === "none" ? {} : { network: { egress: plan.egress, allowedCIDRs: plan.allowedCIDRs } }),
     requiresSetup: plan.requiresSetup,
+    setupDelivery: plan.setupDelivery,
     workload: plan.workload,
   };
 }

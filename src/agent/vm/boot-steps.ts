@@ -173,7 +173,11 @@ export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Pr
       const execId = workloadExecId(s.request.id);
       const w = s.request.workload;
       const env: Record<string, string> = { ...w.env };
-      if (s.setup !== undefined) {
+      let stdin: Uint8Array | undefined;
+      if (s.setup !== undefined && s.request.setupDelivery === "Stdin") {
+        stdin = Buffer.from(s.setup, "utf8");
+        env[SETUP_SECRET.deliveryEnvName] = "stdin";
+      } else if (s.setup !== undefined) {
         env[SETUP_SECRET.envName] = s.setup;
         env[SETUP_SECRET.runnerInputEnvName] = s.setup;
       }
@@ -191,6 +195,7 @@ export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Pr
           ...(w.cwd === undefined ? {} : { cwd: w.cwd }),
           ...(w.uid === undefined || w.gid === undefined ? {} : { uid: w.uid, gid: w.gid }),
           shutdownAfterExit: s.driver.shutdownMode,
+          ...(stdin === undefined ? {} : { stdin }),
         },
         {
           client: s.client,

@@ -44,6 +44,8 @@ export interface VmBootRequest {
   readonly network?: { readonly egress: "internet" | "restricted"; readonly allowedCIDRs: readonly string[] };
   /** The workload waits for a one-time runner setup (`awaitSetup`) before it starts. */
   readonly requiresSetup: boolean;
+  /** How the workload receives its setup: in its environment, or on its stdin (read once, in no environment). */
+  readonly setupDelivery?: "Environment" | "Stdin";
   readonly workload: VmWorkload;
 }
 

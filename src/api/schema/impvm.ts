@@ -20,6 +20,14 @@ export const RUNNER_SETUPS = ["None", "Required"] as const;
 export type RunnerSetup = (typeof RUNNER_SETUPS)[number];
 
 /**
+ * How the workload receives its setup: in its environment (`IMP_RUNNER_JITCONFIG` and
+ * `ACTIONS_RUNNER_INPUT_JITCONFIG`, which GitHub's runner reads), or on its stdin, read once and in
+ * no environment (`IMP_RUNNER_SETUP=stdin` says so).
+ */
+export const SETUP_DELIVERIES = ["Environment", "Stdin"] as const;
+export type SetupDelivery = (typeof SETUP_DELIVERIES)[number];
+
+/**
  * Where the one-time runner setup is: `Pending` (not minted), `Minted` (Secret exists = registered),
  * `Sent` (Exec sent, outcome unknown), `Delivered` (the guest started the process with it),
  * `Failed` (never delivered; the VM is terminal), `Deleted` (Secret removed after the VM ended).
@@ -49,6 +57,13 @@ export const ImpVMSpec = Type.Object(
         default: "None",
         description:
           "`Required`: the workload starts only with a one-time runner setup, which the operator mints and seals to the VM's node; the agent boots the VM meanwhile and waits for it (bounded). Runner pools set it on their VMs.",
+      }),
+    ),
+    runnerSetupDelivery: Type.Optional(
+      StringEnum(SETUP_DELIVERIES, {
+        default: "Environment",
+        description:
+          "How the workload receives its setup: `Environment` (`IMP_RUNNER_JITCONFIG` and `ACTIONS_RUNNER_INPUT_JITCONFIG`, as GitHub's runner reads it) or `Stdin` (written to its stdin and closed: read once, in no environment; `IMP_RUNNER_SETUP=stdin` is set).",
       }),
     ),
   },

@@ -5,6 +5,7 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { IMP_VM_RUNNER_POOL, MAX_POOL_NAME_LENGTH } from "../constants.ts";
 import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, EnvList, objectRef, SecretKeySelector, StringEnum } from "./common.ts";
+import { SETUP_DELIVERIES } from "./impvm.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
 /** Where runners are registered: one repository, an organization, or an enterprise. */
@@ -88,6 +89,12 @@ export const ImpVMRunnerPoolSpec = Type.Object(
       description: "Runner start command in the guest; the one-time setup arrives in its environment as IMP_RUNNER_JITCONFIG.",
     }),
     runnerEnv: Type.Optional(EnvList),
+    runnerSetupDelivery: Type.Optional(
+      StringEnum(SETUP_DELIVERIES, {
+        default: "Environment",
+        description: "How each runner receives its one-time setup: `Environment` (what GitHub's runner reads) or `Stdin` (read once, in no environment; for runners that support it). Copied to the pool's VMs.",
+      }),
+    ),
   },
   {
     description: "Desired runner pool.",

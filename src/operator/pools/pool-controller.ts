@@ -415,6 +415,7 @@ export class PoolController {
         workload: { command: [...pool.spec.runnerCommand], ...(pool.spec.runnerEnv === undefined ? {} : { env: pool.spec.runnerEnv.map((e) => ({ ...e })) }) },
         lifecycle: "ephemeral",
         runnerSetup: "Required",
+        ...(pool.spec.runnerSetupDelivery === undefined ? {} : { runnerSetupDelivery: pool.spec.runnerSetupDelivery }),
       },
     } as ImpVM;
   }

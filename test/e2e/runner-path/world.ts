@@ -99,7 +99,7 @@ async function runnerLayer(extra: readonly LayerEntry[] = []): Promise<Awaited<R
   return buildLayer([
     { path: "runner/", type: "directory" },
     { path: "runner/imp-test-runner", content: await readFile(testRunnerPath), mode: 0o755 },
-    // The real runner's entry point; the setup arrives as ACTIONS_RUNNER_INPUT_JITCONFIG.
+    // The real runner's entry point; the setup arrives on stdin (delivery Stdin) or as ACTIONS_RUNNER_INPUT_JITCONFIG.
     { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
     ...extra,
   ]);
@@ -601,6 +601,8 @@ export interface PoolShape {
   readonly scaleUpStep?: number;
   /** Runner labels; default self-hosted, imp. */
   readonly labels?: readonly string[];
+  /** How runners receive their setup; this world's runner reads it from stdin (default). */
+  readonly setupDelivery?: "Environment" | "Stdin";
 }
 
 function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
@@ -628,6 +630,7 @@ spec:
       name: github-webhook
       key: secret
   runnerCommand: ["/runner/run.sh"]
+  runnerSetupDelivery: ${spec.setupDelivery ?? "Stdin"}
   runnerEnv:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
 `;
