@@ -2,6 +2,7 @@ import { createPrivateKey, type KeyObject } from "node:crypto";
 import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Logger } from "../shared/index.ts";
 import { GitHubErrorCode, classifyGitHubError, gitHubMessageOf, httpStatusOf, type GitHubCall } from "./errors.ts";
 import { RunnerJitConfig } from "./jit-config.ts";
+import { CredentialText } from "./credential-text.ts";
 import { DEFAULT_TOKEN_REFRESH_MARGIN_MS } from "./installation-token-cache.ts";
 import { createOctokit, type GitHubCredentials, type ImpOctokitInstance } from "./octokit.ts";
 import { DEFAULT_RATE_LIMIT_POLICY, type RateLimitPolicy } from "./rate-limit-decision.ts";
@@ -126,6 +127,22 @@ export class GitHubClient {
       throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot ${call.action} ${call.object}: GitHub's response has no encoded_jit_config`, { context: call.context });
     }
     return { runnerId: runner.id, runnerName: runner.name, encodedJitConfig: new RunnerJitConfig(encoded) };
+  }
+
+  /**
+   * A runner registration token: the first link of the runner scale-set chain (it buys the Actions
+   * service's admin token). A credential: returned wrapped, never logged.
+   */
+  async createRegistrationToken(scope: GitHubScope): Promise<{ readonly token: CredentialText; readonly expiresAt: number | undefined }> {
+    const call = { action: "create a runner registration token for", object: describeScope(scope), context: { scope: describeScope(scope) } };
+    const { data } = await this.#call(call, `POST ${actionsPrefix(scope)}/runners/registration-token`, {});
+    const body = asObject(data, "registration token");
+    const token = body["token"];
+    if (typeof token !== "string" || token.length === 0 || token.length > 4096) {
+      throw terminalError(GitHubErrorCode.UnexpectedResponse, `Cannot ${call.action} ${call.object}: GitHub's response has no token`, { context: call.context });
+    }
+    const expiresAt = typeof body["expires_at"] === "string" ? Date.parse(body["expires_at"]) : Number.NaN;
+    return { token: new CredentialText(token, "registration token"), expiresAt: Number.isFinite(expiresAt) ? expiresAt : undefined };
   }
 
   /** Every self-hosted runner of the scope (optionally only those named `name`), all pages. */

@@ -23,3 +23,8 @@ export { parseWorkflowJobWebhook, WORKFLOW_JOB_ACTIONS, type WorkflowJobEvent, t
 export { acceptWebhook, type WebhookDelivery, type WebhookOptions, type WebhookVerdict } from "./webhook.ts";
 export { readWebhookBody, type BodyRead } from "./webhook-body.ts";
 export { DeliveryDeduplicator, type DeliveryDeduplicatorOptions } from "./delivery-deduplicator.ts";
+export { CredentialText } from "./credential-text.ts";
+export { ScaleSetClient, DEFAULT_SCALE_SET_RETRY, SCALE_SET_API_VERSION, jwtExpiry, type ScaleSetClientOptions, type RemoveRunnerResult } from "./scaleset/client.ts";
+export { ScaleSetErrorCode } from "./scaleset/errors.ts";
+export { configUrlOf } from "./scaleset/config-url.ts";
+export type { JobMessage, RunnerScaleSet, ScaleSetLabel, ScaleSetMessage, ScaleSetSession, ScaleSetStatistics, ScaleSetJitConfig } from "./scaleset/shapes.ts";

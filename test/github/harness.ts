@@ -5,6 +5,7 @@ import type { AddressInfo } from "node:net";
 import type { TestContext } from "node:test";
 import { acceptWebhook, GitHubClient, readWebhookBody, type GitHubClientOptions, type WorkflowJobEvent } from "../../src/github/index.ts";
 import { GitHubTestServer } from "./server.ts";
+import type { ActionsServiceOptions } from "./actions-service.ts";
 
 /** GitHub issues App keys as PKCS#1 PEM; so do we. */
 export function appKeyPair(): { privateKey: string; publicKey: string } {
@@ -27,7 +28,7 @@ export interface GitHubFixture {
 }
 
 /** Starts a test server for one test; stops it afterwards and fails the test on any OpenAPI violation. */
-export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean; apiPrefix?: string; jobLockTimeoutMs?: number } = {}): Promise<GitHubFixture> {
+export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: number; checkViolations?: boolean; apiPrefix?: string; jobLockTimeoutMs?: number; actionsService?: Partial<ActionsServiceOptions> } = {}): Promise<GitHubFixture> {
   const keys = appKeyPair();
   const server = await new GitHubTestServer({
     appId: APP_ID,
@@ -36,6 +37,7 @@ export async function startGitHub(t: TestContext, options: { tokenTtlSeconds?: n
     ...(options.tokenTtlSeconds === undefined ? {} : { tokenTtlSeconds: options.tokenTtlSeconds }),
     ...(options.apiPrefix === undefined ? {} : { apiPrefix: options.apiPrefix }),
     ...(options.jobLockTimeoutMs === undefined ? {} : { jobLockTimeoutMs: options.jobLockTimeoutMs }),
+    ...(options.actionsService === undefined ? {} : { actionsService: options.actionsService }),
   }).start();
   t.after(async () => {
     await server.stop();

@@ -7,6 +7,7 @@ import { encodeJitSetup } from "./jit-setup-format.ts";
 import { OpenApiContract, type Operation, type Violation } from "./openapi-contract.ts";
 import { sampleFromSchema } from "./schema-sample.ts";
 import { WebhookSender } from "./webhook-sender.ts";
+import { ACTIONS_SERVICE_PATH, ActionsService, QUEUE_PATH, type ActionsServiceOptions, type TestScaleSet } from "./actions-service.ts";
 
 /**
  * A local stand-in for the parts of GitHub that Imp uses, held to GitHub's OpenAPI description
@@ -19,6 +20,8 @@ import { WebhookSender } from "./webhook-sender.ts";
  *    within `jobLockTimeoutMs` fails, and a session that stops polling is closed (see #expireLost).
  *  - /_imp-test/control/…: test control over HTTP (the same operations as the methods below), for
  *    tests that drive the server from another process.
+ *  - the runner scale-set API (`POST /actions/runner-registration`, then the Actions service under
+ *    /_services/…), in actions-service.ts: jobs a scale set takes reach only its runners.
  * Faults (5xx, rate limits, delays, expired tokens, dropped or duplicated webhooks) are injected
  * with `injectFault` and friends; each fault is consumed by the requests it hits.
  */
@@ -42,7 +45,16 @@ export interface GitHubTestServerOptions {
    * about 10 minutes; tests want the consequence within seconds. Default 15 s.
    */
   readonly jobLockTimeoutMs?: number;
+  /** The scale-set service's timings (long poll, session expiry, token lives); GitHub's by default. */
+  readonly actionsService?: Partial<ActionsServiceOptions>;
 }
+
+/**
+ * GitHub's own timings: the queue's long poll holds ~50 s; a session no one polls goes stale after a
+ * few minutes; a queue token lasts about an hour, the admin token a day; an acquired job no runner
+ * takes is offered again after about a minute.
+ */
+export const GITHUB_ACTIONS_SERVICE_TIMINGS: ActionsServiceOptions = { queuePollMs: 50_000, sessionIdleMs: 180_000, queueTokenTtlMs: 3_600_000, adminTokenTtlSeconds: 86_400, reassignAfterMs: 60_000 };
 
 export const DEFAULT_JOB_LOCK_TIMEOUT_MS = 15_000;
 
@@ -76,6 +88,10 @@ export interface TestJob {
   completedAt: number | undefined;
   /** Date.now() of the last renewal of the job's lock by its runner (or of its start). */
   renewedAt: number | undefined;
+  /** The scale set that acquired it, and when (scale-set jobs only). */
+  scaleSetId?: number | undefined;
+  acquiredAt?: number | undefined;
+  reoffers?: number;
 }
 
 export interface TestRunner {
@@ -97,6 +113,8 @@ export interface TestRunner {
    * long poll it is in. An open session idle for jobLockTimeoutMs past this is closed as lost.
    */
   seenUntil: number;
+  /** Minted by a scale set's generatejitconfig: takes only jobs that scale set acquired. */
+  readonly scaleSetId?: number;
 }
 
 export interface LoggedRequest {
@@ -142,6 +160,9 @@ export class GitHubTestServer {
   readonly runners = new Map<number, TestRunner>();
   readonly jobs = new Map<number, TestJob>();
   readonly tokens = new Map<string, { expiresAtMs: number; kind: "installation" | "personal" }>();
+  /** Runner registration tokens (the scale-set auth chain's second link), by token. */
+  readonly registrationTokens = new Map<string, { expiresAtMs: number; scopeKey: string }>();
+  readonly actions: ActionsService;
   readonly #options: GitHubTestServerOptions;
   readonly #groups = new Map<string, Array<{ id: number; name: string; default: boolean }>>();
   #faults: Array<Fault & { remaining: number }> = [];
@@ -154,6 +175,28 @@ export class GitHubTestServer {
 
   constructor(options: GitHubTestServerOptions) {
     this.#options = options;
+    const jobs = this.jobs;
+    const runners = this.runners;
+    const registrationTokens = this.registrationTokens;
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the service reads the server's state through this narrow view
+    const server = this;
+    this.actions = new ActionsService(
+      {
+        get url() {
+          return server.url;
+        },
+        jobs: () => jobs.values(),
+        runnersOf: (scaleSetId) => [...runners.values()].filter((r) => r.scaleSetId === scaleSetId),
+        registerScaleSetRunner: (scaleSet, name, workFolder) => server.#registerScaleSetRunner(scaleSet, name, workFolder),
+        findRunner: (id) => runners.get(id),
+        removeRunner: (id) => void runners.delete(id),
+        scopeKeyOfRegistration: (token) => {
+          const t = registrationTokens.get(token);
+          return t === undefined || t.expiresAtMs <= Date.now() ? undefined : t.scopeKey;
+        },
+      },
+      { ...GITHUB_ACTIONS_SERVICE_TIMINGS, ...options.actionsService },
+    );
   }
 
   get url(): string {
@@ -180,7 +223,10 @@ export class GitHubTestServer {
     this.#url = `http://${this.#options.host ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
     // Lost runners are noticed by a timer, as GitHub notices them, not only when someone asks.
     const every = Math.min(1000, Math.max(50, Math.floor(this.jobLockTimeoutMs / 10)));
-    this.#lostTimer = setInterval(() => this.#expireLost(Date.now()), every);
+    this.#lostTimer = setInterval(() => {
+      this.#expireLost(Date.now());
+      this.actions.tick(Date.now());
+    }, every);
     this.#lostTimer.unref();
     return this;
   }
@@ -248,6 +294,7 @@ export class GitHubTestServer {
     };
     this.jobs.set(id, record);
     this.#jobWebhook(record, "queued");
+    this.actions.jobQueued(record);
     return record;
   }
 
@@ -268,6 +315,7 @@ export class GitHubTestServer {
     job.result = { conclusion: "cancelled", steps: [], log: "##[error]The operation was canceled.\n" };
     if (runner !== undefined && runner.jobId === id) runner.busy = false;
     this.#jobWebhook(job, "completed");
+    this.actions.jobCompleted(job);
     return true;
   }
 
@@ -293,7 +341,7 @@ export class GitHubTestServer {
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://127.0.0.1");
     const prefix = this.#options.apiPrefix ?? "";
-    if (prefix !== "" && !url.pathname.startsWith("/_imp-test/")) {
+    if (prefix !== "" && !url.pathname.startsWith("/_imp-test/") && !url.pathname.startsWith("/_services/")) {
       if (!url.pathname.startsWith(`${prefix}/`)) return send(res, { status: 404, body: { message: "Not Found", documentation_url: DOCS } });
       url.pathname = url.pathname.slice(prefix.length);
     }
@@ -315,6 +363,22 @@ export class GitHubTestServer {
       res.once("close", () => hungUp.abort());
       const reply = await this.#handleTestPath(method, url, body, hungUp.signal);
       this.requests.push({ method, path: url.pathname, status: reply.status, operationId: undefined, faulted: false, at });
+      return send(res, reply);
+    }
+    if (url.pathname === "/actions/runner-registration" || url.pathname.startsWith(`${ACTIONS_SERVICE_PATH}/`) || url.pathname.startsWith(`${QUEUE_PATH}/`)) {
+      // Not in GitHub's REST description: the Actions service, held to what actions/scaleset sends and parses.
+      const hungUp = new AbortController();
+      res.once("close", () => hungUp.abort());
+      const fault = url.pathname === "/actions/runner-registration" ? undefined : this.#takeFault(method, url.pathname);
+      const reply =
+        fault !== undefined && fault.kind !== "delay"
+          ? this.#faultReply(fault)
+          : url.pathname === "/actions/runner-registration"
+            ? method === "POST"
+              ? this.actions.runnerRegistration(req.headers.authorization, body)
+              : { status: 405 }
+            : await this.actions.handle(method, url.pathname, url.searchParams, req.headers, body, hungUp.signal);
+      this.requests.push({ method, path: url.pathname, status: reply.status, operationId: undefined, faulted: fault !== undefined, at });
       return send(res, reply);
     }
     const matched = this.contract.match(method, url.pathname);
@@ -426,6 +490,12 @@ export class GitHubTestServer {
         return this.#generateJitConfig(scopeKey, body as { name: string; runner_group_id: number; labels: string[]; work_folder?: string });
       case "GET /actions/runners":
         return this.#listRunners(scopeKey, query);
+      case "POST /actions/runners/registration-token": {
+        const token = randomBytes(20).toString("base64url").toUpperCase().slice(0, 29);
+        const expiresAtMs = Date.now() + 3_600_000;
+        this.registrationTokens.set(token, { expiresAtMs, scopeKey });
+        return { status: 201, body: { token, expires_at: isoSeconds(expiresAtMs) } };
+      }
       case "GET /actions/runners/{runner_id}": {
         const runner = this.#runnerIn(scopeKey, Number(params["runner_id"]));
         return runner === undefined ? notFound() : { status: 200, body: runnerJson(runner) };
@@ -557,6 +627,13 @@ export class GitHubTestServer {
       { Scheme: "ImpTestOneTimeSecret", Data: { secret: runner.secret } },
     );
     return { runner, encoded };
+  }
+
+  /** A runner minted by a scale set's generatejitconfig: the scale set's labels, its jobs only. */
+  #registerScaleSetRunner(scaleSet: TestScaleSet, name: string, workFolder: string): { id: number; name: string; encoded: string } {
+    const { runner, encoded } = this.registerRunner(scaleSet.scopeKey, { name, runner_group_id: scaleSet.runnerGroupId, labels: scaleSet.labels.map((l) => l.name), work_folder: workFolder });
+    this.runners.set(runner.id, { ...runner, scaleSetId: scaleSet.id });
+    return { id: runner.id, name: runner.name, encoded };
   }
 
   /** GitHub's workflow runs of a repository, only `status=queued` (the one filter Imp uses): runs with a queued job. */
@@ -728,6 +805,7 @@ export class GitHubTestServer {
         runner.busy = true;
         runner.seenUntil = now;
         this.#jobWebhook(job, "in_progress");
+        this.actions.jobStarted(job);
         return { status: 200, body: { job: { id: job.id, name: job.name, steps: job.steps }, renewSeconds: this.#renewSeconds() } };
       }
       if (Date.now() >= deadline) return { status: 204 };
@@ -736,6 +814,8 @@ export class GitHubTestServer {
   }
 
   #canRun(runner: TestRunner, job: TestJob): boolean {
+    // GitHub hands a job a scale set acquired only to that scale set's runners, and others' jobs never to them.
+    if (!this.actions.runnerMayTake(runner.scaleSetId, job)) return false;
     return runner.scopeKey === `repo:${job.repo.owner}/${job.repo.repo}` || runner.scopeKey === `org:${job.repo.owner}` || runner.scopeKey.startsWith("enterprise:");
   }
 
@@ -780,6 +860,7 @@ export class GitHubTestServer {
         this.#endSession(runner);
       }
       this.#jobWebhook(job, "completed");
+      this.actions.jobCompleted(job);
     }
     for (const runner of this.runners.values()) {
       if (runner.session === undefined) continue;
@@ -806,6 +887,7 @@ export class GitHubTestServer {
     job.result = { conclusion, steps, log };
     runner.busy = false;
     this.#jobWebhook(job, "completed");
+    this.actions.jobCompleted(job);
     return { status: 204 };
   }
 
