@@ -148,6 +148,8 @@ export const CONDITION_TYPES = {
     CredentialsValid: "CredentialsValid",
     /** The pool wants more VMs than maxConcurrent or node capacity allows. */
     ScalingLimited: "ScalingLimited",
+    /** Scale-set mode: the operator holds the scale set's message session and polls it. */
+    ScaleSetListening: "ScaleSetListening",
   },
   node: {
     /** The agent is running and can start VMs. */

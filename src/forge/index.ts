@@ -1,3 +1,4 @@
 // Public entry of the forge part: one interface per runner pool, with GitHub (and Gitea) behind it.
 export { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "./types.ts";
 export { GitHubJitForge, isNameTaken, type GitHubJitForgeOptions } from "./github/jit-forge.ts";
+export { GitHubScaleSetForge, type GitHubScaleSetForgeOptions } from "./github/scale-set-forge.ts";

@@ -73,4 +73,9 @@ export interface PoolForge {
   listQueuedJobs?(repositories: readonly string[], signal?: AbortSignal): Promise<readonly QueuedJob[]>;
   /** One job's state, to verify a demand signal before it costs a VM. */
   jobState?(repository: string, jobId: number, signal?: AbortSignal): Promise<JobState>;
+  /**
+   * Removes what the pool registered on the forge besides its runners (a runner scale set), once
+   * the pool is deleted and its VMs are gone. Idempotent.
+   */
+  retire?(signal?: AbortSignal): Promise<void>;
 }

@@ -31,6 +31,9 @@ export interface WorkflowJobEvent {
   readonly createdAt?: number;
   readonly startedAt?: number;
   readonly completedAt?: number;
+  /** Scale-set messages only: when the scale set acquired the job, and the event that triggered the run (webhooks carry neither). */
+  readonly assignedAt?: number;
+  readonly eventName?: string;
 }
 
 export type WebhookParseResult =

@@ -9,3 +9,4 @@ export * from "./webhook/index.ts";
 export * from "./scheduler/index.ts";
 export * from "./nodes/index.ts";
 export * from "./jobs/index.ts";
+export * from "./scale-sets/index.ts";

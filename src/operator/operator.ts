@@ -32,6 +32,7 @@ import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type 
 import { PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
+import { DEFAULT_LISTENER_TIMINGS, ScaleSetListeners } from "./scale-sets/index.ts";
 
 export interface OperatorOptions {
   readonly kubeConfig: KubeConfig;
@@ -57,6 +58,8 @@ export interface OperatorOptions {
   readonly runnerListIntervalMs?: number;
   /** How often webhook pools list the jobs waiting on their forge (PoolController's default otherwise). */
   readonly demandListIntervalMs?: number;
+  /** How often a scale-set listener retries while another session holds its scale set (default 30 s). */
+  readonly scaleSetConflictRetryMs?: number;
   /** Concurrent setup reconciles (mint, deregister); each may wait on GitHub's write pacing. */
   readonly setupWorkers?: number;
   /** Run the scheduler (default true). Off when something else binds VMs (tests that play scheduler). */
@@ -97,6 +100,8 @@ export class Operator {
   readonly nodeLoss: NodeLossController | undefined;
   /** ARC-named job metrics, job Events and per-step VM histograms (docs/operator.md). */
   readonly jobs: JobObserver;
+  /** One scale-set listener per scale-set pool, on the leader. */
+  readonly scaleSets: ScaleSetListeners;
   /** The fault points this operator hits (tests read `hits`). */
   readonly faults: FaultPoints;
   /** Caches only the scheduler and node loss need. */
@@ -131,7 +136,23 @@ export class Operator {
       clock,
       logger: logger.child({ component: "github" }),
     });
+    this.scaleSets = new ScaleSetListeners({
+      poolCache: this.poolCache,
+      client: (pool, signal) => forges.scaleSetClientFor(pool, signal),
+      onChange: (key) => this.pools.controller.enqueue(key),
+      onJob: (key, job) => {
+        this.pools.onScaleSetJob(key, job);
+        this.jobs.onScaleSetJob(key, job);
+      },
+      onEvent: (pool, type, reason, message) => void recorder.record(pool as unknown as KubeObject, { type, reason, message }),
+      ownerName: options.identity ?? hostname(),
+      logger: logger.child({ component: "scale-sets" }),
+      clock,
+      timings: { ...DEFAULT_LISTENER_TIMINGS, ...(options.scaleSetConflictRetryMs === undefined ? {} : { conflictRetryMs: options.scaleSetConflictRetryMs }) },
+      faults,
+    });
     this.pools = new PoolController({
+      scaleSets: this.scaleSets,
       pools,
       vms,
       poolCache: this.poolCache,
@@ -251,7 +272,7 @@ export class Operator {
     for (const cache of this.#extraCaches) manager.addCache(cache);
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
-    manager.addController(this.pools.controller).addController(this.setup.controller);
+    manager.addController(this.pools.controller).addController(this.setup.controller).addController(this.scaleSets);
     if (this.webhook !== undefined) manager.addServer(this.webhook);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);

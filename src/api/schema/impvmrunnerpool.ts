@@ -14,6 +14,20 @@ export type GitHubScope = (typeof GITHUB_SCOPES)[number];
 
 const GITHUB_NAME = "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$";
 
+/** GitHub's runner scale set: jobs reach the pool through its message queue, no webhook needed. */
+export const ScaleSetSettings = Type.Object(
+  {
+    name: Type.String({
+      minLength: 1,
+      maxLength: 45,
+      pattern: "^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$",
+      description: "The scale set's name, unique in its runner group; workflows select the pool with `runs-on: <name>`. Created if missing, deleted with the pool.",
+    }),
+  },
+  { description: "Scale-set mode: the operator keeps one message session on this runner scale set, acquires its jobs and scales on its assigned-job count (docs/operator.md)." },
+);
+export type ScaleSetSettings = Static<typeof ScaleSetSettings>;
+
 export const GitHubSettings = Type.Object(
   {
     credentialsSecretRef: objectRef(
@@ -35,9 +49,10 @@ export const GitHubSettings = Type.Object(
     labels: Type.Array(Type.String({ minLength: 1, maxLength: 256, pattern: "^[^,\\s]+$" }), {
       minItems: 1,
       maxItems: 32,
-      description: "Labels the runners carry; workflows select them with `runs-on`.",
+      description: "Labels the runners carry; workflows select them with `runs-on`. In scale-set mode, extra labels of the scale set besides its name.",
       "x-kubernetes-list-type": "set",
     }),
+    scaleSet: Type.Optional(ScaleSetSettings),
   },
   {
     description: "GitHub App credentials and where runners register.",
@@ -98,7 +113,14 @@ export const ImpVMRunnerPoolSpec = Type.Object(
   },
   {
     description: "Desired runner pool.",
-    ...cel({ rule: "self.maxConcurrent >= self.minIdle", message: "maxConcurrent must be at least minIdle", fieldPath: ".maxConcurrent" }),
+    ...cel(
+      { rule: "self.maxConcurrent >= self.minIdle", message: "maxConcurrent must be at least minIdle", fieldPath: ".maxConcurrent" },
+      {
+        rule: "!has(self.github.scaleSet) || !has(self.webhook) || !self.webhook.enabled",
+        message: "a scale-set pool takes its demand from its listener: webhook.enabled must be false",
+        fieldPath: ".webhook.enabled",
+      },
+    ),
   },
 );
 export type ImpVMRunnerPoolSpec = Static<typeof ImpVMRunnerPoolSpec>;
@@ -118,6 +140,18 @@ export const FailureBudgetStatus = Type.Object(
 );
 export type FailureBudgetStatus = Static<typeof FailureBudgetStatus>;
 
+export const ScaleSetStatus = Type.Object(
+  {
+    id: Type.Integer({ minimum: 1, format: "int64", description: "GitHub's id of the runner scale set." }),
+    name: Type.String({ maxLength: 45 }),
+    sessionId: Type.Optional(Type.String({ maxLength: 64, description: "The message session this pool's listener holds; a new leader closes it before opening its own." })),
+    assignedJobs: Type.Optional(Count("Jobs GitHub assigned to the scale set and not completed (waiting or running): the scaling signal.")),
+    runningJobs: Type.Optional(Count("Of those, jobs a runner runs.")),
+  },
+  { description: "The pool's runner scale set (scale-set mode)." },
+);
+export type ScaleSetStatus = Static<typeof ScaleSetStatus>;
+
 export const ImpVMRunnerPoolStatus = Type.Object(
   {
     observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
@@ -127,8 +161,10 @@ export const ImpVMRunnerPoolStatus = Type.Object(
     busy: Type.Optional(Count("Runners running a job.")),
     starting: Type.Optional(Count("VMs not yet running their runner.")),
     failed: Type.Optional(Count("Terminal failed VMs not yet cleaned up.")),
+    queuedJobs: Type.Optional(Count("Jobs waiting for a runner of this pool, as the operator counts them (scale sets: assigned and not running; webhook pools: queued jobs heard of or listed).")),
     lastScaleTime: Type.Optional(Type.String({ format: "date-time", description: "Last time VMs were created or deleted." })),
     failureBudget: Type.Optional(FailureBudgetStatus),
+    scaleSet: Type.Optional(ScaleSetStatus),
     conditions: Type.Optional(Conditions),
   },
   { description: "Observed pool state." },

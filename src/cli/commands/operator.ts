@@ -15,6 +15,7 @@ interface OperatorFlags {
   healthPort: string;
   githubUrl?: string;
   demandListInterval: string;
+  scaleSetConflictRetry: string;
   leaderElection: boolean;
   logLevel: string;
 }
@@ -45,6 +46,7 @@ export function registerOperator(program: Command): void {
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
     .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
     .option("--demand-list-interval <seconds>", "how often a webhook pool lists the jobs waiting on its forge: the most a lost webhook delays a job", "30")
+    .option("--scale-set-conflict-retry <seconds>", "how often a scale-set pool's listener retries while another session holds its scale set (a crashed operator's session lives until GitHub expires it)", "30")
     .option("--no-leader-election", "run without a Lease (a single replica only)")
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: OperatorFlags) => {
@@ -65,6 +67,7 @@ export function registerOperator(program: Command): void {
         ...(opts.webhookPort === undefined ? {} : { webhookPort: port(opts.webhookPort, "--webhook-port"), webhookSecrets }),
         ...(opts.githubUrl === undefined ? {} : { githubUrl: opts.githubUrl }),
         demandListIntervalMs: seconds(opts.demandListInterval, "--demand-list-interval") * 1000,
+        scaleSetConflictRetryMs: seconds(opts.scaleSetConflictRetry, "--scale-set-conflict-retry") * 1000,
       });
       const stop = new AbortController();
       const onSignal = (): void => stop.abort(new Error("signal"));

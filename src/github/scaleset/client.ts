@@ -153,7 +153,7 @@ export class ScaleSetClient {
   }
 
   /** Closes the session so the next listener need not wait for it to expire. One already gone counts as done. */
-  async deleteSession(session: ScaleSetSession, signal?: AbortSignal): Promise<void> {
+  async deleteSession(session: Pick<ScaleSetSession, "id" | "scaleSetId">, signal?: AbortSignal): Promise<void> {
     try {
       await this.#request({ doing: `close message session ${session.id}`, method: "DELETE", path: `_apis/runtime/runnerscalesets/${session.scaleSetId}/sessions/${session.id}`, endpoint: "session", expect: [204, 200], signal, context: { scaleSetId: session.scaleSetId } });
     } catch (err) {

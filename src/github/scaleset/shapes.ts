@@ -6,6 +6,7 @@
  */
 import { terminalError } from "../../shared/index.ts";
 import { CredentialText } from "../credential-text.ts";
+import { RunnerJitConfig } from "../jit-config.ts";
 import { ScaleSetErrorCode } from "./errors.ts";
 
 type Json = Record<string, unknown>;
@@ -78,7 +79,7 @@ export interface ScaleSetMessage {
 export interface ScaleSetJitConfig {
   readonly runnerId: number;
   readonly runnerName: string;
-  readonly encodedJitConfig: string;
+  readonly encodedJitConfig: RunnerJitConfig;
 }
 
 export interface RunnerReference {
@@ -250,7 +251,7 @@ export function parseJitConfig(value: unknown): ScaleSetJitConfig {
   const runner = asObject(get(o, "runner"), `${what} runner`);
   const encodedJitConfig = str(o, "encodedJITConfig", what, 64 * 1024);
   if (encodedJitConfig === "") unexpected(what, "has an empty encodedJITConfig");
-  return { runnerId: num(runner, "id", what), runnerName: str(runner, "name", what, 256), encodedJitConfig };
+  return { runnerId: num(runner, "id", what), runnerName: str(runner, "name", what, 256), encodedJitConfig: new RunnerJitConfig(encodedJitConfig) };
 }
 
 export function parseRunnerReference(value: unknown): RunnerReference {

@@ -22,6 +22,11 @@ export const ARC_METRICS = {
   completedJobs: "gha_completed_jobs_total",
   jobStartup: "gha_job_startup_duration_seconds",
   jobExecution: "gha_job_execution_duration_seconds",
+  /** Not in ARC (asked for in ARC issue #4431): queued to taken by a runner, whatever acquired it. */
+  jobQueue: "gha_job_queue_duration_seconds",
+  assignedJobs: "gha_assigned_jobs",
+  /** Not in ARC: jobs waiting for a runner (assigned and not running; webhook pools: queued demand). */
+  queuedJobs: "gha_queued_jobs",
   minRunners: "gha_min_runners",
   maxRunners: "gha_max_runners",
   desiredRunners: "gha_desired_runners",
@@ -51,6 +56,11 @@ export interface ArcPoolSample {
   readonly desired: number;
   readonly idle: number;
   readonly busy: number;
+  /** Scale-set pools: the scale set's statistics as GitHub counts them; webhook pools: the operator's own count. */
+  readonly assigned: number;
+  readonly running: number;
+  readonly registered: number;
+  readonly queued: number;
 }
 
 export class ArcJobMetrics {
@@ -58,6 +68,7 @@ export class ArcJobMetrics {
   readonly #completed: Counter;
   readonly #startup: Histogram;
   readonly #execution: Histogram;
+  readonly #queue: Histogram;
 
   /** `pools` is read at every scrape for the scale-set gauges. */
   constructor(registry: Registry, pools: () => readonly ArcPoolSample[]) {
@@ -80,6 +91,13 @@ export class ArcJobMetrics {
       buckets: [...ARC_JOB_BUCKETS],
       registers,
     });
+    this.#queue = new Histogram({
+      name: ARC_METRICS.jobQueue,
+      help: "Seconds a job waited from being queued on GitHub to a runner of an Imp pool taking it (not an ARC metric; ARC issue #4431).",
+      labelNames: jobLabels,
+      buckets: [...ARC_JOB_BUCKETS],
+      registers,
+    });
     const gaugeLabels = [...ARC_SCALE_SET_LABELS, ...SCALE_SET_LABELS];
     const gauge = (name: string, help: string, value: (p: ArcPoolSample) => number): void => {
       new Gauge({
@@ -98,14 +116,17 @@ export class ArcJobMetrics {
     gauge(ARC_METRICS.desiredRunners, "Runner VMs the pool wants (status.desired).", (p) => p.desired);
     gauge(ARC_METRICS.idleRunners, "Runners online and waiting for a job (status.idle).", (p) => p.idle);
     gauge(ARC_METRICS.busyRunners, "Runners running a job (status.busy).", (p) => p.busy);
-    gauge(ARC_METRICS.registeredRunners, "Runners online on GitHub: idle + busy.", (p) => p.idle + p.busy);
-    gauge(ARC_METRICS.runningJobs, "Jobs running on the pool's runners (status.busy).", (p) => p.busy);
+    gauge(ARC_METRICS.registeredRunners, "Runners registered by the pool (scale sets: GitHub's count; otherwise idle + busy).", (p) => p.registered);
+    gauge(ARC_METRICS.runningJobs, "Jobs running on the pool's runners (scale sets: GitHub's count; otherwise status.busy).", (p) => p.running);
+    gauge(ARC_METRICS.assignedJobs, "Jobs assigned to the pool and not completed: waiting for a runner or running (scale sets: GitHub's totalAssignedJobs).", (p) => p.assigned);
+    gauge(ARC_METRICS.queuedJobs, "Jobs waiting for a runner of the pool (not an ARC metric).", (p) => p.queued);
   }
 
-  /** ARC's RecordJobStarted: count, and the startup time when both ends are known. */
-  jobStarted(labels: ArcJobLabels, startupSeconds: number | undefined): void {
+  /** ARC's RecordJobStarted: count, and the startup (and queue) time when both ends are known. */
+  jobStarted(labels: ArcJobLabels, startupSeconds: number | undefined, queueSeconds?: number): void {
     this.#started.inc(labels);
     if (startupSeconds !== undefined) this.#startup.observe(labels, startupSeconds);
+    if (queueSeconds !== undefined) this.#queue.observe(labels, queueSeconds);
   }
 
   /** ARC's RecordJobCompleted (called only for a job a runner took, as ARC does). */

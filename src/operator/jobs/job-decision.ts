@@ -23,7 +23,8 @@ export interface JobSeen {
 }
 
 export interface JobObservation {
-  readonly started?: { readonly labels: ArcJobLabels; readonly startupSeconds: number | undefined; readonly event: EventToRecord };
+  /** startup: from the scale set's acquisition (scale sets) or the queueing (webhooks) to a runner taking the job, as ARC measures it; queue: from the queueing, always. */
+  readonly started?: { readonly labels: ArcJobLabels; readonly startupSeconds: number | undefined; readonly queueSeconds: number | undefined; readonly event: EventToRecord };
   readonly completed?: { readonly labels: ArcCompletedJobLabels; readonly executionSeconds: number | undefined; readonly event: EventToRecord };
   readonly seen: JobSeen;
 }
@@ -50,7 +51,7 @@ export function arcJobLabels(event: WorkflowJobEvent, pool: PoolRef): ArcJobLabe
     organization: event.repository.owner,
     repository: event.repository.name,
     job_name: event.jobName,
-    event_name: "",
+    event_name: event.eventName ?? "",
     actions_github_com_scale_set_name: pool.name,
     actions_github_com_scale_set_namespace: pool.namespace,
   };
@@ -69,12 +70,14 @@ export function decideJobObservation(event: WorkflowJobEvent, pool: PoolRef, see
   if (event.action === "queued") return { seen: before };
   const labels = arcJobLabels(event, pool);
   const wantStart = !before.started && !before.completed;
-  const startupSeconds = seconds(event.createdAt, event.startedAt);
+  const queueSeconds = seconds(event.createdAt, event.startedAt);
+  const startupSeconds = seconds(event.assignedAt ?? event.createdAt, event.startedAt);
   const started = wantStart
     ? {
         labels,
         startupSeconds,
-        event: { type: "Normal" as const, reason: "JobStarted", message: `${jobRef(event)} started on runner ${event.runnerName ?? ""}${took(startupSeconds, "after it was queued")}` },
+        queueSeconds,
+        event: { type: "Normal" as const, reason: "JobStarted", message: `${jobRef(event)} started on runner ${event.runnerName ?? ""}${took(queueSeconds, "after it was queued")}` },
       }
     : undefined;
   if (event.action === "in_progress") return { ...(started === undefined ? {} : { started }), seen: { started: true, completed: before.completed } };

@@ -7,7 +7,7 @@
  * background and never fail anything (the recorder is best effort).
  */
 import { LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
 import type { DeepReadonly, EventRecorder, Informer, KubeObject } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { WebhookAudience } from "../webhook/index.ts";
@@ -15,6 +15,7 @@ import type { Registry } from "prom-client";
 import { ArcJobMetrics, type ArcPoolSample } from "./arc-metrics.ts";
 import { decideJobObservation, jobKey, type JobSeen, type PoolRef } from "./job-decision.ts";
 import { VmStepMetrics } from "./step-metrics.ts";
+import { workflowJobEventOf } from "./scale-set-job-event.ts";
 
 /** Index of the VM cache by metadata.name: a webhook names the runner, which is the VM's name. */
 export const VM_NAME_INDEX = "imp-operator/vm-by-name";
@@ -70,6 +71,12 @@ export class JobObserver {
     }
   }
 
+  /** A JobStarted or JobCompleted from the scale-set listener of `poolKey` (which vouches for that pool only). */
+  onScaleSetJob(poolKey: string, job: JobMessage): void {
+    const event = workflowJobEventOf(job);
+    if (event !== undefined) this.onWorkflowJob(event, new Set([poolKey]));
+  }
+
   #observe(event: WorkflowJobEvent, audience: WebhookAudience): void {
     if (event.action === "queued" || event.runnerName === null) return;
     const key = jobKey(event);
@@ -83,7 +90,7 @@ export class JobObserver {
     this.#jobs.set(key, { ...runner, seen: decision.seen });
     while (this.#jobs.size > (this.#o.maxJobs ?? DEFAULT_MAX_JOBS)) this.#jobs.delete(this.#jobs.keys().next().value ?? "");
     if (decision.started !== undefined) {
-      this.arc.jobStarted(decision.started.labels, decision.started.startupSeconds);
+      this.arc.jobStarted(decision.started.labels, decision.started.startupSeconds, decision.started.queueSeconds);
       this.#record(runner.vm, decision.started.event);
     }
     if (decision.completed !== undefined) {
@@ -145,5 +152,9 @@ function poolSample(pool: DeepReadonly<ImpVMRunnerPool>): ArcPoolSample {
     desired: s.desired ?? 0,
     idle: s.idle ?? 0,
     busy: s.busy ?? 0,
+    assigned: s.scaleSet?.assignedJobs ?? (s.queuedJobs ?? 0) + (s.busy ?? 0),
+    running: s.scaleSet?.runningJobs ?? s.busy ?? 0,
+    registered: (s.idle ?? 0) + (s.busy ?? 0),
+    queued: s.queuedJobs ?? 0,
   };
 }

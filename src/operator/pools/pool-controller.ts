@@ -10,6 +10,10 @@
  * without a time) counts only once the forge says the job still waits. A dropped delivery is found
  * by the next listing.
  *
+ * Scale-set pools (spec.github.scaleSet) take their demand from their listener instead
+ * (src/operator/scale-sets): the jobs GitHub assigned to the scale set and no runner runs yet,
+ * from the latest statistics; their busy and finished runners from JobStarted and JobCompleted.
+ *
  * A pool carries the runner-registration finalizer: on deletion it deletes its VMs itself and
  * lets go only when they are all gone, so every VM can still read the pool's GitHub settings when
  * its own registration finalizer removes the runner.
@@ -24,8 +28,9 @@ import {
   type ImpVM,
   type ImpVMRunnerPool,
   type ImpVMRunnerPoolStatus,
+  type ScaleSetStatus,
 } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
 import {
   Controller,
   done,
@@ -40,7 +45,7 @@ import {
   type ReconcileResult,
   type ResourceClient,
 } from "../../kube/index.ts";
-import { describeError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
+import { describeError, isRetryable, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { PoolForges } from "../setup/pool-forges.ts";
 import { setCondition } from "./conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
@@ -82,6 +87,17 @@ export interface PoolControllerOptions {
   readonly workers?: number;
   /** Test fault point pool.before-replace (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
+  /** What each scale-set pool's listener last said (scale-set pools only). */
+  readonly scaleSets?: { view(poolKey: string): ScaleSetPoolView | undefined };
+}
+
+/** A scale-set pool's listener, as the pool controller reads it (ScaleSetListeners.view). */
+export interface ScaleSetPoolView {
+  readonly reason: string;
+  readonly message: string;
+  readonly scaleSetId: number | undefined;
+  readonly sessionId: string | undefined;
+  readonly statistics: { readonly totalAssignedJobs: number; readonly totalRunningJobs: number } | undefined;
 }
 
 interface GitHubView {
@@ -162,6 +178,20 @@ export class PoolController {
     for (const pool of this.#o.poolCache.list()) {
       if (heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
+  }
+
+  /**
+   * A JobStarted or JobCompleted from a scale-set pool's listener: its runner (= the VM's name) is
+   * busy, or finished. Idempotent (a message may come again after a crash); a runner name that is
+   * not one of the pool's VMs changes nothing.
+   */
+  onScaleSetJob(poolKey: string, job: JobMessage): void {
+    if (job.messageType !== "JobStarted" && job.messageType !== "JobCompleted") return;
+    const pool = this.#o.poolCache.get(poolKey);
+    if (pool === undefined || job.runnerName === "" || !vmNamePattern(pool.metadata.name ?? "").test(job.runnerName)) return;
+    if (job.messageType === "JobStarted") this.activity.runnerBusy(job.runnerName, true);
+    else this.activity.runnerFinished(job.runnerName);
+    this.controller.enqueue(poolKey);
   }
 
   /** A verified `queued` delivery for `pool`: counted if fresh, checked with the forge if not, never if its job settled. */
@@ -293,7 +323,7 @@ export class PoolController {
       vms: vms.map((vm) => this.#view(vm)),
       creating: pending.creating,
       deletingExpected: pending.deleting,
-      queuedJobs: this.activity.queuedJobs(ctx.key),
+      queuedJobs: this.#queuedJobs(ctx.key, pool),
       failures,
       policy: this.#policy,
       now,
@@ -309,6 +339,13 @@ export class PoolController {
     const listedAt = this.#demandListedAt.get(ctx.key);
     const untilDemand = !(pool.spec.webhook?.enabled ?? false) || listedAt === undefined ? Infinity : Math.max(1_000, listedAt + this.#demandIntervalMs - now);
     return requeueAfter(Math.min(untilList, untilHold, untilDemand));
+  }
+
+  /** Scale sets: assigned and not yet running, as GitHub last counted; otherwise the jobs heard of or listed. */
+  #queuedJobs(key: string, pool: Readonly<ImpVMRunnerPool>): number {
+    if (pool.spec.github.scaleSet === undefined) return this.activity.queuedJobs(key);
+    const stats = this.#o.scaleSets?.view(key)?.statistics;
+    return stats === undefined ? 0 : Math.max(0, stats.totalAssignedJobs - stats.totalRunningJobs);
   }
 
   #vmsOf(pool: Readonly<ImpVMRunnerPool>): Readonly<ImpVM>[] {
@@ -433,6 +470,14 @@ export class PoolController {
   async #finalizePool(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[]): Promise<ReconcileResult> {
     for (const vm of vms) if (vm.metadata.deletionTimestamp === undefined) await this.#deleteVm(ctx, vm);
     if (vms.length > 0) return requeueAfter(5_000);
+    try {
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      await forge.retire?.(ctx.signal);
+    } catch (err) {
+      // Retried while it may still work; a pool whose credentials are gone must still be deletable.
+      if (isRetryable(err)) throw err;
+      await this.#event(ctx, pool, "Warning", "ForgeCleanupFailed", `Could not remove the pool's registrations on the forge (remove them by hand): ${describeError(err).slice(0, 500)}`);
+    }
     await mutateWithRetry(this.#o.pools, {
       ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
       signal: ctx.signal,
@@ -449,23 +494,29 @@ export class PoolController {
     const now = this.#clock.now();
     const github = this.#github.get(ctx.key);
     const scaled = d.create > 0 || d.scaleDown.length > 0;
+    const queued = this.#queuedJobs(ctx.key, pool);
     const build = (old: Readonly<ImpVMRunnerPoolStatus>, generation: number | undefined): ImpVMRunnerPoolStatus => {
       let conditions = old.conditions;
       if (github !== undefined) {
         conditions = setCondition(conditions, { type: CONDITION_TYPES.pool.CredentialsValid, status: github.ok ? "True" : "False", reason: github.ok ? "RunnersListed" : "GitHubError", message: github.message }, now, generation);
       }
-      const ready = github?.ok !== false && !d.budgetExhausted;
+      const listener = pool.spec.github.scaleSet === undefined ? undefined : this.#o.scaleSets?.view(ctx.key);
+      // A scale-set pool whose listener cannot listen gets no jobs: not ready, and says why.
+      const deaf = listener !== undefined && listener.reason !== "Listening" && listener.reason !== "Starting";
+      const ready = github?.ok !== false && !d.budgetExhausted && !deaf;
       conditions = setCondition(
         conditions,
         {
           type: CONDITION_TYPES.pool.Ready,
           status: ready ? "True" : "False",
-          reason: d.budgetExhausted ? "FailureBudgetExhausted" : github?.ok === false ? "GitHubError" : "Reconciled",
+          reason: d.budgetExhausted ? "FailureBudgetExhausted" : github?.ok === false ? "GitHubError" : deaf ? "ScaleSetNotListening" : "Reconciled",
           message: d.budgetExhausted
             ? `${d.failures.consecutive} VMs in a row failed before their runner started; creating one VM every ${Math.round(this.#policy.capMs / 1000)} s until one starts`
             : github?.ok === false
               ? github.message
-              : "Pool reconciled",
+              : deaf
+                ? listener.message
+                : "Pool reconciled",
         },
         now,
         generation,
@@ -482,11 +533,25 @@ export class PoolController {
         now,
         generation,
       );
-      const { failureBudget: _previousBudget, ...rest } = old;
+      if (pool.spec.github.scaleSet !== undefined) {
+        const listening = listener?.reason === "Listening";
+        conditions = setCondition(
+          conditions,
+          { type: CONDITION_TYPES.pool.ScaleSetListening, status: listening ? "True" : "False", reason: listener?.reason ?? "Starting", message: (listener?.message ?? "") === "" ? "Waiting for the listener" : (listener?.message ?? "") },
+          now,
+          generation,
+        );
+      } else {
+        conditions = conditions?.filter((c) => c.type !== CONDITION_TYPES.pool.ScaleSetListening);
+      }
+      const { failureBudget: _previousBudget, scaleSet: previousScaleSet, ...rest } = old;
       const budget = failureBudgetStatus(d.failures, this.#policy);
+      const scaleSet = scaleSetStatus(pool, listener, previousScaleSet);
       const next: ImpVMRunnerPoolStatus = {
         ...rest,
         ...(budget === undefined ? {} : { failureBudget: budget }),
+        ...(scaleSet === undefined ? {} : { scaleSet }),
+        queuedJobs: queued,
         ...(generation === undefined ? {} : { observedGeneration: generation }),
         ...d.counts,
         conditions,
@@ -515,4 +580,21 @@ export class PoolController {
   async #event(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
     await this.#o.recorder.record(pool, { type, reason, message, signal: ctx.signal });
   }
+}
+
+/** status.scaleSet: the listener's latest word, else what the status said (a restarted operator keeps the recorded session until its listener opens a new one). */
+function scaleSetStatus(pool: Readonly<ImpVMRunnerPool>, view: ScaleSetPoolView | undefined, previous: ScaleSetStatus | undefined): ScaleSetStatus | undefined {
+  const name = pool.spec.github.scaleSet?.name;
+  if (name === undefined) return undefined;
+  const kept = previous?.name === name ? previous : undefined;
+  const id = view?.scaleSetId ?? kept?.id;
+  if (id === undefined) return undefined;
+  const sessionId = view === undefined ? kept?.sessionId : view.sessionId;
+  const stats = view?.statistics;
+  return {
+    id,
+    name,
+    ...(sessionId === undefined ? {} : { sessionId }),
+    ...(stats === undefined ? (kept?.assignedJobs === undefined ? {} : { assignedJobs: kept.assignedJobs, runningJobs: kept.runningJobs ?? 0 }) : { assignedJobs: stats.totalAssignedJobs, runningJobs: stats.totalRunningJobs }),
+  };
 }

@@ -9,8 +9,8 @@
  * Secret holds a token (key `token`, scope `manage_runners:enterprise`) instead of App keys. A
  * Secret with a `token` key is used as a token for any scope; without one, as App credentials.
  */
-import { GitHubJitForge, type PoolForge } from "../../forge/index.ts";
-import { DEFAULT_RUNNER_GROUP_ID, GitHubClient, type GitHubClientOptions, type GitHubScope } from "../../github/index.ts";
+import { GitHubJitForge, GitHubScaleSetForge, type PoolForge } from "../../forge/index.ts";
+import { DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, ScaleSetClient, type GitHubClientOptions, type GitHubScope, type ScaleSetClientOptions } from "../../github/index.ts";
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { isNotFound, type ResourceClient } from "../../kube/index.ts";
 import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
@@ -27,6 +27,8 @@ export interface PoolForgesOptions {
   /** Re-read a credentials Secret at most this often. */
   readonly secretTtlMs?: number;
   readonly clientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
+  /** Timeouts and retries of the scale-set (Actions service) clients. */
+  readonly scaleSetClientOptions?: Partial<Pick<ScaleSetClientOptions, "requestTimeoutMs" | "longPollTimeoutMs" | "retry">>;
   readonly clock?: Clock;
   readonly logger: Logger;
 }
@@ -44,6 +46,8 @@ interface Entry {
   readonly baseUrl: string;
   readonly client: GitHubClient;
   readonly groups: Map<string, number>;
+  /** One scale-set client per scope (it holds the Actions service's admin token). */
+  readonly scaleSets: Map<string, ScaleSetClient>;
   readAt: number;
 }
 
@@ -57,10 +61,28 @@ export class PoolForges {
     this.#clock = options.clock ?? systemClock;
   }
 
-  /** The pool's forge: GitHub just-in-time runners. */
+  /** The pool's forge: GitHub just-in-time runners, or the runners of its scale set. */
   async forPool(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolForge> {
     const gh = await this.gitHubFor(pool, signal);
+    const scaleSet = pool.spec.github.scaleSet;
+    if (scaleSet !== undefined) {
+      const client = await this.scaleSetClientFor(pool, signal);
+      return new GitHubScaleSetForge({ client, rest: gh.client, scope: gh.scope, scaleSetName: scaleSet.name, runnerGroup: pool.spec.github.runnerGroup });
+    }
     return new GitHubJitForge({ client: gh.client, scope: gh.scope, runnerGroupId: (s) => gh.runnerGroupId(s), labels: pool.spec.github.labels });
+  }
+
+  /** The Actions-service client of the pool's credentials and scope (kept while the credentials Secret is unchanged). */
+  async scaleSetClientFor(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<ScaleSetClient> {
+    const scope = scopeOfPool(pool);
+    const entry = await this.#entry(pool, signal);
+    const key = describeScope(scope);
+    let client = entry.scaleSets.get(key);
+    if (client === undefined) {
+      client = new ScaleSetClient({ registrationTokens: entry.client, apiBaseUrl: entry.baseUrl, scope, clock: this.#clock, logger: this.#o.logger, ...this.#o.scaleSetClientOptions });
+      entry.scaleSets.set(key, client);
+    }
+    return client;
   }
 
   /** The GitHub client of the pool's credentials and its scope. */
@@ -123,7 +145,7 @@ export class PoolForges {
       logger: this.#o.logger,
       ...this.#o.clientOptions,
     });
-    const entry: Entry = { resourceVersion: secret.metadata?.resourceVersion ?? "", baseUrl, client, groups: new Map(), readAt: now };
+    const entry: Entry = { resourceVersion: secret.metadata?.resourceVersion ?? "", baseUrl, client, groups: new Map(), scaleSets: new Map(), readAt: now };
     this.#entries.set(key, entry);
     return entry;
   }

@@ -122,6 +122,7 @@ describe("valid objects", () => {
       minIdle: 0,
       maxConcurrent: 10,
       scaleUpStep: 5,
+      runnerSetupDelivery: "Environment",
     });
 
     const node = await imp.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "bare" } });

@@ -73,6 +73,8 @@ export const CREATE_CASES: readonly CreateCase[] = [
   },
   { name: "pool with a malformed repository", field: "spec.github.repository", object: edit(pool, (o) => { const g = at(spec(o), "github"); g["scope"] = "repo"; delete g["organization"]; g["repository"] = "no-slash"; }) },
   { name: "pool webhook enabled without a secret", field: "spec.webhook.secretRef", object: edit(pool, (o) => { delete at(spec(o), "webhook")["secretRef"]; }) },
+  { name: "pool in scale-set mode with the webhook on", field: "spec.webhook.enabled", object: edit(pool, (o) => { at(spec(o), "github")["scaleSet"] = { name: "imp-linux" }; }) },
+  { name: "pool with a scale set name longer than 45", field: "spec.github.scaleSet.name", object: edit(pool, (o) => { at(spec(o), "github")["scaleSet"] = { name: "s".repeat(46) }; at(spec(o), "webhook")["enabled"] = false; }) },
   { name: "pool without runnerCommand", field: "spec.runnerCommand", object: edit(pool, (o) => { delete spec(o)["runnerCommand"]; }) },
   { name: "pool without labels", field: "spec.github.labels", object: edit(pool, (o) => { at(spec(o), "github")["labels"] = []; }) },
   { name: "pool whose name leaves no room for generated VM names", field: "metadata.name", object: edit(pool, (o) => { o.metadata.name = "p".repeat(58); }) },

@@ -316,4 +316,79 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     assert.equal(count("accepted"), 4);
     await deletePool("delta", gh);
   });
+  it("scale-set mode: the pool creates its scale set, listens, creates a VM per assigned job, mints with the scale set's jitconfig, and deletes the scale set with the pool", async (t) => {
+    const gh = await startGitHub(t, { actionsService: { queuePollMs: 500 } });
+    await credentials("sigma-app", gh);
+    await pools.create({
+      apiVersion: API_VERSION,
+      kind: "ImpVMRunnerPool",
+      metadata: { name: "sigma", namespace: NS },
+      spec: {
+        templateName: "runner",
+        github: { credentialsSecretRef: { name: "sigma-app" }, apiURL: gh.server.url, scope: "repo", repository: `${REPO.owner}/${REPO.repo}`, runnerGroup: "Default", labels: ["imp"], scaleSet: { name: "imp-sigma" } },
+        minIdle: 0,
+        maxConcurrent: 3,
+        scaleUpStep: 5,
+        runnerCommand: ["/runner/run.sh"],
+      },
+    });
+    const listening = await waitFor("pool sigma listening", async () => {
+      const st = (await pools.get({ namespace: NS, name: "sigma" })).status;
+      const c = st?.conditions?.find((x) => x.type === "ScaleSetListening");
+      return c?.status === "True" && st?.scaleSet?.sessionId !== undefined ? st : undefined;
+    }, WAIT);
+    const set = gh.server.actions.scaleSetNamed("imp-sigma");
+    assert.ok(set !== undefined, "the operator created the scale set");
+    assert.equal(listening.scaleSet?.id, set.id, "status.scaleSet records its id");
+    assert.equal(listening.scaleSet?.sessionId, set.session?.id, "and the session the operator holds");
+    assert.equal(listening.conditions?.find((c) => c.type === "Ready")?.status, "True");
+    assert.deepEqual(set.labels.map((l) => l.name), ["imp-sigma", "imp"]);
+    assert.equal((await liveVmsOf("sigma")).length, 0, "minIdle 0 and nothing assigned: no VM");
+
+    const job = gh.server.queueJob({ repo: REPO, labels: ["imp-sigma"], steps: [{ name: "build", run: "true" }] });
+    const [vm] = await waitForVms("sigma", 1);
+    assert.ok(vm !== undefined);
+    assert.equal(job.scaleSetId, set.id, "the listener acquired the job");
+    await waitFor("status counts the assigned job", async () => {
+      const st = (await pools.get({ namespace: NS, name: "sigma" })).status;
+      return st?.scaleSet?.assignedJobs === 1 && st.queuedJobs === 1 ? st : undefined;
+    }, WAIT);
+
+    await bind(vm);
+    const minted = await waitForMinted(vm.metadata.name ?? "");
+    const runner = gh.server.runnerNamed(vm.metadata.name ?? "");
+    assert.equal(runner?.scaleSetId, set.id, "minted with the scale set's generatejitconfig: its runner takes only the scale set's jobs");
+    assert.equal(minted.status?.runner?.id, runner?.id);
+    await run(vm);
+
+    // The VM's runner comes online with the sealed setup and runs the job.
+    const secret = await secrets.get({ namespace: NS, name: setupSecretName(vm.metadata.name ?? "") });
+    const sealed = parseSealedSetup(Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8"));
+    const setup = decodeJitSetup(Buffer.from(await openSetup(sealed, nodeKey, vm.metadata.uid ?? "")).toString("utf8"));
+    const post = async (path: string, body?: unknown): Promise<{ status: number; body: unknown }> => {
+      const r = await fetch(`${gh.server.url}/_imp-test/runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      const text = await r.text();
+      return { status: r.status, body: text === "" ? undefined : (JSON.parse(text) as unknown) };
+    };
+    const opened = await post("/sessions", { runnerId: setup.runner.AgentId, runnerName: setup.runner.AgentName, secret: setup.credentials.Data.secret });
+    const sessionId = (opened.body as { sessionId: string }).sessionId;
+    assert.equal((await post(`/sessions/${sessionId}/acquire?waitSeconds=5`)).status, 200);
+    await waitFor("JobStarted marks the runner busy", async () => ((await pools.get({ namespace: NS, name: "sigma" })).status?.busy === 1 ? true : undefined), WAIT);
+    assert.equal((await post(`/sessions/${sessionId}/jobs/${job.id}/result`, { conclusion: "success", steps: [], log: "" })).status, 204);
+    await waitFor("the job counted as started and completed, with its queue time", async () => {
+      const text = await registry.metrics();
+      return /gha_completed_jobs_total\{[^}]*actions_github_com_scale_set_name="sigma"[^}]*job_result="succeeded"[^}]*\} 1/.test(text) ? text : undefined;
+    }, WAIT).then((text) => {
+      assert.match(text, /gha_started_jobs_total\{[^}]*event_name="push"[^}]*actions_github_com_scale_set_name="sigma"[^}]*\} 1/, "the scale-set message's event name reaches ARC's label");
+      assert.match(text, /gha_job_queue_duration_seconds_count\{[^}]*actions_github_com_scale_set_name="sigma"[^}]*\} 1/);
+    });
+    await vms.patchStatus({ namespace: NS, name: vm.metadata.name ?? "" }, { status: { phase: "Succeeded", exitCode: 0, reason: "Completed", phaseTimestamps: { succeeded: new Date().toISOString() } } });
+    await waitFor("nothing assigned, nothing live", async () => {
+      const st = (await pools.get({ namespace: NS, name: "sigma" })).status;
+      return st?.scaleSet?.assignedJobs === 0 && (await liveVmsOf("sigma")).length === 0 ? true : undefined;
+    }, WAIT);
+    assertNamesUnique(gh);
+    await deletePool("sigma", gh);
+    assert.equal(gh.server.actions.scaleSetNamed("imp-sigma"), undefined, "the scale set went with its pool");
+  });
 });
