@@ -45,7 +45,7 @@ let failed = false;
 try {
   world = await step("Start the world: control plane, registry, GitHub test server, imp operator, two imp agents", () => RunnerWorld.start({ say: (line) => out(`   ${line}`) }));
   const w = world;
-  const { vm } = await step("1. kubectl apply a runner pool (minIdle 1): a VM boots, gets its sealed one-time setup, its runner comes online", async () => {
+  const { vm } = await step("1. kubectl apply a runner pool (minIdle 1, scale-set mode): the operator creates the runner scale set and listens; a VM boots, gets its sealed one-time setup, its runner comes online", async () => {
     const r = await poolComesOnline(w, check);
     out(`   $ kubectl apply -f pool.yaml\n   ${r.applied.trim()}`);
     out(indent(await w.kubectl(["-n", NAMESPACE, "get", "impvmrunnerpool,impvm", "-o", "wide"])));

@@ -42,8 +42,8 @@ export interface FaultCase {
   readonly injected: string;
   /** Where on the runner path. */
   readonly where: string;
-  /** Pool shape; default minIdle 1, maxConcurrent 2. */
-  readonly pool?: { minIdle: number; maxConcurrent: number };
+  /** Pool shape; default minIdle 1, maxConcurrent 2, webhook mode. */
+  readonly pool?: { minIdle: number; maxConcurrent: number; scaleSet?: boolean };
   readonly bounds?: Partial<Record<InvariantId, number>>;
   /** Before the pool exists: arm fault points (restart a process with a plan). */
   arm?(ctx: CaseContext): Promise<void>;
@@ -108,6 +108,8 @@ export async function runFaultCase(world: RunnerWorld, suite: string, c: FaultCa
   };
   await recordCase(result);
   for (const o of invariants) assert.ok(o.held, `${c.id}: ${o.id} does not hold: ${o.detail}`);
+  // Whatever the fault, what Imp sent GitHub and what the stand-in answered stay within GitHub's description.
+  assert.deepEqual(world.github.violations, [], `${c.id}: the GitHub test server saw requests or sent responses off GitHub's OpenAPI description`);
   return result;
 }
 

@@ -123,6 +123,8 @@ export class ActionsService {
   readonly #o: ActionsServiceOptions;
   #nextId = 1;
   #nextMessageId = 1;
+  /** Sessions dropped server-side: their queue answers 401. */
+  readonly #dropped = new Set<string>();
   /** Faults: 5xx on every Actions-service request until then (Date.now()). */
   failUntil = 0;
 
@@ -138,9 +140,13 @@ export class ActionsService {
     for (const s of this.scaleSets.values()) if (s.session !== undefined) s.session.queueTokenExpiresAt = 0;
   }
 
-  /** Deletes a session server-side (a refresh then 404s). */
+  /**
+   * Deletes a session server-side, as GitHub drops one: its queue token stops working (the next poll
+   * is 401, as for an expired token) and the refresh that follows answers 404.
+   */
   dropSession(scaleSetId: number): void {
     const s = this.scaleSets.get(scaleSetId);
+    if (s?.session !== undefined) this.#dropped.add(s.session.id);
     if (s !== undefined) s.session = undefined;
   }
 
@@ -149,11 +155,12 @@ export class ActionsService {
     this.scaleSets.delete(id);
   }
 
-  /** Puts the last message of the scale set back in front (delivered again, as a redelivery). */
-  redeliverLast(scaleSetId: number, body: string): void {
+  /** Sends the scale set a JobAvailable for `jobId` once more, as a duplicate delivery of a message already handled. */
+  redeliver(scaleSetId: number, jobId: number): void {
     const s = this.scaleSets.get(scaleSetId);
-    if (s === undefined) return;
-    s.messages.push({ id: this.#nextMessageId++, body, statistics: this.statistics(s) });
+    const job = [...this.#host.jobs()].find((j) => j.id === jobId);
+    if (s === undefined || job === undefined) throw new Error(`no scale set ${scaleSetId} or job ${jobId}`);
+    this.#send(s, [this.#jobMessage("JobAvailable", job, { acquireJobUrl: `${this.#base()}/_apis/runtime/runnerrequests/${job.id}` })]);
   }
 
   scaleSetNamed(name: string): TestScaleSet | undefined {
@@ -218,8 +225,8 @@ export class ActionsService {
   }
 
   async handle(method: string, path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>, body: unknown, hungUp: AbortSignal): Promise<Reply> {
-    if (path.startsWith(QUEUE_PATH)) return this.#queue(method, path.slice(QUEUE_PATH.length), query, headers, hungUp);
     if (Date.now() < this.failUntil) return { status: 503, body: { $id: "1", message: "The service is unavailable.", typeName: "GitHub.Services.Common.VssServiceException, GitHub.Services.Common", typeKey: "VssServiceException", errorCode: 0, eventId: 3000 } };
+    if (path.startsWith(QUEUE_PATH)) return this.#queue(method, path.slice(QUEUE_PATH.length), query, headers, hungUp);
     if (query.get("api-version") !== "6.0-preview") return actionsError(400, "ArgumentException", "api-version 6.0-preview is required");
     const sub = path.slice(ACTIONS_SERVICE_PATH.length);
     const bearer = /^Bearer (.+)$/.exec(String(headers["authorization"] ?? ""))?.[1];
@@ -348,6 +355,7 @@ export class ActionsService {
   async #queue(method: string, sub: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>, hungUp: AbortSignal): Promise<Reply> {
     const m = /^\/([\w-]+)(?:\/(\d+))?$/.exec(sub);
     const session = m === null ? undefined : [...this.scaleSets.values()].map((s) => s.session).find((x) => x?.id === m[1]);
+    if (session === undefined && this.#dropped.has(m?.[1] ?? "")) return { status: 401, body: { message: "message queue token expired" } };
     if (session === undefined) return { status: 404, body: { message: "no such message queue" } };
     const bearer = /^Bearer (.+)$/.exec(String(headers["authorization"] ?? ""))?.[1];
     if (session.queueToken !== bearer || session.queueTokenExpiresAt <= Date.now()) return { status: 401, body: { message: "message queue token expired" } };
@@ -364,7 +372,7 @@ export class ActionsService {
     const deadline = Date.now() + this.#o.queuePollMs;
     for (;;) {
       session.seenAt = Date.now();
-      if (scaleSet.session !== session) return { status: 404, body: { message: "the session is gone" } };
+      if (scaleSet.session !== session) return this.#dropped.has(session.id) ? { status: 401, body: { message: "message queue token expired" } } : { status: 404, body: { message: "the session is gone" } };
       const message = scaleSet.messages.find((x) => x.id > last) ?? (last === 0 ? scaleSet.messages[0] : undefined);
       if (message !== undefined) {
         return { status: 200, body: { messageId: message.id, messageType: "RunnerScaleSetJobMessages", body: message.body, statistics: this.statistics(scaleSet) } };

@@ -90,3 +90,17 @@ test("webhook payloads are held to the documented workflow_job shape", async (t)
   assert.ok(problems.length === 1 && /must have required property 'repository'/.test(problems[0] ?? ""), problems.join("\n"));
   assert.match(server.contract.checkWebhook("completed", { action: "queued" }).join(), /must be equal to one of the allowed values|required property/);
 });
+
+test("the listing of queued jobs (null conclusions included) passes, and a conclusion off the enum does not", async (t) => {
+  const { server, client } = await startGitHub(t);
+  const github = client();
+  const job = server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp"], steps: [] });
+  const queued = await github.listQueuedJobs({ owner: "acme", repo: "web" });
+  assert.deepEqual(queued.map((j) => j.id), [job.id]);
+  assert.equal((await github.getWorkflowJob({ owner: "acme", repo: "web" }, job.id))?.status, "queued");
+  assert.deepEqual(server.violations, [], "a queued job's conclusion is null, which the description means to allow");
+  server.tamperWithNextResponse((reply) => ({ ...reply, body: { ...(reply.body as object), conclusion: "exploded" } }));
+  await github.getWorkflowJob({ owner: "acme", repo: "web" }, job.id).catch(() => undefined);
+  assert.equal(server.violations.length, 1, "a conclusion outside the enum is still a violation");
+  server.violations.length = 0;
+});

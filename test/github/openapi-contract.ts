@@ -84,7 +84,22 @@ interface RawOperation {
 
 function loadDescription(from: Description): { paths: Record<string, Record<string, RawOperation>> } {
   const file = require.resolve(`@octokit/openapi/generated/${from}.deref.json`);
-  return JSON.parse(readFileSync(file, "utf8")) as { paths: Record<string, Record<string, RawOperation>> };
+  return allowNullInNullableEnums(JSON.parse(readFileSync(file, "utf8"))) as { paths: Record<string, Record<string, RawOperation>> };
+}
+
+/**
+ * OpenAPI 3.0's `nullable: true` beside an `enum` that lacks null: GitHub's description writes job
+ * `conclusion` so and GitHub sends null there for every job not completed. Read strictly (as ajv
+ * does), null would be refused; the description means it, so null joins such enums. The
+ * description is dereferenced, so one object may be reached many times; each is changed once.
+ */
+function allowNullInNullableEnums(node: unknown, seen = new Set<object>()): unknown {
+  if (typeof node !== "object" || node === null || seen.has(node)) return node;
+  seen.add(node);
+  const o = node as Record<string, unknown>;
+  if (o["nullable"] === true && Array.isArray(o["enum"]) && !(o["enum"] as unknown[]).includes(null)) (o["enum"] as unknown[]).push(null);
+  for (const value of Object.values(o)) allowNullInNullableEnums(value, seen);
+  return node;
 }
 
 function describeErrors(errors: readonly ErrorObject[] | null | undefined): string {

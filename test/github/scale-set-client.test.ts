@@ -61,8 +61,9 @@ test("find-or-create, a session that excludes a second, refresh after a queue to
   assert.equal(await client.getMessage(refreshed, 0, 5), undefined);
 
   fx.server.actions.dropSession(created.id);
+  // A dropped session's token stops working (401, as an expiry); only the refresh tells it is gone.
+  await rejectsWith(client.getMessage(refreshed, 0, 5), ScaleSetErrorCode.QueueTokenExpired);
   await rejectsWith(client.refreshSession(refreshed), ScaleSetErrorCode.SessionNotFound);
-  await rejectsWith(client.getMessage(refreshed, 0, 5), ScaleSetErrorCode.SessionNotFound);
   const again = await client.createSession(created.id, "operator-1");
   await client.deleteSession(again);
   await client.deleteSession(again); // already gone: done

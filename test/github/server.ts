@@ -370,6 +370,16 @@ export class GitHubTestServer {
       const hungUp = new AbortController();
       res.once("close", () => hungUp.abort());
       const fault = url.pathname === "/actions/runner-registration" ? undefined : this.#takeFault(method, url.pathname);
+      if (fault?.kind === "delay") {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, fault.ms);
+          res.once("close", () => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+        if (res.destroyed) return;
+      }
       const reply =
         fault !== undefined && fault.kind !== "delay"
           ? this.#faultReply(fault)

@@ -11,6 +11,8 @@ import { helloSteps, isolationSteps, parseIsolation } from "./jobs.ts";
 import { NAMESPACE, nameOf, type RunnerWorld } from "./world.ts";
 
 export const POOL = "linux";
+/** The demo's pool is in scale-set mode: its scale set is named like the pool, and jobs say `runs-on: linux`. */
+export const JOB_LABELS: readonly string[] = [POOL];
 
 export interface Checks {
   /** Throws `CheckFailed: <what>` unless `ok`; otherwise records `what` as held. */
@@ -34,10 +36,19 @@ function onlineRunner(world: RunnerWorld, vms: ImpVM[], except: ReadonlySet<stri
   return vms.find((vm) => !except.has(nameOf(vm)) && vm.status?.phase === "Running" && world.github.runnerNamed(nameOf(vm))?.status === "online");
 }
 
-/** Step 1: `kubectl apply` a pool with minIdle 1; a VM is bound, boots, receives its sealed setup; its runner comes online. */
+/**
+ * Step 1: `kubectl apply` a pool with minIdle 1 in scale-set mode: the operator creates the runner
+ * scale set and listens to it (no inbound webhook); a VM is bound, boots, receives its sealed setup;
+ * its runner comes online.
+ */
 export async function poolComesOnline(world: RunnerWorld, check: Checks): Promise<{ applied: string; vm: ImpVM }> {
-  const applied = await world.applyPool(POOL, { minIdle: 1, maxConcurrent: 4 });
+  const applied = await world.applyPool(POOL, { minIdle: 1, maxConcurrent: 4, scaleSet: true });
   check(/impvmrunnerpool\.imp\.dev\/linux (created|configured)/.test(applied), "kubectl applied the runner pool", applied);
+  const set = await world.waitUntil("the pool's scale set listened to", () => {
+    const found = world.github.actions.scaleSetNamed(POOL);
+    return found?.session !== undefined ? found : undefined;
+  }, 120_000);
+  check(set.session?.ownerName !== undefined, `the operator created runner scale set ${POOL} (id ${set.id}) and holds its message session`);
   const vm = await world.waitForVm("a runner VM online", (vms) => onlineRunner(world, vms, new Set()));
   const status = vm.status ?? {};
   check(world.nodes.some((n) => n.name === status.nodeName), `VM ${nameOf(vm)} is bound to node ${status.nodeName ?? "?"}`);
@@ -55,7 +66,7 @@ export async function poolComesOnline(world: RunnerWorld, check: Checks): Promis
 
 /** Step 2: a harmless job runs inside the VM; its log reaches GitHub. */
 export async function jobRuns(world: RunnerWorld, vm: ImpVM, check: Checks): Promise<TestJob> {
-  const job = world.queueJob("hello", helloSteps());
+  const job = world.queueJob("hello", helloSteps(), JOB_LABELS);
   await world.waitForJob(job, "completed");
   const log = job.result?.log ?? "";
   check(job.runnerName === nameOf(vm), `the idle runner ${nameOf(vm)} took the job`, job.runnerName);
@@ -97,7 +108,7 @@ export interface IsolationRound {
 /** Step 5: three jobs at once on separate VMs over both nodes; none sees another's files or network. */
 export async function isolatedJobs(world: RunnerWorld, check: Checks): Promise<IsolationRound> {
   const barrier = `${world.github.url}/_imp-test/control/barriers/iso-${Date.now()}`;
-  const jobs = ["iso-1", "iso-2", "iso-3"].map((name) => world.queueJob(name, isolationSteps(name, 3, barrier)));
+  const jobs = ["iso-1", "iso-2", "iso-3"].map((name) => world.queueJob(name, isolationSteps(name, 3, barrier), JOB_LABELS));
   for (const job of jobs) await world.waitForJob(job, "completed", 600_000);
   const runners = jobs.map((j) => j.runnerName ?? "");
   check(new Set(runners).size === 3, `the three jobs ran on three VMs: ${runners.join(", ")}`);

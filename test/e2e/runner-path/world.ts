@@ -263,7 +263,10 @@ export class RunnerWorld {
       for (const name of nodeNames) await sim.add(name);
 
       const keys = appKeyPair();
-      const github = await new GitHubTestServer({ appId: APP_ID, installationId: INSTALLATION_ID, appPublicKey: keys.publicKey, host: sim.serviceAddress }).start();
+      // Scale-set timings for a test: a long poll of 5 s, a dead listener's session expiring after 20 s,
+      // and no re-offer of acquired jobs while VMs boot slowly under TCG.
+      const actionsService = { queuePollMs: 5_000, sessionIdleMs: 20_000, reassignAfterMs: 600_000 };
+      const github = await new GitHubTestServer({ appId: APP_ID, installationId: INSTALLATION_ID, appPublicKey: keys.publicKey, host: sim.serviceAddress, actionsService }).start();
       cleanups.push(() => github.stop());
       say(`GitHub test server at ${github.url} (reachable from the VMs of every node)`);
 
@@ -346,7 +349,7 @@ export class RunnerWorld {
 
   /** `imp operator`'s arguments as a cluster install would run it (its ServiceAccount, Leases in imp-system). */
   operatorArgs(webhookPort: number): string[] {
-    return ["operator", "--kubeconfig", this.operatorKubeconfigPath, "--lease-namespace", IMP_SYSTEM, "--agent-lease-namespace", IMP_SYSTEM, "--webhook-port", String(webhookPort), "--health-port", "0", "--log-level", "debug"];
+    return ["operator", "--kubeconfig", this.operatorKubeconfigPath, "--lease-namespace", IMP_SYSTEM, "--agent-lease-namespace", IMP_SYSTEM, "--webhook-port", String(webhookPort), "--health-port", "0", "--scale-set-conflict-retry", "2", "--log-level", "debug"];
   }
 
   /** A namespace for runner pools: the GitHub App's credentials Secret and the runner template in it. */
@@ -603,6 +606,8 @@ export interface PoolShape {
   readonly labels?: readonly string[];
   /** How runners receive their setup; this world's runner reads it from stdin (default). */
   readonly setupDelivery?: "Environment" | "Stdin";
+  /** Scale-set mode: the pool's scale set is named like the pool; no webhook. Default: webhook mode. */
+  readonly scaleSet?: boolean;
 }
 
 function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
@@ -621,15 +626,10 @@ spec:
     repository: ${REPO.owner}/${REPO.repo}
     runnerGroup: Default
     labels: [${(spec.labels ?? RUNNER_LABELS).join(", ")}]
-  minIdle: ${spec.minIdle}
+${spec.scaleSet === true ? `    scaleSet:\n      name: ${name}\n` : ""}  minIdle: ${spec.minIdle}
   maxConcurrent: ${spec.maxConcurrent}
   scaleUpStep: ${spec.scaleUpStep ?? 5}
-  webhook:
-    enabled: true
-    secretRef:
-      name: github-webhook
-      key: secret
-  runnerCommand: ["/runner/run.sh"]
+${spec.scaleSet === true ? "" : "  webhook:\n    enabled: true\n    secretRef:\n      name: github-webhook\n      key: secret\n"}  runnerCommand: ["/runner/run.sh"]
   runnerSetupDelivery: ${spec.setupDelivery ?? "Stdin"}
   runnerEnv:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }

@@ -151,3 +151,17 @@ test("the Actions service down for a while: a Warning, backoff, then listening a
   await waitFor("the job acquired after the outage", () => (job.scaleSetId !== undefined ? true : undefined), WAIT);
   await waitFor("listening again", () => (last(rec.states)?.reason === "Listening" ? true : undefined), WAIT);
 });
+
+test("a job no runner took in time is cancelled for the scale set and offered again: the listener acquires it again and demand stays one job", async (t) => {
+  const fx = await startGitHub(t, { actionsService: { queuePollMs: 300, reassignAfterMs: 1_000 } });
+  const { rec } = run(t, fx);
+  await waitFor("listening", () => (last(rec.states)?.reason === "Listening" ? true : undefined), WAIT);
+  const job = fx.server.queueJob({ repo: REPO, labels: ["imp-pool"], steps: [] });
+  await waitFor("the job re-offered and acquired again", () => ((job.reoffers ?? 0) >= 1 && job.scaleSetId !== undefined ? true : undefined), WAIT);
+  const canceled = rec.jobs.find((j) => j.messageType === "JobCompleted" && j.runnerRequestId === job.id);
+  assert.ok(canceled !== undefined && canceled.messageType === "JobCompleted");
+  assert.equal(canceled.result, "canceled");
+  assert.equal(canceled.runnerName, "", "cancelled for the scale set, never on a runner");
+  assert.ok(rec.jobs.filter((j) => j.messageType === "JobAvailable" && j.runnerRequestId === job.id).length >= 2, "offered again");
+  await waitFor("demand one job", () => (last(rec.stats)?.totalAssignedJobs === 1 ? true : undefined), WAIT);
+});

@@ -1,0 +1,311 @@
+/**
+ * Failure proof, scale-set mode: the faults users of actions-runner-controller's scale-set listener
+ * met — the listener killed mid-poll or right around its acknowledgement, a 409 for the session
+ * after a restart, a session refresh that 404s, an expired queue token, a message delivered three
+ * times, a job another scale set acquired first, the scale set deleted on GitHub, the Actions
+ * service answering 5xx for a minute — on the real world of test/e2e/runner-path (control plane,
+ * `imp operator` and two `imp agent`s as processes, real QEMU). Besides I1–I6 (judged after each
+ * case), each case asserts that the job queued through the fault was taken by a runner within its
+ * stated bound, and that it cost exactly one VM.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { GitHubClient, ScaleSetClient } from "../../src/github/index.ts";
+import type { ImpVMRunnerPool as Pool } from "../../src/api/index.ts";
+import { waitFor } from "../../src/shared/index.ts";
+import { RunnerWorld, worldUnavailable, REPO } from "../e2e/runner-path/world.ts";
+import { APP_ID, INSTALLATION_ID } from "../github/harness.ts";
+import type { TestJob } from "../github/server.ts";
+import { crashed, plan, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+
+const unavailable = await worldUnavailable();
+if (unavailable !== undefined) process.stdout.write(`# fault suite (scale sets): cannot run on this machine: ${unavailable}\n`);
+const suite = import.meta.filename;
+
+/** A VM boots and its runner takes a job within this, on a loaded 2-core machine under TCG. */
+const BOOT_MS = 120_000;
+/** The world's test server expires a session no one polls after this (RunnerWorld's actionsService timings). */
+const SESSION_IDLE_MS = 20_000;
+const POOL = { minIdle: 0, maxConcurrent: 2, scaleSet: true };
+
+const s = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+
+async function poolOf(ctx: CaseContext): Promise<Pool> {
+  return JSON.parse(await ctx.world.kubectl(["-n", ctx.namespace, "get", "impvmrunnerpool", ctx.pool, "-o", "json"])) as Pool;
+}
+
+/** Waits until the pool's listener holds a session and says so in the pool's status. */
+async function listening(ctx: CaseContext, timeoutMs = 120_000): Promise<Pool> {
+  return ctx.world.waitUntil(`${ctx.pool} listening`, async () => {
+    const pool = await poolOf(ctx).catch(() => undefined);
+    const c = pool?.status?.conditions?.find((x) => x.type === "ScaleSetListening");
+    return c?.status === "True" && pool?.status?.scaleSet?.sessionId !== undefined ? pool : undefined;
+  }, timeoutMs);
+}
+
+/** The Warning/Normal Event reasons recorded on the case's pool. */
+async function poolEvents(ctx: CaseContext): Promise<string[]> {
+  const list = JSON.parse(await ctx.world.kubectl(["-n", ctx.namespace, "get", "events", "--field-selector", `involvedObject.kind=ImpVMRunnerPool,involvedObject.name=${ctx.pool}`, "-o", "json"])) as { items: Array<{ reason?: string }> };
+  return list.items.map((e) => e.reason ?? "");
+}
+
+function queue(ctx: CaseContext, name: string): TestJob {
+  // A scale set's jobs name it in runs-on (its name is the pool's; the pool's labels ride along).
+  return ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "step", run: "echo hi" }], [ctx.pool]);
+}
+
+/** Waits until a runner took `job` (bounded), then until it completed successfully; returns how long it waited. */
+async function takenWithin(ctx: CaseContext, job: TestJob, boundMs: number, from = job.queuedAt): Promise<number> {
+  await waitFor(`${job.name} taken by a runner within ${s(boundMs)}`, () => (job.status !== "queued" ? true : undefined), { timeoutMs: Math.max(1_000, from + boundMs - Date.now()), intervalMs: 200 });
+  const waited = (job.startedAt ?? Date.now()) - job.queuedAt;
+  await waitFor(`${job.name} completed`, () => (job.status === "completed" ? true : undefined), { timeoutMs: 300_000, intervalMs: 200 });
+  assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
+  return waited;
+}
+
+/** The case's VMs, every one ever seen. */
+const vmsSeen = (ctx: CaseContext): string[] => [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name]) => name);
+
+function oneVmPerJob(ctx: CaseContext, jobs: number): void {
+  const seen = vmsSeen(ctx);
+  assert.equal(seen.length, jobs, `one VM per job (minIdle 0): ${seen.join(", ")}`);
+}
+
+/** A scale-set client of the world's GitHub for the case's repository (the test playing another listener). */
+function clientOf(ctx: CaseContext): ScaleSetClient {
+  const rest = new GitHubClient({ baseUrl: ctx.world.github.url, credentials: { appId: APP_ID, installationId: INSTALLATION_ID, privateKey: ctx.world.githubPrivateKey } });
+  return new ScaleSetClient({ registrationTokens: rest, apiBaseUrl: ctx.world.github.url, scope: { kind: "repo", owner: REPO.owner, repo: REPO.repo } });
+}
+
+async function operatorRestarted(ctx: CaseContext): Promise<void> {
+  await crashed(ctx.world.operator);
+  ctx.faultNow();
+  await ctx.world.operator.start({});
+}
+
+const cases: FaultCase[] = [
+  {
+    id: "scale-set-operator-sigkill-mid-poll",
+    injected: "imp operator SIGKILLed while its listener's long poll is open; a job is queued while it is down",
+    where: "scale-set listener, Polling: the session is open on GitHub and recorded in the pool's status; nothing closes it",
+    pool: POOL,
+    async run(ctx) {
+      await listening(ctx);
+      await ctx.world.operator.kill();
+      ctx.faultNow();
+      const job = queue(ctx, "while-down");
+      const downAt = Date.now();
+      await ctx.world.operator.start({});
+      const waited = await takenWithin(ctx, job, 30_000 + BOOT_MS, downAt);
+      const events = await poolEvents(ctx);
+      assert.ok(!events.includes("SessionConflict"), "the new operator closed the recorded session instead of meeting 409");
+      oneVmPerJob(ctx, 1);
+      return `the restarted operator closed the dead session named in status.scaleSet.sessionId, opened its own (no 409), got the job's JobAvailable and acquired it; ${job.name} waited ${s(waited)} for a runner; one VM`;
+    },
+  },
+  {
+    id: "scale-set-crash-before-ack",
+    injected: "operator SIGKILL (fault point listener.before-ack=crash@1)",
+    where: "scale-set listener, after acting on the job's JobAvailable message (job acquired, demand taken) and before acknowledging it",
+    pool: POOL,
+    arm: (ctx) => ctx.world.restartOperator(plan("listener.before-ack=crash@1")),
+    async run(ctx) {
+      await listening(ctx);
+      const job = queue(ctx, "before-ack");
+      await operatorRestarted(ctx);
+      const waited = await takenWithin(ctx, job, 60_000 + BOOT_MS);
+      const acquires = ctx.world.github.requestsTo(/\/acquirejobs$/, "POST").filter((r) => r.at >= job.queuedAt).length;
+      assert.ok(acquires >= 2, "the unacknowledged message came again and was acted on again");
+      oneVmPerJob(ctx, 1);
+      return `the message came again to the restarted operator (${acquires} acquirejobs, the second a no-op), demand stayed one job; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-crash-after-ack",
+    injected: "operator SIGKILL (fault point listener.after-ack=crash@1)",
+    where: "scale-set listener, right after acknowledging the job's JobAvailable message (acted on first: acquired, demand taken)",
+    pool: POOL,
+    arm: (ctx) => ctx.world.restartOperator(plan("listener.after-ack=crash@1")),
+    async run(ctx) {
+      await listening(ctx);
+      const job = queue(ctx, "after-ack");
+      await operatorRestarted(ctx);
+      const waited = await takenWithin(ctx, job, 60_000 + BOOT_MS);
+      oneVmPerJob(ctx, 1);
+      return `nothing was lost with the acknowledged message: the job was acquired before the ack, and the new session's statistics (totalAssignedJobs 1) carried the demand; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-session-conflict-on-restart",
+    injected: "imp operator SIGKILLed and its recorded session id removed from the pool's status (a crash before the status write): the restarted operator meets 409",
+    where: "scale-set listener, Opening: GitHub still holds the dead operator's session until it expires it",
+    pool: POOL,
+    async run(ctx) {
+      await listening(ctx);
+      await ctx.world.operator.kill();
+      await ctx.world.kubectl(["-n", ctx.namespace, "patch", "impvmrunnerpool", ctx.pool, "--subresource=status", "--type=json", "-p", '[{"op":"remove","path":"/status/scaleSet/sessionId"}]']);
+      ctx.faultNow();
+      const job = queue(ctx, "conflict");
+      const at = Date.now();
+      await ctx.world.operator.start({});
+      const waited = await takenWithin(ctx, job, SESSION_IDLE_MS + 10_000 + BOOT_MS, at);
+      const conflicts = ctx.world.github.requestsTo(/\/sessions$/, "POST").filter((r) => r.at >= at && r.status === 409).length;
+      assert.ok(conflicts >= 1, "the restarted operator met 409");
+      assert.ok((await poolEvents(ctx)).includes("SessionConflict"), "and said so in a Warning Event on the pool");
+      oneVmPerJob(ctx, 1);
+      return `${conflicts} session create(s) answered 409 (ScaleSetListening False, reason SessionConflict, one Warning Event) until GitHub expired the dead session (${s(SESSION_IDLE_MS)} here); then the job was acquired; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-refresh-404",
+    injected: "GitHub drops the listener's session: the next poll is 401 and the refresh answers 404",
+    where: "scale-set listener, Polling → Refreshing",
+    pool: POOL,
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      const old = pool.status?.scaleSet?.sessionId;
+      const at = Date.now();
+      ctx.world.github.actions.dropSession(id);
+      ctx.faultNow();
+      const job = queue(ctx, "refresh-404");
+      const waited = await takenWithin(ctx, job, 30_000 + BOOT_MS);
+      const refreshes = ctx.world.github.requestsTo(/\/sessions\/[\w-]+$/, "PATCH").filter((r) => r.at >= at).map((r) => r.status);
+      assert.ok(refreshes.includes(404), `the refresh answered 404 (got ${refreshes.join(", ")})`);
+      const set = ctx.world.github.actions.scaleSets.get(id);
+      assert.ok(set?.session !== undefined && set.session.id !== old, "a new session was opened");
+      assert.ok((await poolEvents(ctx)).includes("SessionLost"));
+      oneVmPerJob(ctx, 1);
+      return `poll 401 → refresh ${refreshes.join(", ")} → SessionLost Warning → a new session; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-queue-token-expiry",
+    injected: "the listener's message queue token expires while a job waits in its queue",
+    where: "scale-set listener, Polling: the long poll, the ack and acquirejobs all answer 401 until the session is refreshed",
+    pool: POOL,
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      const session = ctx.world.github.actions.scaleSets.get(id)?.session?.id;
+      const at = Date.now();
+      ctx.world.github.actions.expireQueueTokens();
+      ctx.faultNow();
+      const job = queue(ctx, "token-expiry");
+      const waited = await takenWithin(ctx, job, 30_000 + BOOT_MS);
+      const refreshes = ctx.world.github.requestsTo(/\/sessions\/[\w-]+$/, "PATCH").filter((r) => r.at >= at && r.status === 200).length;
+      assert.ok(refreshes >= 1, "the session was refreshed");
+      assert.equal(ctx.world.github.actions.scaleSets.get(id)?.session?.id, session, "the same session, with a new token");
+      oneVmPerJob(ctx, 1);
+      return `401 → PATCH session (${refreshes}×, 200) → the same session with a new token; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-message-redelivered-twice",
+    injected: "the job's JobAvailable message is delivered twice more after the listener handled it",
+    where: "scale-set listener, Polling: at-least-once delivery; handlers must be idempotent",
+    pool: POOL,
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      const job = queue(ctx, "redelivered");
+      await ctx.world.waitUntil(`${job.name} acquired`, () => (job.scaleSetId === id ? true : undefined), 60_000);
+      ctx.world.github.actions.redeliver(id, job.id);
+      ctx.world.github.actions.redeliver(id, job.id);
+      ctx.faultNow();
+      const waited = await takenWithin(ctx, job, BOOT_MS);
+      await ctx.world.waitUntil("the duplicates handled", () => (ctx.world.github.actions.scaleSets.get(id)?.messages.length === 0 ? true : undefined), 60_000);
+      oneVmPerJob(ctx, 1);
+      return `three JobAvailable for one job: acquired once, demand one job (totalAssignedJobs, not a count of messages); ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-job-acquired-elsewhere",
+    injected: "another scale set with the same labels acquires the job first (the pool's acquirejobs is delayed 5 s)",
+    where: "scale-set listener, Polling: acquirejobs answers without the job",
+    pool: POOL,
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      const rival = clientOf(ctx);
+      const other = await rival.createScaleSet({ name: `${ctx.pool}-rival`, runnerGroupId: 1, labels: [{ type: "System", name: `${ctx.pool}-rival` }, { type: "System", name: ctx.pool }] });
+      const session = await rival.createSession(other.id, "rival");
+      ctx.world.github.injectFault({ kind: "delay", ms: 5_000, count: 1, path: new RegExp(`/runnerscalesets/${id}/acquirejobs$`), method: "POST" });
+      const job = queue(ctx, "elsewhere");
+      ctx.faultNow();
+      const message = await rival.getMessage(session, 0, 1);
+      assert.equal(message?.jobs[0]?.runnerRequestId, job.id);
+      assert.deepEqual(await rival.acquireJobs(session, [job.id]), [job.id], "the rival got it");
+      await ctx.world.waitUntil("the pool's listener handled the same JobAvailable", () => (ctx.world.github.actions.scaleSets.get(id)?.messages.length === 0 && ctx.world.github.requestsTo(new RegExp(`/runnerscalesets/${id}/acquirejobs$`), "POST").some((r) => r.status === 200) ? true : undefined), 60_000);
+      const status = await ctx.world.waitUntil("the pool counts no demand", async () => {
+        const st = (await poolOf(ctx)).status;
+        return st?.scaleSet?.assignedJobs === 0 && st.desired === 0 ? st : undefined;
+      }, 30_000);
+      assert.equal(vmsSeen(ctx).length, 0, "no VM for a job another scale set holds");
+      ctx.world.github.cancelJob(job.id);
+      await rival.deleteSession(session);
+      await rival.deleteScaleSet(other.id);
+      const mine = queue(ctx, "mine");
+      const waited = await takenWithin(ctx, mine, 30_000 + BOOT_MS);
+      oneVmPerJob(ctx, 1);
+      return `acquirejobs gave the pool nothing (the rival had it); status assignedJobs ${status.scaleSet?.assignedJobs ?? "?"}, desired ${status.desired ?? "?"}: no VM; the next job of its own was taken after ${s(waited)}; one VM in all`;
+    },
+  },
+  {
+    id: "scale-set-deleted-on-github",
+    injected: "the pool's runner scale set is deleted on GitHub (as an admin would in the UI)",
+    where: "scale-set listener, Polling: its queue and session go with the scale set",
+    pool: POOL,
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      ctx.world.github.actions.deleteScaleSet(id);
+      ctx.faultNow();
+      const job = queue(ctx, "recreated");
+      const waited = await takenWithin(ctx, job, 30_000 + BOOT_MS);
+      const again = await listening(ctx);
+      assert.notEqual(again.status?.scaleSet?.id, id, "a new scale set, recorded in the pool's status");
+      assert.ok((await poolEvents(ctx)).includes("ScaleSetDeleted"));
+      oneVmPerJob(ctx, 1);
+      return `the listener found its session and scale set gone, created the scale set again (id ${id} → ${again.status?.scaleSet?.id ?? "?"}, Warning ScaleSetDeleted), and the job queued meanwhile reached it; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-actions-5xx-60s",
+    injected: "the Actions service answers 503 to everything for 60 s; a job is queued at its start",
+    where: "scale-set listener, Polling, and the setup controller's generatejitconfig",
+    pool: POOL,
+    bounds: { I2: 420_000 },
+    async run(ctx) {
+      await listening(ctx);
+      ctx.world.github.actions.failUntil = Date.now() + 60_000;
+      ctx.faultNow();
+      const job = queue(ctx, "outage");
+      const waited = await takenWithin(ctx, job, 60_000 + 70_000 + BOOT_MS);
+      assert.ok((await poolEvents(ctx)).includes("ActionsServiceUnavailable"), "the outage was a Warning on the pool");
+      await listening(ctx);
+      oneVmPerJob(ctx, 1);
+      return `the listener backed off (capped at 60 s) with a Warning and ScaleSetListening False, kept its session, and acquired the job once the service answered; ${job.name} waited ${s(waited)} (60 s of it the outage); one VM`;
+    },
+  },
+];
+
+describe("failure proof: scale-set faults", { skip: unavailable, timeout: 3_600_000, concurrency: 1 }, () => {
+  let world: RunnerWorld;
+  before(async () => {
+    world = await RunnerWorld.start({ say: (line) => process.stdout.write(`# ${line}\n`) });
+  });
+  after(async () => {
+    await world?.dispose();
+  });
+  for (const c of cases) {
+    it(`${c.id}: ${c.injected} — ${c.where}`, async () => {
+      const started = Date.now();
+      const result = await runFaultCase(world, suite, c).catch((err: unknown) => {
+        process.stdout.write(`# ${c.id} FAILED after ${s(Date.now() - started)}: ${String((err as Error).message ?? err).slice(0, 4000)}\n`);
+        throw err;
+      });
+      process.stdout.write(`# ${c.id}: ${result.impDid}; recovered in ${result.recoverMs} ms; case took ${s(Date.now() - started)}\n`);
+    });
+  }
+});
