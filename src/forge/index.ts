@@ -2,3 +2,5 @@
 export { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "./types.ts";
 export { GitHubJitForge, isNameTaken, type GitHubJitForgeOptions } from "./github/jit-forge.ts";
 export { GitHubScaleSetForge, type GitHubScaleSetForgeOptions } from "./github/scale-set-forge.ts";
+export { GiteaForge, type GiteaForgeOptions } from "./gitea/gitea-forge.ts";
+export { GiteaClient, GiteaErrorCode, DEFAULT_GITEA_RETRY, describeGiteaScope, type GiteaClientOptions, type GiteaJob, type GiteaRunner, type GiteaScope, type RegisteredRunner } from "./gitea/client.ts";

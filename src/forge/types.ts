@@ -71,6 +71,11 @@ export interface PoolForge {
    * scope is one). Absent where the forge offers no listing at bounded cost.
    */
   listQueuedJobs?(repositories: readonly string[], signal?: AbortSignal): Promise<readonly QueuedJob[]>;
+  /**
+   * Jobs waiting for a runner anywhere in the pool's scope, where the forge lists them whole at
+   * bounded cost (Gitea: its repository or organization job listing). Preferred over listQueuedJobs.
+   */
+  listScopeQueuedJobs?(signal?: AbortSignal): Promise<readonly QueuedJob[]>;
   /** One job's state, to verify a demand signal before it costs a VM. */
   jobState?(repository: string, jobId: number, signal?: AbortSignal): Promise<JobState>;
   /**

@@ -1,6 +1,7 @@
 /**
- * ImpVMRunnerPool (namespaced): keeps GitHub Actions runners available as ImpVMs — `minIdle` idle
- * runners, never more than `maxConcurrent` VMs — each registered just in time with a one-time setup.
+ * ImpVMRunnerPool (namespaced): keeps CI runners (GitHub Actions, or Gitea Actions) available as
+ * ImpVMs — `minIdle` idle runners, never more than `maxConcurrent` VMs — each registered just in
+ * time with a one-time setup.
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { IMP_VM_RUNNER_POOL, MAX_POOL_NAME_LENGTH } from "../constants.ts";
@@ -70,6 +71,38 @@ export const GitHubSettings = Type.Object(
 );
 export type GitHubSettings = Static<typeof GitHubSettings>;
 
+/** Where Gitea runners register: one repository or an organization. */
+export const GITEA_SCOPES = ["repo", "org"] as const;
+
+export const GiteaSettings = Type.Object(
+  {
+    url: Type.String({
+      maxLength: 256,
+      pattern: "^https?://[^\\s/]+(/[^\\s]*)?$",
+      description: "Gitea's root URL (its ROOT_URL), reachable from the operator and from the VMs: runners speak to it.",
+    }),
+    credentialsSecretRef: objectRef("Secret with key `token`: a Gitea access token of a user who administers the scope (scopes write:repository or write:organization). Read only by the operator."),
+    scope: StringEnum(GITEA_SCOPES, { description: "Register runners for a repository or an organization." }),
+    repository: Type.Optional(Type.String({ maxLength: 200, pattern: "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description: "`owner/name`; required for scope `repo`." })),
+    organization: Type.Optional(Type.String({ maxLength: 100, pattern: "^[A-Za-z0-9_.-]+$", description: "Organization name; required for scope `org`." })),
+    labels: Type.Array(Type.String({ minLength: 1, maxLength: 256, pattern: "^[^,:\\s]+$" }), {
+      minItems: 1,
+      maxItems: 32,
+      description: "Labels the runners carry (host mode: steps run in the VM itself); workflows select them with `runs-on`.",
+      "x-kubernetes-list-type": "set",
+    }),
+  },
+  {
+    description: "Gitea Actions: where runners register. The one-time setup is a runner's `.runner` file, registered just in time.",
+    ...cel(
+      { rule: "self.scope != 'repo' || has(self.repository)", message: "repository is required when scope is repo", fieldPath: ".repository", reason: "FieldValueRequired" },
+      { rule: "self.scope != 'org' || has(self.organization)", message: "organization is required when scope is org", fieldPath: ".organization", reason: "FieldValueRequired" },
+      { rule: "!(has(self.repository) && has(self.organization))", message: "set only the one of repository, organization that matches scope", fieldPath: ".scope" },
+    ),
+  },
+);
+export type GiteaSettings = Static<typeof GiteaSettings>;
+
 export const WebhookSettings = Type.Object(
   {
     enabled: Type.Boolean({ default: false, description: "Scale up on `workflow_job` webhooks in addition to polling." }),
@@ -93,7 +126,8 @@ export type WebhookSettings = Static<typeof WebhookSettings>;
 export const ImpVMRunnerPoolSpec = Type.Object(
   {
     templateName: Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "ImpVMTemplate in the pool's namespace." }),
-    github: GitHubSettings,
+    github: Type.Optional(GitHubSettings),
+    gitea: Type.Optional(GiteaSettings),
     minIdle: Type.Integer({ minimum: 0, maximum: 1000, default: 0, description: "Idle runners kept ready." }),
     maxConcurrent: Type.Integer({ minimum: 1, maximum: 1000, default: 10, description: "Upper bound on the pool's non-terminal VMs." }),
     scaleUpStep: Type.Integer({ minimum: 1, maximum: 100, default: 5, description: "Most VMs created in one reconcile." }),
@@ -115,8 +149,10 @@ export const ImpVMRunnerPoolSpec = Type.Object(
     description: "Desired runner pool.",
     ...cel(
       { rule: "self.maxConcurrent >= self.minIdle", message: "maxConcurrent must be at least minIdle", fieldPath: ".maxConcurrent" },
+      { rule: "has(self.github) != has(self.gitea)", message: "exactly one forge: set github or gitea", fieldPath: ".github", reason: "FieldValueRequired" },
+      { rule: "!has(self.gitea) || !has(self.webhook) || !self.webhook.enabled", message: "a Gitea pool lists Gitea's queue for demand: webhook.enabled must be false", fieldPath: ".webhook.enabled" },
       {
-        rule: "!has(self.github.scaleSet) || !has(self.webhook) || !self.webhook.enabled",
+        rule: "!has(self.github) || !has(self.github.scaleSet) || !has(self.webhook) || !self.webhook.enabled",
         message: "a scale-set pool takes its demand from its listener: webhook.enabled must be false",
         fieldPath: ".webhook.enabled",
       },
@@ -174,7 +210,7 @@ export type ImpVMRunnerPool = ImpObject<"ImpVMRunnerPool", ImpVMRunnerPoolSpec, 
 
 export const impVMRunnerPoolDefinition: KindDefinition = {
   names: IMP_VM_RUNNER_POOL,
-  description: "ImpVMRunnerPool keeps just-in-time GitHub Actions runners available, each in its own Imp microVM.",
+  description: "ImpVMRunnerPool keeps just-in-time GitHub Actions or Gitea Actions runners available, each in its own Imp microVM.",
   spec: ImpVMRunnerPoolSpec,
   status: ImpVMRunnerPoolStatus,
   nameSchema: {

@@ -117,7 +117,7 @@ export class JobObserver {
     const namespace = vm.metadata.namespace ?? "";
     const poolName = vm.metadata.labels?.[LABELS.pool] ?? "";
     const pool = this.#o.poolCache.get(`${namespace}/${poolName}`);
-    const enterprise = pool?.spec.github.scope === "enterprise" ? pool.spec.github.enterprise : undefined;
+    const enterprise = pool?.spec.github?.scope === "enterprise" ? pool.spec.github.enterprise : undefined;
     return { pool: { name: poolName, namespace, enterprise }, vm: involved(vm) };
   }
 }
@@ -132,8 +132,8 @@ function involved(vm: DeepReadonly<ImpVM>): KubeObject {
 }
 
 function poolSample(pool: DeepReadonly<ImpVMRunnerPool>): ArcPoolSample {
-  const gh = pool.spec.github;
-  const [owner, repo] = gh.repository?.split("/") ?? [];
+  const forge = pool.spec.github ?? pool.spec.gitea;
+  const [owner, repo] = forge?.repository?.split("/") ?? [];
   const name = pool.metadata.name ?? "";
   const namespace = pool.metadata.namespace ?? "";
   const s = pool.status ?? {};
@@ -142,8 +142,8 @@ function poolSample(pool: DeepReadonly<ImpVMRunnerPool>): ArcPoolSample {
       name,
       namespace,
       repository: repo ?? "",
-      organization: gh.organization ?? owner ?? "",
-      enterprise: gh.enterprise ?? "",
+      organization: forge?.organization ?? owner ?? "",
+      enterprise: pool.spec.github?.enterprise ?? "",
       actions_github_com_scale_set_name: name,
       actions_github_com_scale_set_namespace: namespace,
     },

@@ -57,6 +57,8 @@ import { RunnerActivity } from "./runner-activity.ts";
 export const DEFAULT_RUNNER_LIST_INTERVAL_MS = 30_000;
 /** How often a webhook pool lists the jobs waiting on its forge: the most a dropped delivery delays a job. */
 export const DEFAULT_DEMAND_LIST_INTERVAL_MS = 30_000;
+/** How often a Gitea pool lists the jobs waiting on Gitea: one request per pool, the most a job waits for its VM to be ordered. */
+export const DEFAULT_QUEUE_LIST_INTERVAL_MS = 5_000;
 /**
  * A `queued` delivery counts at once only if its job was queued this recently (GitHub sends it
  * within seconds; a minute of clock skew allowed): anything older, replayed or redelivered by hand,
@@ -84,6 +86,8 @@ export interface PoolControllerOptions {
   readonly failureBudget?: FailureBudgetPolicy;
   readonly runnerListIntervalMs?: number;
   readonly demandListIntervalMs?: number;
+  /** How often a pool whose forge has no push (Gitea) lists the jobs waiting on it. */
+  readonly queueListIntervalMs?: number;
   readonly workers?: number;
   /** Test fault point pool.before-replace (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
@@ -121,6 +125,7 @@ export class PoolController {
   /** When each webhook pool last listed its queued jobs. */
   readonly #demandListedAt = new Map<string, number>();
   readonly #demandIntervalMs: number;
+  readonly #queueListIntervalMs: number;
   readonly #demand: Counter;
 
   constructor(options: PoolControllerOptions) {
@@ -129,6 +134,7 @@ export class PoolController {
     this.#policy = options.failureBudget ?? DEFAULT_FAILURE_BUDGET;
     this.#listIntervalMs = options.runnerListIntervalMs ?? DEFAULT_RUNNER_LIST_INTERVAL_MS;
     this.#demandIntervalMs = options.demandListIntervalMs ?? DEFAULT_DEMAND_LIST_INTERVAL_MS;
+    this.#queueListIntervalMs = options.queueListIntervalMs ?? DEFAULT_QUEUE_LIST_INTERVAL_MS;
     this.#demand = new Counter({ name: "imp_operator_demand_signals_total", help: "Demand signals (queued jobs) by source (webhook, listing) and what became of them: counted, replayed (a job seen taken or completed), stale (the forge says it no longer waits), unverified (the forge could not be asked).", labelNames: ["source", "result"], registers: [options.registry] });
     for (const source of ["webhook", "listing"]) for (const result of DEMAND_RESULTS) this.#demand.inc({ source, result }, 0);
     this.activity = new RunnerActivity(this.#clock);
@@ -245,18 +251,21 @@ export class PoolController {
    * docs/operator.md). A job counts in the first pool by name that takes it, as a delivery does.
    */
   async #refreshDemand(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>): Promise<void> {
-    if (!(pool.spec.webhook?.enabled ?? false)) return;
+    const interval = this.#listingIntervalMs(pool);
+    if (interval === undefined) return;
     const startedAt = this.#clock.now();
     const last = this.#demandListedAt.get(ctx.key);
-    if (last !== undefined && startedAt - last < this.#demandIntervalMs) return;
+    if (last !== undefined && startedAt - last < interval) return;
     this.#demandListedAt.set(ctx.key, startedAt);
     const gh = pool.spec.github;
-    const repositories = gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? this.activity.recentRepositories(ctx.key) : [];
-    if (repositories.length === 0) return;
+    const repositories = gh === undefined ? [] : gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? this.activity.recentRepositories(ctx.key) : [];
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
-      if (forge.listQueuedJobs === undefined) return;
-      const jobs = (await forge.listQueuedJobs(repositories, ctx.signal)).filter((j) => this.#firstPoolFor(j, ctx.key));
+      let listed: readonly QueuedJob[];
+      if (forge.listScopeQueuedJobs !== undefined) listed = await forge.listScopeQueuedJobs(ctx.signal);
+      else if (forge.listQueuedJobs !== undefined && repositories.length > 0) listed = await forge.listQueuedJobs(repositories, ctx.signal);
+      else return;
+      const jobs = listed.filter((j) => this.#firstPoolFor(j, ctx.key));
       for (const job of jobs) {
         if (this.activity.isQueued(ctx.key, job.id)) continue;
         if (this.activity.isSettled(job.id, ctx.key)) {
@@ -273,13 +282,23 @@ export class PoolController {
     }
   }
 
+  /**
+   * How often the pool lists the jobs waiting on its forge, or undefined if it does not: GitHub
+   * webhook pools every demandListIntervalMs (a backstop for lost deliveries), Gitea pools every
+   * queueListIntervalMs (their demand comes from the listing).
+   */
+  #listingIntervalMs(pool: Readonly<ImpVMRunnerPool>): number | undefined {
+    if (pool.spec.gitea !== undefined) return this.#queueListIntervalMs;
+    return (pool.spec.webhook?.enabled ?? false) ? this.#demandIntervalMs : undefined;
+  }
+
   /** Whether `poolKey` is the first webhook pool by name that takes the job (one pool per job, as for a delivery). */
   #firstPoolFor(job: QueuedJob, poolKey: string): boolean {
     const [owner = "", name = ""] = job.repository.split("/");
     const asDelivered = { labels: job.labels, repository: { owner, name, fullName: job.repository }, organization: owner, enterprise: undefined };
     const first = this.#o.poolCache
       .list()
-      .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, asDelivered))
+      .filter((p) => this.#listingIntervalMs(p as Readonly<ImpVMRunnerPool>) !== undefined && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, asDelivered))
       .map((p) => keyOf(p))
       .sort()[0];
     return first === poolKey;
@@ -337,13 +356,14 @@ export class PoolController {
     const untilList = github === undefined ? 0 : Math.max(1_000, github.at + this.#listIntervalMs - now);
     const untilHold = decision.holdUntil === undefined ? Infinity : Math.max(100, decision.holdUntil - now);
     const listedAt = this.#demandListedAt.get(ctx.key);
-    const untilDemand = !(pool.spec.webhook?.enabled ?? false) || listedAt === undefined ? Infinity : Math.max(1_000, listedAt + this.#demandIntervalMs - now);
+    const listEvery = this.#listingIntervalMs(pool);
+    const untilDemand = listEvery === undefined || listedAt === undefined ? Infinity : Math.max(500, listedAt + listEvery - now);
     return requeueAfter(Math.min(untilList, untilHold, untilDemand));
   }
 
   /** Scale sets: assigned and not yet running, as GitHub last counted; otherwise the jobs heard of or listed. */
   #queuedJobs(key: string, pool: Readonly<ImpVMRunnerPool>): number {
-    if (pool.spec.github.scaleSet === undefined) return this.activity.queuedJobs(key);
+    if (pool.spec.github?.scaleSet === undefined) return this.activity.queuedJobs(key);
     const stats = this.#o.scaleSets?.view(key)?.statistics;
     return stats === undefined ? 0 : Math.max(0, stats.totalAssignedJobs - stats.totalRunningJobs);
   }
@@ -500,7 +520,7 @@ export class PoolController {
       if (github !== undefined) {
         conditions = setCondition(conditions, { type: CONDITION_TYPES.pool.CredentialsValid, status: github.ok ? "True" : "False", reason: github.ok ? "RunnersListed" : "GitHubError", message: github.message }, now, generation);
       }
-      const listener = pool.spec.github.scaleSet === undefined ? undefined : this.#o.scaleSets?.view(ctx.key);
+      const listener = pool.spec.github?.scaleSet === undefined ? undefined : this.#o.scaleSets?.view(ctx.key);
       // A scale-set pool whose listener cannot listen gets no jobs: not ready, and says why.
       const deaf = listener !== undefined && listener.reason !== "Listening" && listener.reason !== "Starting";
       const ready = github?.ok !== false && !d.budgetExhausted && !deaf;
@@ -533,7 +553,7 @@ export class PoolController {
         now,
         generation,
       );
-      if (pool.spec.github.scaleSet !== undefined) {
+      if (pool.spec.github?.scaleSet !== undefined) {
         const listening = listener?.reason === "Listening";
         conditions = setCondition(
           conditions,
@@ -584,7 +604,7 @@ export class PoolController {
 
 /** status.scaleSet: the listener's latest word, else what the status said (a restarted operator keeps the recorded session until its listener opens a new one). */
 function scaleSetStatus(pool: Readonly<ImpVMRunnerPool>, view: ScaleSetPoolView | undefined, previous: ScaleSetStatus | undefined): ScaleSetStatus | undefined {
-  const name = pool.spec.github.scaleSet?.name;
+  const name = pool.spec.github?.scaleSet?.name;
   if (name === undefined) return undefined;
   const kept = previous?.name === name ? previous : undefined;
   const id = view?.scaleSetId ?? kept?.id;

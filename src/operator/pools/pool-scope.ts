@@ -1,15 +1,35 @@
 /**
- * What a pool means on GitHub: its scope (repo, org, enterprise) and which jobs it can take.
+ * What a pool means on its forge: its scope (GitHub: repo, org, enterprise; Gitea: repo, org) and
+ * which jobs it can take.
  */
-import type { ImpVMRunnerPool } from "../../api/index.ts";
+import type { GitHubSettings, ImpVMRunnerPool } from "../../api/index.ts";
 import { terminalError } from "../../shared/index.ts";
 import type { GitHubScope, WorkflowJobEvent } from "../../github/index.ts";
 
 /** Labels GitHub gives every self-hosted Linux x64 runner itself; jobs may ask for them. */
 const IMPLICIT_LABELS = ["self-hosted", "linux", "x64"];
 
-export function scopeOfPool(pool: Readonly<ImpVMRunnerPool>): GitHubScope {
+/** The pool's GitHub settings; a terminal PoolSpecInvalid for a pool of another forge. */
+export function githubOf(pool: Readonly<ImpVMRunnerPool>): GitHubSettings {
   const gh = pool.spec.github;
+  if (gh === undefined) throw terminalError("PoolSpecInvalid", `Cannot use pool ${pool.metadata.name} as a GitHub pool: it has no spec.github`);
+  return gh;
+}
+
+/** The pool's runner labels, whatever its forge. */
+export function poolLabels(pool: Readonly<ImpVMRunnerPool>): readonly string[] {
+  return pool.spec.github?.labels ?? pool.spec.gitea?.labels ?? [];
+}
+
+/** `owner/name` of the pool's repository, or its organization: what metrics and Events name. */
+export function poolOwner(pool: Readonly<ImpVMRunnerPool>): { readonly organization: string; readonly repository: string; readonly enterprise: string } {
+  const f = pool.spec.github ?? pool.spec.gitea;
+  const [owner = "", repo = ""] = f?.repository?.split("/") ?? [];
+  return { organization: f?.organization ?? owner, repository: repo, enterprise: pool.spec.github?.enterprise ?? "" };
+}
+
+export function scopeOfPool(pool: Readonly<ImpVMRunnerPool>): GitHubScope {
+  const gh = githubOf(pool);
   switch (gh.scope) {
     case "repo": {
       const [owner, repo] = (gh.repository ?? "").split("/");
@@ -32,7 +52,12 @@ export function scopeOfPool(pool: Readonly<ImpVMRunnerPool>): GitHubScope {
  * label it asks for is one the runners carry (GitHub compares labels case-insensitively).
  */
 export function poolTakesJob(pool: Readonly<ImpVMRunnerPool>, job: Pick<WorkflowJobEvent, "labels" | "repository" | "organization" | "enterprise">): boolean {
-  const gh = pool.spec.github;
+  const gt = pool.spec.gitea;
+  if (gt !== undefined) {
+    const inGiteaScope = gt.scope === "repo" ? job.repository.fullName.toLowerCase() === (gt.repository ?? "").toLowerCase() : job.repository.owner.toLowerCase() === (gt.organization ?? "").toLowerCase();
+    return inGiteaScope && poolCarriesLabels(pool, job.labels);
+  }
+  const gh = githubOf(pool);
   const inScope =
     gh.scope === "repo"
       ? job.repository.fullName.toLowerCase() === (gh.repository ?? "").toLowerCase()
@@ -42,8 +67,12 @@ export function poolTakesJob(pool: Readonly<ImpVMRunnerPool>, job: Pick<Workflow
   return inScope && poolCarriesLabels(pool, job.labels);
 }
 
-/** Whether the pool's runners carry every label a job asks for (GitHub compares labels case-insensitively). */
+/**
+ * Whether the pool's runners carry every label a job asks for (GitHub compares labels
+ * case-insensitively and gives every self-hosted runner its implicit ones; Gitea matches the
+ * runner's own labels only).
+ */
 export function poolCarriesLabels(pool: Readonly<ImpVMRunnerPool>, labels: readonly string[]): boolean {
-  const carried = new Set([...IMPLICIT_LABELS, ...pool.spec.github.labels.map((l) => l.toLowerCase())]);
+  const carried = new Set([...(pool.spec.github === undefined ? [] : IMPLICIT_LABELS), ...poolLabels(pool).map((l) => l.toLowerCase())]);
   return labels.every((l) => carried.has(l.toLowerCase()));
 }

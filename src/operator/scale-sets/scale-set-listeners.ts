@@ -71,16 +71,17 @@ export class ScaleSetListeners implements Runnable {
     if (signal === undefined || signal.aborted) return;
     const wanted = new Map<string, { pool: DeepReadonly<ImpVMRunnerPool>; spec: ListenerSpec }>();
     for (const pool of this.#o.poolCache.list()) {
-      const scaleSet = pool.spec.github.scaleSet;
-      if (scaleSet === undefined || pool.metadata.deletionTimestamp !== undefined) continue;
+      const gh = pool.spec.github;
+      const scaleSet = gh?.scaleSet;
+      if (gh === undefined || scaleSet === undefined || pool.metadata.deletionTimestamp !== undefined) continue;
       const key = keyOf(pool);
       wanted.set(key, {
         pool,
         spec: {
           poolKey: key,
           scaleSetName: scaleSet.name,
-          runnerGroup: pool.spec.github.runnerGroup,
-          labels: [...pool.spec.github.labels],
+          runnerGroup: gh.runnerGroup,
+          labels: [...gh.labels],
           maxCapacity: pool.spec.maxConcurrent,
           recordedSessionId: pool.status?.scaleSet?.name === scaleSet.name ? pool.status.scaleSet.sessionId : undefined,
         },

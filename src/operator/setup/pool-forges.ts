@@ -9,12 +9,12 @@
  * Secret holds a token (key `token`, scope `manage_runners:enterprise`) instead of App keys. A
  * Secret with a `token` key is used as a token for any scope; without one, as App credentials.
  */
-import { GitHubJitForge, GitHubScaleSetForge, type PoolForge } from "../../forge/index.ts";
-import { DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, ScaleSetClient, type GitHubClientOptions, type GitHubScope, type ScaleSetClientOptions } from "../../github/index.ts";
+import { GiteaClient, GiteaForge, GitHubJitForge, GitHubScaleSetForge, describeGiteaScope, type GiteaScope, type PoolForge } from "../../forge/index.ts";
+import { CredentialText, DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, ScaleSetClient, type GitHubClientOptions, type GitHubScope, type ScaleSetClientOptions } from "../../github/index.ts";
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { isNotFound, type ResourceClient } from "../../kube/index.ts";
 import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
-import { scopeOfPool } from "../pools/pool-scope.ts";
+import { githubOf, scopeOfPool } from "../pools/pool-scope.ts";
 import type { SecretObject } from "../pools/resources.ts";
 
 /** Key of a credentials Secret that holds a token instead of App credentials (enterprise scope). */
@@ -24,6 +24,8 @@ export interface PoolForgesOptions {
   readonly secrets: Pick<ResourceClient<SecretObject>, "get">;
   /** Replaces every pool's spec.github.apiURL (a GitHub Enterprise Server, or a test server). */
   readonly baseUrlOverride?: string;
+  /** Replaces every Gitea pool's spec.gitea.url (tests). */
+  readonly giteaUrlOverride?: string;
   /** Re-read a credentials Secret at most this often. */
   readonly secretTtlMs?: number;
   readonly clientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
@@ -41,6 +43,15 @@ export interface PoolGitHub {
   runnerGroupId(signal?: AbortSignal): Promise<number>;
 }
 
+/** A Gitea pool's client, per credentials Secret and URL, and the registration tokens it fetched (reusable: kept in memory only). */
+interface GiteaEntry {
+  readonly resourceVersion: string;
+  readonly url: string;
+  readonly client: GiteaClient;
+  readonly registrationTokens: Map<string, CredentialText>;
+  readAt: number;
+}
+
 interface Entry {
   readonly resourceVersion: string;
   readonly baseUrl: string;
@@ -55,21 +66,73 @@ export class PoolForges {
   readonly #o: PoolForgesOptions;
   readonly #clock: Clock;
   readonly #entries = new Map<string, Entry>();
+  readonly #gitea = new Map<string, GiteaEntry>();
 
   constructor(options: PoolForgesOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
   }
 
-  /** The pool's forge: GitHub just-in-time runners, or the runners of its scale set. */
+  /** The pool's forge: GitHub just-in-time runners, the runners of its GitHub scale set, or Gitea runners. */
   async forPool(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolForge> {
+    if (pool.spec.gitea !== undefined) return this.#giteaForge(pool, signal);
+    const settings = githubOf(pool);
     const gh = await this.gitHubFor(pool, signal);
-    const scaleSet = pool.spec.github.scaleSet;
+    const scaleSet = settings.scaleSet;
     if (scaleSet !== undefined) {
       const client = await this.scaleSetClientFor(pool, signal);
-      return new GitHubScaleSetForge({ client, rest: gh.client, scope: gh.scope, scaleSetName: scaleSet.name, runnerGroup: pool.spec.github.runnerGroup });
+      return new GitHubScaleSetForge({ client, rest: gh.client, scope: gh.scope, scaleSetName: scaleSet.name, runnerGroup: settings.runnerGroup });
     }
-    return new GitHubJitForge({ client: gh.client, scope: gh.scope, runnerGroupId: (s) => gh.runnerGroupId(s), labels: pool.spec.github.labels });
+    return new GitHubJitForge({ client: gh.client, scope: gh.scope, runnerGroupId: (s) => gh.runnerGroupId(s), labels: settings.labels });
+  }
+
+  async #giteaForge(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolForge> {
+    const spec = pool.spec.gitea;
+    if (spec === undefined) throw terminalError("PoolSpecInvalid", `Cannot use pool ${pool.metadata.name} as a Gitea pool: it has no spec.gitea`);
+    const [owner = "", repo = ""] = (spec.repository ?? "").split("/");
+    const scope: GiteaScope = spec.scope === "repo" ? { kind: "repo", owner, repo } : { kind: "org", org: spec.organization ?? "" };
+    const url = this.#o.giteaUrlOverride ?? spec.url;
+    const namespace = pool.metadata.namespace ?? "";
+    const secretName = spec.credentialsSecretRef.name;
+    const key = `${namespace}/${secretName}|${url}`;
+    const now = this.#clock.now();
+    let entry = this.#gitea.get(key);
+    if (entry === undefined || now - entry.readAt >= (this.#o.secretTtlMs ?? 30_000)) {
+      const secret = await this.#readSecret(namespace, secretName, pool, "Gitea", signal);
+      if (entry !== undefined && entry.resourceVersion === (secret.metadata?.resourceVersion ?? "")) entry.readAt = now;
+      else {
+        const raw = secret.data?.[TOKEN_SECRET_KEY];
+        if (raw === undefined || raw === "") throw terminalError("CredentialsSecretInvalid", `Cannot reach Gitea for pool ${pool.metadata.name}: Secret ${namespace}/${secretName} has no key ${TOKEN_SECRET_KEY}`);
+        const token = new CredentialText(Buffer.from(raw, "base64").toString("utf8").trim(), "Gitea access token");
+        entry = { resourceVersion: secret.metadata?.resourceVersion ?? "", url, client: new GiteaClient({ baseUrl: url, token, clock: this.#clock }), registrationTokens: new Map(), readAt: now };
+        this.#gitea.set(key, entry);
+      }
+    }
+    const e = entry;
+    const scopeKey = describeGiteaScope(scope);
+    return new GiteaForge({
+      client: e.client,
+      scope,
+      url,
+      labels: spec.labels,
+      registrationToken: async (s) => {
+        const known = e.registrationTokens.get(scopeKey);
+        if (known !== undefined) return known;
+        const fresh = await e.client.registrationToken(scope, s);
+        e.registrationTokens.set(scopeKey, fresh);
+        return fresh;
+      },
+      forgetRegistrationToken: () => void e.registrationTokens.delete(scopeKey),
+    });
+  }
+
+  async #readSecret(namespace: string, name: string, pool: Readonly<ImpVMRunnerPool>, forge: string, signal?: AbortSignal): Promise<SecretObject> {
+    try {
+      return await this.#o.secrets.get({ namespace, name }, signal);
+    } catch (err) {
+      if (isNotFound(err)) throw terminalError("CredentialsSecretMissing", `Cannot reach ${forge} for pool ${pool.metadata.name}: Secret ${namespace}/${name} does not exist`);
+      throw err;
+    }
   }
 
   /** The Actions-service client of the pool's credentials and scope (kept while the credentials Secret is unchanged). */
@@ -89,7 +152,7 @@ export class PoolForges {
   async gitHubFor(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<PoolGitHub> {
     const scope = scopeOfPool(pool);
     const entry = await this.#entry(pool, signal);
-    const groupName = pool.spec.github.runnerGroup;
+    const groupName = githubOf(pool).runnerGroup;
     return {
       client: entry.client,
       scope,
@@ -107,19 +170,14 @@ export class PoolForges {
 
   async #entry(pool: Readonly<ImpVMRunnerPool>, signal?: AbortSignal): Promise<Entry> {
     const namespace = pool.metadata.namespace ?? "";
-    const name = pool.spec.github.credentialsSecretRef.name;
+    const gh = githubOf(pool);
+    const name = gh.credentialsSecretRef.name;
     const key = `${namespace}/${name}`;
-    const baseUrl = this.#o.baseUrlOverride ?? pool.spec.github.apiURL;
+    const baseUrl = this.#o.baseUrlOverride ?? gh.apiURL;
     const now = this.#clock.now();
     const cached = this.#entries.get(key);
     if (cached !== undefined && cached.baseUrl === baseUrl && now - cached.readAt < (this.#o.secretTtlMs ?? 30_000)) return cached;
-    let secret: SecretObject;
-    try {
-      secret = await this.#o.secrets.get({ namespace, name }, signal);
-    } catch (err) {
-      if (isNotFound(err)) throw terminalError("CredentialsSecretMissing", `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} does not exist`);
-      throw err;
-    }
+    const secret = await this.#readSecret(namespace, name, pool, "GitHub", signal);
     if (cached !== undefined && cached.baseUrl === baseUrl && cached.resourceVersion === secret.metadata?.resourceVersion) {
       cached.readAt = now;
       return cached;
@@ -130,7 +188,7 @@ export class PoolForges {
       return Buffer.from(raw, "base64").toString("utf8").trim();
     };
     const hasToken = (secret.data?.[TOKEN_SECRET_KEY] ?? "") !== "";
-    if (!hasToken && pool.spec.github.scope === "enterprise") {
+    if (!hasToken && gh.scope === "enterprise") {
       throw terminalError(
         "CredentialsSecretInvalid",
         `Cannot reach GitHub for pool ${pool.metadata.name}: Secret ${key} has no key ${TOKEN_SECRET_KEY}, and GitHub's enterprise runner endpoints refuse GitHub Apps (a token with manage_runners:enterprise is needed)`,

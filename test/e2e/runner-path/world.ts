@@ -22,6 +22,8 @@ import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
 import { buildImage, buildLayer, busyboxLayer, type LayerEntry } from "../../harness/oci-image.ts";
 import { guestAgentPath, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
+import { GITEA_RUNNER_BIN, GiteaServer, giteaUnavailable } from "../../gitea/gitea-server.ts";
+import { giteaRunnerLayer, rootfsLayer, rootfsUnavailable } from "../../harness/runner-images.ts";
 import { IMP_SYSTEM, installRbac } from "../../harness/rbac.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 import { loadBootKit } from "../../harness/vm.ts";
@@ -46,6 +48,8 @@ export const NAMESPACE = "ci";
 
 export const nameOf = (vm: ImpVM): string => vm.metadata.name ?? "";
 export const REPO = { owner: "acme", repo: "api" } as const;
+/** The Gitea repository of worlds started with `gitea: true`: its workflows run on Gitea pools. */
+export const GITEA_REPO = { owner: "acme", repo: "app" } as const;
 export const RUNNER_LABELS = ["self-hosted", "imp"] as const;
 
 export interface WorldNode {
@@ -77,6 +81,12 @@ export interface WorldOptions {
    * can fill a node's disk without touching the machine's. Default: the state dirs live on /tmp.
    */
   readonly nodeDiskBytes?: number;
+  /**
+   * Also a real Gitea (organization acme, repository app) on an address the VMs reach, the Gitea
+   * runner image in the registry, and in every namespace the Gitea token Secret and the
+   * `gitea-runner` template, for Gitea pools (applyGiteaPool).
+   */
+  readonly gitea?: boolean;
 }
 
 /** Why this machine cannot run the world, or undefined when it can. */
@@ -92,6 +102,11 @@ export async function worldUnavailable(): Promise<string | undefined> {
     if (!existsSync(path)) return `the ${what} is missing at ${path}: run scripts/setup.sh`;
   }
   return undefined;
+}
+
+/** Why this machine cannot run a world with Gitea (`gitea: true`), or undefined when it can. */
+export async function giteaWorldUnavailable(): Promise<string | undefined> {
+  return (await worldUnavailable()) ?? giteaUnavailable() ?? rootfsUnavailable("gitea-runner");
 }
 
 /** The runner layer: the test runner program at /runner, plus `extra` entries (a case's own variant). */
@@ -133,6 +148,8 @@ interface WorldParts {
   readonly runnerImage: string;
   readonly webhookUrl: string;
   readonly webhookSecret: string;
+  readonly gitea: GiteaServer | undefined;
+  readonly giteaImage: string | undefined;
   readonly operatorKubeconfigPath: string;
   readonly agentKubeconfigPath: string;
   readonly say: (line: string) => void;
@@ -153,6 +170,9 @@ export class RunnerWorld {
   readonly runnerImage: string;
   /** Where the operator receives GitHub's webhooks. */
   readonly webhookUrl: string;
+  /** The real Gitea, in worlds started with `gitea: true`. */
+  readonly gitea: GiteaServer | undefined;
+  readonly giteaImage: string | undefined;
   /**
    * Kubeconfigs holding a token of the imp-operator and imp-agent ServiceAccounts of deploy/rbac:
    * the operator and agents run with exactly the permissions a cluster install grants them.
@@ -183,6 +203,8 @@ export class RunnerWorld {
     this.baseImage = parts.baseImage;
     this.runnerImage = parts.runnerImage;
     this.webhookUrl = parts.webhookUrl;
+    this.gitea = parts.gitea;
+    this.giteaImage = parts.giteaImage;
     this.#webhookSecret = parts.webhookSecret;
     this.operatorKubeconfigPath = parts.operatorKubeconfigPath;
     this.agentKubeconfigPath = parts.agentKubeconfigPath;
@@ -271,11 +293,23 @@ export class RunnerWorld {
       say(`GitHub test server at ${github.url} (reachable from the VMs of every node)`);
 
       const webhookSecret = `whsec-${Math.random().toString(36).slice(2)}`;
+      let gitea: GiteaServer | undefined;
+      let giteaImage: string | undefined;
+      if (options.gitea === true) {
+        gitea = await GiteaServer.start({ host: sim.serviceAddress });
+        const g = gitea;
+        cleanups.push(() => g.stop());
+        await gitea.createOrg(GITEA_REPO.owner);
+        await gitea.createRepo(GITEA_REPO.owner, GITEA_REPO.repo);
+        await pushImage(registry.url, "ci/gitea-runner", "1", buildImage([await rootfsLayer("gitea-runner"), await giteaRunnerLayer(GITEA_RUNNER_BIN)]));
+        giteaImage = `${registry.host}/ci/gitea-runner:1`;
+        say(`Gitea 1.27.3 at ${gitea.url} (organization ${GITEA_REPO.owner}, repository ${GITEA_REPO.repo}); ${giteaImage}: Debian 12 + gitea-runner v1.0.8`);
+      }
 
       const kernel = await kernelConfig();
       const kit = await loadBootKit();
       const webhookPort = await freePort();
-      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, operatorKubeconfigPath, agentKubeconfigPath, say });
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, gitea, giteaImage, operatorKubeconfigPath, agentKubeconfigPath, say });
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
@@ -314,8 +348,8 @@ export class RunnerWorld {
           guestAgent: guestAgentPath,
           imageCacheMaxBytes: 2 * 1024 ** 3,
           // Egress `internet` refuses non-public addresses, as on a real node; this world's GitHub
-          // stands on one (the benchmarking range), so the node allow-lists exactly its port.
-          network: { uplink: net.uplink, netns: net.netns, allowedCIDRs: [`${sim.serviceAddress}:${new URL(github.url).port}`] },
+          // (and Gitea) stand on one (the benchmarking range), so the node allow-lists exactly their ports.
+          network: { uplink: net.uplink, netns: net.netns, allowedCIDRs: [github.url, ...(gitea === undefined ? [] : [gitea.url])].map((u) => `${sim.serviceAddress}:${new URL(u).port}`) },
           healthPort: 0,
           supervised: true,
           supervisorBinary: supervisorPath,
@@ -365,6 +399,10 @@ export class RunnerWorld {
     // The pools' webhook secret (spec.webhook.secretRef): a pool counts queued jobs from webhooks only with it.
     await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
+    if (this.gitea !== undefined && this.giteaImage !== undefined) {
+      await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
+      await this.kubectl(["apply", "-f", "-"], giteaTemplateYaml(namespace, this.giteaImage));
+    }
   }
 
   /** Stops the operator (SIGTERM) if it runs and starts it again; `env` replaces its extra environment (a fault plan, or {}). */
@@ -391,6 +429,12 @@ export class RunnerWorld {
   /** `kubectl apply` of a runner pool for the test repository. */
   async applyPool(name: string, spec: PoolShape, namespace = NAMESPACE): Promise<string> {
     return this.kubectl(["apply", "-f", "-"], poolYaml(namespace, name, this.github.url, spec, this.#runnerIdleSeconds));
+  }
+
+  /** `kubectl apply` of a Gitea runner pool for the Gitea repository (worlds started with `gitea: true`). */
+  async applyGiteaPool(name: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, namespace = NAMESPACE): Promise<string> {
+    if (this.gitea === undefined) throw new Error("this world has no Gitea: start it with { gitea: true }");
+    return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec));
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -510,6 +554,7 @@ export class RunnerWorld {
       for (const mount of ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"]) await removeCgroupTree(join(mount, node.cgroupParent));
     }
     await this.github?.stop().catch(() => undefined);
+    await this.gitea?.stop().catch(() => undefined);
     await this.sim?.dispose();
     await this.registry?.stop().catch(() => undefined);
     await this.plane?.stop().catch(() => undefined);
@@ -595,6 +640,45 @@ spec:
   network:
     egress: internet
   expireAfter: 1h
+`;
+}
+
+function giteaTemplateYaml(namespace: string, image: string): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMTemplate
+metadata:
+  name: gitea-runner
+  namespace: ${namespace}
+spec:
+  classRef:
+    name: runner-small
+  image: ${image}
+  kernel: default
+  network:
+    egress: internet
+  expireAfter: 1h
+`;
+}
+
+function giteaPoolYaml(namespace: string, name: string, url: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMRunnerPool
+metadata:
+  name: ${name}
+  namespace: ${namespace}
+spec:
+  templateName: gitea-runner
+  gitea:
+    url: ${url}
+    credentialsSecretRef:
+      name: gitea-token
+    scope: repo
+    repository: ${GITEA_REPO.owner}/${GITEA_REPO.repo}
+    labels: [${spec.labels.join(", ")}]
+  minIdle: ${spec.minIdle}
+  maxConcurrent: ${spec.maxConcurrent}
+  runnerCommand: ["/runner/run.sh"]
+  runnerSetupDelivery: Stdin
 `;
 }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Root filesystems of the runner images the repo builds (images/<name>/packages.txt): Debian 12
+# (bookworm) minbase plus those packages, made by mmdebstrap from the machine's configured Debian
+# mirror, packed as one gzip OCI layer with its digest and diff id, and the installed package
+# versions beside it. Built once per machine and key (suite, package list, mmdebstrap version,
+# this script) into the machine-wide build cache, in parallel; $IMP_CACHE/rootfs/<name> points at it.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+apt_need mmdebstrap pigz
+SUITE=bookworm
+self="$(sha256sum "$0" | cut -c1-16)"
+
+build_rootfs() {
+  local name="$1" list="$IMP_ROOT/images/$1/packages.txt"
+  local packages key dir
+  packages="$(grep -v '^\s*#' "$list" | grep -v '^\s*$' | sort -u | paste -sd, -)"
+  key="$(printf '%s\n' "$SUITE" "$packages" "$(mmdebstrap --version)" "$self" | sha256sum | cut -c1-16)"
+  dir="$IMP_BUILD_CACHE/rootfs-$name-$key"
+  build_once "$dir" layer.tar.gz -- bash -c '
+    set -euo pipefail
+    dir="$1"; suite="$2"; packages="$3"; tmp="$dir/.build"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    mmdebstrap --quiet --variant=minbase --include="$packages" --format=tar \
+      --dpkgopt="path-exclude=/usr/share/doc/*" --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*" \
+      "$suite" "$tmp/rootfs.tar"
+    tar -xOf "$tmp/rootfs.tar" ./var/lib/dpkg/status | awk "/^Package:/ {p=\$2} /^Version:/ {print p, \$2}" | sort > "$tmp/packages.lock"
+    sha256sum "$tmp/rootfs.tar" | cut -d" " -f1 > "$tmp/layer.diffid"
+    pigz -n -6 < "$tmp/rootfs.tar" > "$tmp/layer.tar.gz"
+    sha256sum "$tmp/layer.tar.gz" | cut -d" " -f1 > "$tmp/layer.digest"
+    mv "$tmp/layer.diffid" "$tmp/layer.digest" "$tmp/packages.lock" "$dir/"
+    mv "$tmp/layer.tar.gz" "$dir/layer.tar.gz"
+    rm -rf "$tmp"
+  ' _ "$dir" "$SUITE" "$packages"
+  mkdir -p "$IMP_CACHE/rootfs"
+  ln -sfn "$dir" "$IMP_CACHE/rootfs/$name"
+}
+
+pids=()
+for d in "$IMP_ROOT"/images/*/; do
+  [[ -f "$d/packages.txt" ]] || continue
+  build_rootfs "$(basename "$d")" & pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+exit "$rc"
