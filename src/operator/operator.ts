@@ -58,6 +58,8 @@ export interface OperatorOptions {
   readonly runnerListIntervalMs?: number;
   /** How often webhook pools list the jobs waiting on their forge (PoolController's default otherwise). */
   readonly demandListIntervalMs?: number;
+  /** How often a Gitea pool lists the jobs waiting on Gitea (PoolController's default otherwise). */
+  readonly queueListIntervalMs?: number;
   /** How often a scale-set listener retries while another session holds its scale set (default 30 s). */
   readonly scaleSetConflictRetryMs?: number;
   /** Concurrent setup reconciles (mint, deregister); each may wait on GitHub's write pacing. */
@@ -165,6 +167,7 @@ export class Operator {
       ...(options.failureBudget === undefined ? {} : { failureBudget: options.failureBudget }),
       ...(options.runnerListIntervalMs === undefined ? {} : { runnerListIntervalMs: options.runnerListIntervalMs }),
       ...(options.demandListIntervalMs === undefined ? {} : { demandListIntervalMs: options.demandListIntervalMs }),
+      ...(options.queueListIntervalMs === undefined ? {} : { queueListIntervalMs: options.queueListIntervalMs }),
       faults,
     });
     this.setup = new SetupController({

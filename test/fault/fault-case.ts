@@ -44,6 +44,8 @@ export interface FaultCase {
   readonly where: string;
   /** Pool shape; default minIdle 1, maxConcurrent 2, webhook mode. */
   readonly pool?: { minIdle: number; maxConcurrent: number; scaleSet?: boolean };
+  /** A Gitea pool (the world has a Gitea): its own repository acme/<pool>, runners labelled <pool>. */
+  readonly forge?: "gitea";
   readonly bounds?: Partial<Record<InvariantId, number>>;
   /** Before the pool exists: arm fault points (restart a process with a plan). */
   arm?(ctx: CaseContext): Promise<void>;
@@ -75,7 +77,13 @@ export async function runFaultCase(world: RunnerWorld, suite: string, c: FaultCa
   let impDid: string;
   try {
     await c.arm?.(ctx);
-    await world.applyPool(pool, { ...(c.pool ?? { minIdle: 1, maxConcurrent: 2 }), labels }, namespace);
+    if (c.forge === "gitea") {
+      if (world.gitea === undefined) throw new Error(`${c.id}: a Gitea case needs a world started with { gitea: true }`);
+      await world.gitea.createRepo("acme", pool);
+      await world.applyGiteaPool(pool, { ...(c.pool ?? { minIdle: 1, maxConcurrent: 2 }), labels: [pool] }, namespace, `acme/${pool}`);
+    } else {
+      await world.applyPool(pool, { ...(c.pool ?? { minIdle: 1, maxConcurrent: 2 }), labels }, namespace);
+    }
     impDid = await c.run(ctx);
   } catch (err) {
     // Recorded, so the report shows the case failed; its pool goes, or its VMs would be the next

@@ -24,6 +24,8 @@ export interface FaultWorld {
   readonly namespace: string;
   readonly github: GitHubTestServer;
   readonly nodes: readonly SimulatedNode[];
+  /** Registrations on another forge (a real Gitea), judged with the GitHub test server's. */
+  readonly forgeRunners?: () => Promise<ReadonlyArray<{ readonly id: number; readonly name: string; readonly status: string; readonly busy: boolean }>>;
 }
 
 export interface CheckOptions {
@@ -49,12 +51,13 @@ export const DEFAULT_BOUNDS_MS: Readonly<Record<InvariantId, number>> = { I1: 0,
 export async function observe(world: FaultWorld, options: Pick<CheckOptions, "since" | "probes" | "runnerFilter"> = {}): Promise<Observation> {
   const vmClient = createResourceClient<ImpVM>(world.kubeConfig, IMP_VMS);
   const secretClient = createResourceClient<SecretObject>(world.kubeConfig, SECRETS);
-  const [vmList, secretList, nodeResources, firewalls, probes] = await Promise.all([
+  const [vmList, secretList, nodeResources, firewalls, probes, forgeRunners] = await Promise.all([
     vmClient.list({ namespace: world.namespace }),
     secretClient.list({ namespace: world.namespace }),
     Promise.all(world.nodes.map((n) => readNodeState(n))).then((lists) => lists.flat()),
     Promise.all(world.nodes.map((n) => readFirewall(n))),
     options.probes?.(),
+    world.forgeRunners?.() ?? Promise.resolve([]),
   ]);
   const since = options.since ?? 0;
   const sessions = world.github.requests.filter((r) => r.at >= since && r.method === "POST" && r.path === "/_imp-test/runner/sessions");
@@ -64,7 +67,7 @@ export async function observe(world: FaultWorld, options: Pick<CheckOptions, "si
     vms: vmList.items.map(vmObservation),
     setupSecrets: secretList.items.filter((s) => s.type === SETUP_SECRET.type).map((s) => ({ name: s.metadata?.name ?? "", ownerUid: s.metadata?.ownerReferences?.find((o) => o.kind === "ImpVM")?.uid })),
     github: {
-      runners: [...world.github.runners.values()].filter((r) => keep(r.name)).map((r) => ({ id: r.id, name: r.name, status: r.status, busy: r.busy })),
+      runners: [...[...world.github.runners.values()].map((r) => ({ id: r.id, name: r.name, status: r.status, busy: r.busy })), ...forgeRunners.map((r) => ({ id: r.id, name: r.name, status: r.status === "online" ? ("online" as const) : ("offline" as const), busy: r.busy }))].filter((r) => keep(r.name)),
       sessionRefusals: sessions.filter((r) => r.status === 409).length,
       staleSetups: sessions.filter((r) => r.status === 401).length,
     },

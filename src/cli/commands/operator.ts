@@ -16,6 +16,7 @@ interface OperatorFlags {
   githubUrl?: string;
   demandListInterval: string;
   scaleSetConflictRetry: string;
+  queueListInterval: string;
   leaderElection: boolean;
   logLevel: string;
 }
@@ -36,7 +37,7 @@ const seconds = (value: string, flag: string): number => {
 export function registerOperator(program: Command): void {
   program
     .command("operator")
-    .description("run the operator: runner pools, one-time runner setups sealed to nodes, GitHub registration cleanup, webhooks")
+    .description("run the operator: runner pools (GitHub, Gitea), one-time runner setups sealed to nodes, registration cleanup, scale-set listeners, webhooks")
     .option("--kubeconfig <file>", "kubeconfig; default: $KUBECONFIG, else ~/.kube/config, else the pod's in-cluster account")
     .option("--namespace <ns>", "watch only this namespace's pools and VMs (default: all)")
     .option("--lease-namespace <ns>", "namespace of the leader-election Lease (default: --namespace, else default)")
@@ -46,6 +47,7 @@ export function registerOperator(program: Command): void {
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
     .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
     .option("--demand-list-interval <seconds>", "how often a webhook pool lists the jobs waiting on its forge: the most a lost webhook delays a job", "30")
+    .option("--queue-list-interval <seconds>", "how often a Gitea pool lists the jobs waiting on Gitea (its demand)", "5")
     .option("--scale-set-conflict-retry <seconds>", "how often a scale-set pool's listener retries while another session holds its scale set (a crashed operator's session lives until GitHub expires it)", "30")
     .option("--no-leader-election", "run without a Lease (a single replica only)")
     .option("--log-level <level>", "debug | info | warn | error", "info")
@@ -68,6 +70,7 @@ export function registerOperator(program: Command): void {
         ...(opts.githubUrl === undefined ? {} : { githubUrl: opts.githubUrl }),
         demandListIntervalMs: seconds(opts.demandListInterval, "--demand-list-interval") * 1000,
         scaleSetConflictRetryMs: seconds(opts.scaleSetConflictRetry, "--scale-set-conflict-retry") * 1000,
+        queueListIntervalMs: seconds(opts.queueListInterval, "--queue-list-interval") * 1000,
       });
       const stop = new AbortController();
       const onSignal = (): void => stop.abort(new Error("signal"));

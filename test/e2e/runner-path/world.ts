@@ -432,9 +432,9 @@ export class RunnerWorld {
   }
 
   /** `kubectl apply` of a Gitea runner pool for the Gitea repository (worlds started with `gitea: true`). */
-  async applyGiteaPool(name: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, namespace = NAMESPACE): Promise<string> {
+  async applyGiteaPool(name: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, namespace = NAMESPACE, repository = `${GITEA_REPO.owner}/${GITEA_REPO.repo}`): Promise<string> {
     if (this.gitea === undefined) throw new Error("this world has no Gitea: start it with { gitea: true }");
-    return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec));
+    return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec, repository));
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -514,7 +514,14 @@ export class RunnerWorld {
 
   /** The world as the invariant checker sees one namespace of it. */
   faultWorld(namespace: string): FaultWorld {
-    return { kubeConfig: this.plane.kubeConfig, namespace, github: this.github, nodes: this.nodes.map((n) => this.simulatedNode(n)) };
+    const gitea = this.gitea;
+    return {
+      kubeConfig: this.plane.kubeConfig,
+      namespace,
+      github: this.github,
+      nodes: this.nodes.map((n) => this.simulatedNode(n)),
+      ...(gitea === undefined ? {} : { forgeRunners: async () => (await gitea.runners("/admin")).map((r) => ({ ...r, status: r.status === "online" ? "online" : "offline" })) }),
+    };
   }
 
   #assertAlive(): void {
@@ -660,7 +667,7 @@ spec:
 `;
 }
 
-function giteaPoolYaml(namespace: string, name: string, url: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }): string {
+function giteaPoolYaml(namespace: string, name: string, url: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, repository: string): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMRunnerPool
 metadata:
@@ -673,7 +680,7 @@ spec:
     credentialsSecretRef:
       name: gitea-token
     scope: repo
-    repository: ${GITEA_REPO.owner}/${GITEA_REPO.repo}
+    repository: ${repository}
     labels: [${spec.labels.join(", ")}]
   minIdle: ${spec.minIdle}
   maxConcurrent: ${spec.maxConcurrent}

@@ -166,8 +166,10 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
   it("a job that forges exit 0 and is then SIGKILLed while no agent runs is recorded Failed with 137", async () => {
     const first = startAgent();
     // A detached forger outlives the job and keeps writing "exit 0" after the real exit until the
-    // power-off, through the kernel log (printk reaches the console at once).
-    const afterwards = `setsid sh -c 'while kill -0 '$$' 2>/dev/null; do sleep 0.05; done; while :; do echo "<1>time=x level=INFO msg=\\"exec exited\\" execId=$FORGE_EXEC_ID exitCode=0" > /dev/kmsg; done' </dev/null >/dev/null 2>&1 &`;
+    // power-off, through the kernel log (printk reaches the console at once). It ignores the
+    // shutdown's SIGTERM, so it writes for at least the 200 ms before the SIGKILL, however slowly
+    // it was scheduled before: its lines come after the real exit record on any machine.
+    const afterwards = `setsid sh -c 'trap "" TERM HUP; while kill -0 '$$' 2>/dev/null; do sleep 0.05; done; while :; do echo "<1>time=x level=INFO msg=\\"exec exited\\" execId=$FORGE_EXEC_ID exitCode=0" > /dev/kmsg; done' </dev/null >/dev/null 2>&1 &`;
     const vm = await boundVm("forger-away", `sleep 4\n${FORGE}\n${afterwards}\nsleep 0.3\nkill -9 $$`, true);
     const uid = vm.metadata.uid ?? "";
     await waitPhase("forger-away", ["Running"]);

@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { GuestClient, QemuDriver, readHostTscKhz } from "../../../src/agent/index.ts";
 import { type DriverContext, type RunningVm, type VmSpec } from "../../../src/agent/vmm/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
-import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
+import { ImpError, silentLogger, systemClock, waitFor } from "../../../src/shared/index.ts";
 import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
 
 const work = await mkdtemp(join(tmpdir(), "imp-qdrv-"));
@@ -100,7 +100,8 @@ describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () =
       try {
         assert.equal(vm.kind, "qemu");
         assert.equal(vm.spec, spec);
-        assert.ok(processesMentioning(dir).includes(vm.pid));
+        // Right after spawn the child may not have exec'd yet (its cmdline is still node's): wait for it.
+        await waitFor("the VMM process to run with the VM's directory on its command line", () => (processesMentioning(dir).includes(vm.pid) ? true : undefined), { timeoutMs: 10_000, intervalMs: 20 });
         const client = await hello(vm, 120_000);
         t.diagnostic(`${channel}: start() to hello in ${(performance.now() - started).toFixed(0)} ms (TCG)`);
         const ro = await runExec(client, { execId: "ro", argv: ["/bin/sh", "-c", "cat /sys/block/vda/ro /sys/block/vdb/ro"], env: { PATH } });
