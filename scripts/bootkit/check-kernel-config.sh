@@ -13,9 +13,17 @@ required=(
   DEVTMPFS TMPFS UNIX98_PTYS CGROUPS MEMCG CGROUP_PIDS CPUSETS CGROUP_BPF VIRTIO_NET
   SERIAL_8250 SERIAL_8250_CONSOLE SERIO_I8042 KEYBOARD_ATKBD VT KVM_GUEST PARAVIRT
   NAMESPACES PID_NS NET_NS USER_NS SECCOMP_FILTER UNIX INET IPV6 PACKET PROC_FS SYSFS BINFMT_ELF BINFMT_SCRIPT
+  # Docker in the job (dockerd, containerd, runc with iptables-nft on cgroup v2); docs/kernel-requirements.md.
+  UTS_NS IPC_NS POSIX_MQUEUE SECCOMP CGROUP_SCHED FAIR_GROUP_SCHED CFS_BANDWIDTH BLK_CGROUP KEYS
+  EXT4_FS_POSIX_ACL EXT4_FS_SECURITY VETH BRIDGE BRIDGE_NETFILTER
+  NETFILTER NETFILTER_ADVANCED NF_CONNTRACK NF_NAT NF_NAT_MASQUERADE NF_TABLES NF_TABLES_IPV4 NFT_NAT NFT_COMPAT
+  NETFILTER_XTABLES NETFILTER_XT_MATCH_ADDRTYPE NETFILTER_XT_MATCH_CONNTRACK NETFILTER_XT_TARGET_MASQUERADE NETFILTER_XT_NAT
+  NF_CT_NETLINK
 )
-# VSOCKETS_LOOPBACK would let guest processes reach the guest agent's vsock port.
-forbidden=(VSOCKETS_LOOPBACK)
+# VSOCKETS_LOOPBACK would let guest processes reach the guest agent's vsock port. RT_GROUP_SCHED keeps
+# the cgroup v2 cpu controller from being enabled; OVERLAY_FS_REDIRECT_DIR makes Docker's overlay2
+# fall back to its slow naive diff.
+forbidden=(VSOCKETS_LOOPBACK RT_GROUP_SCHED OVERLAY_FS_REDIRECT_DIR)
 missing=0
 # The agent mounts /proc with hidepid=invisible, which needs Linux >= 5.8.
 version="$(sed -n 's/^# Linux\/[^ ]* \([0-9]*\)\.\([0-9]*\)[^ ]* Kernel Configuration$/\1 \2/p' "$config" | head -n 1)"

@@ -5,5 +5,6 @@
 # Idempotent: a cached kernel with the same key is reused and nothing is built.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-apt_need linux-source build-essential flex bison bc libelf-dev libssl-dev xz-utils lz4
+# linux-source-6.1 by name, not the `linux-source` metapackage: its version moves with the suite.
+apt_need linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev xz-utils lz4
 bash "$IMP_ROOT/scripts/bootkit/kernel/build.sh"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Root filesystems of the runner images the repo builds (images/<name>/packages.txt): Debian 12
-# (bookworm) minbase plus those packages, made by mmdebstrap from the machine's configured Debian
-# mirror, packed as one gzip OCI layer with its digest and diff id, and the installed package
-# versions beside it. Built once per machine and key (suite, package list, mmdebstrap version,
-# this script) into the machine-wide build cache, in parallel; $IMP_CACHE/rootfs/<name> points at it.
+# (bookworm) minbase plus those packages, then images/<name>/customize.sh if there is one (users,
+# configuration), made by mmdebstrap from the machine's configured Debian mirror, packed as one gzip
+# OCI layer with its digest and diff id, and the installed package versions beside it
+# (packages.lock). Built once per machine and key (suite, package list, customize script,
+# mmdebstrap version, this script) into the machine-wide build cache, in parallel;
+# $IMP_CACHE/rootfs/<name> points at it.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 apt_need mmdebstrap pigz
@@ -12,15 +14,17 @@ self="$(sha256sum "$0" | cut -c1-16)"
 
 build_rootfs() {
   local name="$1" list="$IMP_ROOT/images/$1/packages.txt"
-  local packages key dir
+  local packages key dir customize="$IMP_ROOT/images/$1/customize.sh"
   packages="$(grep -v '^\s*#' "$list" | grep -v '^\s*$' | sort -u | paste -sd, -)"
-  key="$(printf '%s\n' "$SUITE" "$packages" "$(mmdebstrap --version)" "$self" | sha256sum | cut -c1-16)"
+  key="$(printf '%s\n' "$SUITE" "$packages" "$(mmdebstrap --version)" "$self" "$(cat "$customize" 2>/dev/null)" | sha256sum | cut -c1-16)"
   dir="$IMP_BUILD_CACHE/rootfs-$name-$key"
   build_once "$dir" layer.tar.gz -- bash -c '
     set -euo pipefail
-    dir="$1"; suite="$2"; packages="$3"; tmp="$dir/.build"
+    dir="$1"; suite="$2"; packages="$3"; customize="$4"; tmp="$dir/.build"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    mmdebstrap --quiet --variant=minbase --include="$packages" --format=tar \
+    hook=()
+    [[ -f "$customize" ]] && hook=(--customize-hook="sh $customize \"\$1\"")
+    mmdebstrap --quiet --variant=minbase --include="$packages" --format=tar "${hook[@]}" \
       --dpkgopt="path-exclude=/usr/share/doc/*" --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*" \
       "$suite" "$tmp/rootfs.tar"
     tar -xOf "$tmp/rootfs.tar" ./var/lib/dpkg/status | awk "/^Package:/ {p=\$2} /^Version:/ {print p, \$2}" | sort > "$tmp/packages.lock"
@@ -30,7 +34,7 @@ build_rootfs() {
     mv "$tmp/layer.diffid" "$tmp/layer.digest" "$tmp/packages.lock" "$dir/"
     mv "$tmp/layer.tar.gz" "$dir/layer.tar.gz"
     rm -rf "$tmp"
-  ' _ "$dir" "$SUITE" "$packages"
+  ' _ "$dir" "$SUITE" "$packages" "$customize"
   mkdir -p "$IMP_CACHE/rootfs"
   ln -sfn "$dir" "$IMP_CACHE/rootfs/$name"
 }

@@ -5,10 +5,11 @@
  * registers its runner from a sealed `.runner`, a pushed workflow (several steps, an env var, a
  * clone, a local action) runs in it, its log comes from Gitea's API, the VM ends and is replaced.
  */
+import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { checks } from "./runner-path/scenario.ts";
 import { giteaPoolComesOnline, giteaVmReplaced, giteaWorkflowRuns } from "./runner-path/gitea-scenario.ts";
-import { giteaWorldUnavailable, RunnerWorld } from "./runner-path/world.ts";
+import { giteaWorldUnavailable, NAMESPACE, RunnerWorld } from "./runner-path/world.ts";
 
 const unavailable = await giteaWorldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# gitea e2e: cannot run on this machine: ${unavailable}\n`);
@@ -28,5 +29,21 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
     const { log } = await giteaWorkflowRuns(world, vm, check);
     process.stdout.write(log.replace(/^/gm, "#   "));
     await giteaVmReplaced(world, vm, check);
+  });
+
+  it("minIdle 0: Gitea's queue makes one VM for a job; once the job is taken its demand is gone, and nothing is left running", async () => {
+    const gitea = world.gitea;
+    assert.ok(gitea !== undefined);
+    await gitea.createRepo("acme", "cold");
+    await gitea.putFile("acme", "cold", ".gitea/workflows/ci.yml", "on: [push]\njobs:\n  cold:\n    runs-on: imp-cold\n    steps:\n      - run: echo cold start\n");
+    await world.applyGiteaPool("cold", { minIdle: 0, maxConcurrent: 2, labels: ["imp-cold"] }, NAMESPACE, "acme/cold");
+    const job = await world.waitUntil("the cold job completed", async () => (await gitea.jobs("acme", "cold")).find((j) => j.status === "completed"), 300_000, 250);
+    assert.equal(job.conclusion, "success");
+    const vms = await world.waitUntil("the pool back to nothing: no demand, no live VM", async () => {
+      const pool = await world.pools.get({ namespace: NAMESPACE, name: "cold" });
+      const live = (await world.listVms("cold")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
+      return pool.status?.queuedJobs === 0 && pool.status.desired === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("cold-")) : undefined;
+    }, 180_000, 250);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
   });
 });

@@ -33,6 +33,12 @@ func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 			return OverlayRoot(cmdline.Scratch)
 		}},
 		{Name: "mount.late", Run: func() error { return MountAll(LateMounts()) }},
+		{Name: "mount.storage", Run: func() error {
+			if cmdline.Scratch == "" {
+				return nil // no scratch disk: nothing to put the storage on
+			}
+			return MountStorageDirs(StorageDirs)
+		}},
 		{Name: "hostname.default", Run: func() error { return unix.Sethostname([]byte("imp")) }},
 		{Name: "loopback.up", Run: loUp},
 		{Name: "env.path", Run: func() error {

@@ -143,5 +143,39 @@ func pivot() error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	_ = os.Remove(old)
+	// Shared propagation, as systemd makes it: a job's container runtime may ask for rshared or
+	// rslave bind mounts (docker -v …:rshared, nested clusters), which need a shared parent.
+	if err := unix.Mount("", "/", "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make / shared: %w", err)
+	}
+	return nil
+}
+
+// StorageDirs are the directories of container runtimes' image storage. Their layers are overlay
+// mounts, which cannot stack on the overlay root (Docker would silently fall back to its vfs driver,
+// a full copy per layer), so when the image has one of them it is bind-mounted from the scratch
+// disk's ext4 itself; like every other write of the VM it lives and dies with the scratch disk.
+var StorageDirs = []string{"/var/lib/docker", "/var/lib/containerd"}
+
+// MountStorageDirs bind-mounts each of dirs that exists in the root from finalScratch/storage/,
+// without the scratch mount's nosuid and nodev (container layers keep setuid binaries and device
+// nodes). A directory the image does not have is left alone.
+func MountStorageDirs(dirs []string) error {
+	for _, dir := range dirs {
+		info, err := os.Stat(dir)
+		if err != nil || !info.IsDir() {
+			continue
+		}
+		source := filepath.Join(finalScratch, "storage", filepath.Base(dir))
+		if err := os.MkdirAll(source, 0o711); err != nil {
+			return fmt.Errorf("mkdir %s: %w", source, err)
+		}
+		if err := unix.Mount(source, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", source, dir, err)
+		}
+		if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("remount %s with suid and devices: %w", dir, err)
+		}
+	}
 	return nil
 }

@@ -21,8 +21,11 @@ mkdir -p "$out_parent"
 exec 9>"$out_parent/.lock"
 flock 9
 
-tarball="$(ls -1 /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)"
-[[ -n "$tarball" ]] || { echo "Cannot build the guest kernel: no /usr/src/linux-source-*.tar.xz (apt package linux-source)" >&2; exit 1; }
+# Pinned by name: the fragment's option names are 6.1's. A machine with another linux-source-X.Y
+# installed beside it (6.12 renamed options) must not build that one.
+KERNEL_SOURCE_PACKAGE="${IMP_KERNEL_SOURCE_PACKAGE:-linux-source-6.1}"
+tarball="/usr/src/$KERNEL_SOURCE_PACKAGE.tar.xz"
+[[ -f "$tarball" ]] || { echo "Cannot build the guest kernel: no $tarball (apt package $KERNEL_SOURCE_PACKAGE)" >&2; exit 1; }
 src_pkg="$(dpkg-query -S "$tarball" | cut -d: -f1)"
 src_version="$(dpkg-query -W -f='${Version}' "$src_pkg")"
 key_input="$(

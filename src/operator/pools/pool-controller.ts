@@ -250,20 +250,27 @@ export class PoolController {
    * scope: the repositories the pool heard of within a day (at most 20); enterprise: none (see
    * docs/operator.md). A job counts in the first pool by name that takes it, as a delivery does.
    */
-  async #refreshDemand(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>): Promise<void> {
+  async #refreshDemand(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[]): Promise<void> {
     const interval = this.#listingIntervalMs(pool);
     if (interval === undefined) return;
     const startedAt = this.#clock.now();
     const last = this.#demandListedAt.get(ctx.key);
-    if (last !== undefined && startedAt - last < interval) return;
+    // A forge without push (Gitea) says a job was taken only by no longer listing it. A VM that ended
+    // since the last listing may have run a job counted there: list again before that demand can
+    // order a replacement for a job already done.
+    const endedSince = pool.spec.gitea !== undefined && last !== undefined && vms.some((vm) => (ms(vm.status?.phaseTimestamps?.succeeded) ?? ms(vm.status?.phaseTimestamps?.failed) ?? 0) > last);
+    if (last !== undefined && startedAt - last < interval && !endedSince) return;
     this.#demandListedAt.set(ctx.key, startedAt);
     const gh = pool.spec.github;
     const repositories = gh === undefined ? [] : gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? this.activity.recentRepositories(ctx.key) : [];
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
       let listed: readonly QueuedJob[];
-      if (forge.listScopeQueuedJobs !== undefined) listed = await forge.listScopeQueuedJobs(ctx.signal);
-      else if (forge.listQueuedJobs !== undefined && repositories.length > 0) listed = await forge.listQueuedJobs(repositories, ctx.signal);
+      let covered: readonly string[] | "whole-scope" = repositories;
+      if (forge.listScopeQueuedJobs !== undefined) {
+        listed = await forge.listScopeQueuedJobs(ctx.signal);
+        covered = "whole-scope";
+      } else if (forge.listQueuedJobs !== undefined && repositories.length > 0) listed = await forge.listQueuedJobs(repositories, ctx.signal);
       else return;
       const jobs = listed.filter((j) => this.#firstPoolFor(j, ctx.key));
       for (const job of jobs) {
@@ -275,7 +282,7 @@ export class PoolController {
         ctx.logger.info({ jobId: job.id, repository: job.repository }, "a queued job found by listing (its delivery was lost or is late)");
         this.#count(ctx.key, "listing", job.id, job.repository);
       }
-      this.activity.jobsListed(ctx.key, repositories, jobs.map((j) => j.id), startedAt);
+      this.activity.jobsListed(ctx.key, covered, jobs.map((j) => j.id), startedAt);
       ctx.logger.debug({ repositories, queued: jobs.map((j) => j.id) }, "listed the jobs waiting on the forge");
     } catch (err) {
       ctx.logger.warn({ err: describeError(err) }, "cannot list the jobs waiting on the forge");
@@ -331,7 +338,7 @@ export class PoolController {
     const inCache = new Map(vms.map((vm) => [vm.metadata.name ?? "", { deleting: vm.metadata.deletionTimestamp !== undefined }]));
     const pending = this.expectations.settle(ctx.key, inCache);
     await this.#refreshRunners(ctx, pool, vms, pending.creating);
-    await this.#refreshDemand(ctx, pool);
+    await this.#refreshDemand(ctx, pool, vms);
     // A restarted operator (or a new leader) takes the budget up from the pool's status, not from zero.
     const failures = this.#failures.get(ctx.key) ?? restoreFailures(pool.status?.failureBudget, pool.metadata.generation);
     const decision = decidePool({

@@ -18,6 +18,20 @@ describe("RunnerActivity demand", () => {
     assert.equal(a.isQueued("ns/p", 3), true, "newer than the listing");
   });
 
+  it("a listing of the whole scope (Gitea) drops every job it no longer lists, in any repository, but not newer demand", async () => {
+    const clock = new FakeClock();
+    const a = new RunnerActivity(clock);
+    a.jobQueued("ns/p", 1, "acme/web");
+    a.jobQueued("ns/p", 2, "acme/api");
+    a.jobQueued("ns/p", 4, "acme/api");
+    const startedAt = clock.now();
+    await clock.advance(1_000);
+    a.jobQueued("ns/p", 3, "acme/web");
+    a.jobsListed("ns/p", "whole-scope", [4], startedAt);
+    assert.deepEqual([1, 2, 3, 4].map((id) => a.isQueued("ns/p", id)), [false, false, true, true], "1 and 2 were taken; 3 came after the listing started; 4 still waits");
+    assert.equal(a.queuedJobs("ns/p"), 2);
+  });
+
   it("a job seen taken never counts as queued again, for a day", async () => {
     const clock = new FakeClock();
     const a = new RunnerActivity(clock);

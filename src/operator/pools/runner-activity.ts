@@ -91,12 +91,14 @@ export class RunnerActivity {
    * started and not listed is no longer (taken or cancelled, its webhook lost). Demand recorded
    * after the listing started stays: the listing may predate it.
    */
-  jobsListed(poolKey: string, repositories: readonly string[], jobIds: readonly number[], startedAt: number): void {
+  jobsListed(poolKey: string, repositories: readonly string[] | "whole-scope", jobIds: readonly number[], startedAt: number): void {
     const listed = new Set(jobIds);
-    const covered = new Set(repositories);
+    const covered = repositories === "whole-scope" ? undefined : new Set(repositories);
     const jobs = this.#queued.get(poolKey);
     for (const [id, entry] of jobs ?? []) {
-      if (!listed.has(id) && entry.repository !== undefined && covered.has(entry.repository) && entry.at <= startedAt) jobs?.delete(id);
+      // A job no longer listed was taken (or cancelled): a listing of the whole scope covers every job it counted.
+      const inListing = covered === undefined || (entry.repository !== undefined && covered.has(entry.repository));
+      if (!listed.has(id) && inListing && entry.at <= startedAt) jobs?.delete(id);
     }
   }
 

@@ -1,0 +1,34 @@
+#!/bin/bash
+# The Docker runner VM's workload (the pool's runnerCommand), started as root by the guest agent:
+# starts the job's own Docker daemon, then runs the runner program as `runner` (uid 1001), which
+# uses it through the docker group. The one-time setup arrives on stdin and goes straight to the
+# runner (exec keeps stdin).
+#
+# dockerd is started here, by the image, rather than by the guest agent: the daemon is part of the
+# job's userland (its version, its configuration, its registries are the image owner's), and an
+# image without Docker pays nothing. The guest agent gives it what only the VM can: the kernel, the
+# scratch disk's ext4 at /var/lib/docker, cgroup v2 and shared mount propagation.
+#
+# IMP_DOCKER_INSECURE_REGISTRIES (comma-separated host:port, from the pool's runnerEnv) adds
+# registries the daemon may pull from over plain HTTP (a registry on the node's network in tests).
+set -euo pipefail
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+if [[ -n "${IMP_DOCKER_INSECURE_REGISTRIES:-}" ]]; then
+  jq --arg r "$IMP_DOCKER_INSECURE_REGISTRIES" '. + {"insecure-registries": ($r | split(","))}' /etc/docker/daemon.json >/run/daemon.json
+  cp /run/daemon.json /etc/docker/daemon.json
+fi
+started=$(date +%s%N)
+dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+for _ in $(seq 1 600); do
+  if docker info >/dev/null 2>&1; then break; fi
+  sleep 0.1
+done
+if ! docker info >/dev/null 2>&1; then
+  echo "run.sh: dockerd did not answer within 60 s:" >&2
+  tail -n 30 /var/log/dockerd.log >&2
+  exit 2
+fi
+echo "run.sh: docker ready in $((($(date +%s%N) - started) / 1000000)) ms" >&2
+export HOME=/home/runner USER=runner
+cd /home/runner
+exec setpriv --reuid=1001 --regid=1001 --init-groups /runner/run.sh "$@"
