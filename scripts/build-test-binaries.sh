@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries the tests and `imp dev cluster` run:
 # kube-apiserver, kube-controller-manager and kubectl from the k8s.io/kubernetes Go module, and
-# etcd from go.etcd.io/etcd/server/v3. Results land in a git-ignored cache keyed by version, so a
-# second run is a no-op. k8s.io/kubernetes is not meant to be a dependency: it requires its staging
-# modules at v0.0.0, so the throwaway module below maps each to the published v0.<minor>.<patch>.
+# etcd from go.etcd.io/etcd/server/v3. Results land in the machine-wide build cache
+# ($IMP_BUILD_CACHE, keyed by version and Go version, shared by every checkout like Go's own cache)
+# and are linked into this checkout's .cache/bin, so a second run, or another clone, builds nothing.
+# k8s.io/kubernetes is not meant to be a dependency: it requires its staging modules at v0.0.0, so
+# the throwaway module below maps each to the published v0.<minor>.<patch>.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.8}"
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cache="${IMP_CACHE:-$root/.cache}"
-kube_out="$cache/bin/kube-$KUBE_VERSION"
-etcd_out="$cache/bin/etcd-$ETCD_VERSION"
+source "$(dirname "$0")/lib.sh"
+cache="$IMP_CACHE"
+gov="$(go env GOVERSION)"
+kube_out="$IMP_BUILD_CACHE/kube-$KUBE_VERSION-$gov"
+etcd_out="$IMP_BUILD_CACHE/etcd-$ETCD_VERSION-$gov"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
+mkdir -p "$IMP_BUILD_CACHE" "$cache/bin"
+# One build per machine at a time: two checkouts setting up at once wait for each other.
+exec 8>"$IMP_BUILD_CACHE/.kube-etcd.lock"
+flock 8
 
 build_kube() {
   if [[ -x "$kube_out/kube-apiserver" && -x "$kube_out/kube-controller-manager" && -x "$kube_out/kubectl" ]]; then
     return 0
   fi
-  local work="$cache/build/kube-$KUBE_VERSION"
+  local work="$IMP_BUILD_CACHE/.work/kube-$KUBE_VERSION"
   rm -rf "$work" && mkdir -p "$work" "$kube_out"
   cd "$work"
   go mod init imp.dev/build/kube >/dev/null 2>&1
@@ -52,7 +59,7 @@ GO
 
 build_etcd() {
   if [[ -x "$etcd_out/etcd" ]]; then return 0; fi
-  local work="$cache/build/etcd-$ETCD_VERSION"
+  local work="$IMP_BUILD_CACHE/.work/etcd-$ETCD_VERSION"
   rm -rf "$work" && mkdir -p "$work" "$etcd_out"
   cd "$work"
   go mod init imp.dev/build/etcd >/dev/null 2>&1
@@ -67,5 +74,12 @@ build_etcd() {
 
 build_etcd
 build_kube
-echo "$kube_out"
-echo "$etcd_out"
+rm -rf "$IMP_BUILD_CACHE/.work"
+# A checkout set up before the cache moved has real directories here.
+for link in "$cache/bin/kube-$KUBE_VERSION" "$cache/bin/etcd-$ETCD_VERSION"; do
+  [[ -L "$link" || ! -e "$link" ]] || rm -rf "$link"
+done
+ln -sfn "$kube_out" "$cache/bin/kube-$KUBE_VERSION"
+ln -sfn "$etcd_out" "$cache/bin/etcd-$ETCD_VERSION"
+echo "$cache/bin/kube-$KUBE_VERSION"
+echo "$cache/bin/etcd-$ETCD_VERSION"

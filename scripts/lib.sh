@@ -19,12 +19,19 @@ apt_need() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
-  log "apt-get install ${missing[*]}"
-  if [[ ! -f "$IMP_CACHE/.apt-updated" ]]; then
-    apt-get update -qq >/dev/null
-    mkdir -p "$IMP_CACHE" && touch "$IMP_CACHE/.apt-updated"
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Set-up steps run in parallel and dpkg takes one installer at a time: queue on a machine-wide
+  # lock rather than fail on dpkg's.
+  mkdir -p "$IMP_BUILD_CACHE" "$IMP_CACHE"
+  (
+    flock 9
+    log "apt-get install ${missing[*]}"
+    if [[ ! -f "$IMP_CACHE/.apt-updated" ]]; then
+      apt-get update -qq >/dev/null
+      touch "$IMP_CACHE/.apt-updated"
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
+  ) 9>"$IMP_BUILD_CACHE/.apt.lock"
 }
 
 # build_once KEY_DIR BINARY... -- COMMAND...: runs COMMAND unless every BINARY exists in KEY_DIR

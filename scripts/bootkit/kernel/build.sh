@@ -2,8 +2,9 @@
 # Builds (or finds in the cache) Imp's own guest kernel: Debian's `linux-source` tree configured as
 # `make tinyconfig` + imp.config (merged with scripts/kconfig/merge_config.sh), everything built in,
 # no modules, no initramfs. Firecracker boots its vmlinux; QEMU microvm boots its bzImage.
-#   $IMP_CACHE/guest-kernel/<key>/{vmlinux,bzImage,config,build.log,manifest.json}
-#   $IMP_CACHE/guest-kernel/current.json   a copy of the newest manifest, for tests and benchmarks
+#   $IMP_BUILD_CACHE/guest-kernel/<key>/{vmlinux,bzImage,config,build.log,manifest.json}
+#   $IMP_CACHE/guest-kernel/current.json   a copy of this checkout's manifest, for tests and benchmarks
+# The kernels live in the machine-wide build cache: every checkout with the same inputs shares one.
 # <key> = linux-source version + sha256 over imp.config and this script, so editing either rebuilds.
 # The resulting .config must pass scripts/bootkit/check-kernel-config.sh, and every line of imp.config
 # must be in it unchanged; otherwise the build fails. See docs/kernel.md.
@@ -15,8 +16,9 @@ here="$IMP_ROOT/scripts/bootkit/kernel"
 fragment="$here/imp.config"
 checker="$IMP_ROOT/scripts/bootkit/check-kernel-config.sh"
 jobs="${IMP_KERNEL_JOBS:-2}"
-out_parent="$IMP_CACHE/guest-kernel"
-mkdir -p "$out_parent"
+out_parent="$IMP_BUILD_CACHE/guest-kernel"
+current_dir="$IMP_CACHE/guest-kernel"
+mkdir -p "$out_parent" "$current_dir"
 # One build at a time: setup and a developer's manual run may overlap, and the build is heavy.
 exec 9>"$out_parent/.lock"
 flock 9
@@ -106,8 +108,9 @@ fi
 
 # Checked again on every run, cached or not: the checker may have become stricter since the build.
 bash "$checker" "$out/config" || { echo "Cannot use the guest kernel $key: check-kernel-config.sh rejects its .config" >&2; exit 1; }
-cp "$out/manifest.json" "$out_parent/current.json.tmp"
-mv "$out_parent/current.json.tmp" "$out_parent/current.json"
-# Keep the two newest kernels; a kernel is cheap to keep (~30 MB) but slow to rebuild.
-ls -1dt "$out_parent"/*/.complete 2>/dev/null | sed 's#/.complete$##' | tail -n +3 | xargs -r rm -rf
+cp "$out/manifest.json" "$current_dir/current.json.tmp"
+mv "$current_dir/current.json.tmp" "$current_dir/current.json"
+# Keep the three newest kernels (other checkouts may use older keys); a kernel is cheap to keep
+# (~30 MB) but slow to rebuild.
+ls -1dt "$out_parent"/*/.complete 2>/dev/null | sed 's#/.complete$##' | tail -n +4 | xargs -r rm -rf
 log "guest kernel: $out"
