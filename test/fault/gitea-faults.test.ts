@@ -2,7 +2,7 @@
  * Failure proof on a real forge: Gitea 1.27.3 with the real gitea-runner v1.0.8 in the VMs, on the
  * world of test/e2e/runner-path (control plane, `imp operator`, two `imp agent`s, QEMU). Each case
  * has its own Gitea repository (acme/<pool>) and a pool registering runners for it; I1–I6 are judged
- * with Gitea's own runner list. Gitea here runs with ZOMBIE_TASK_TIMEOUT 30 s and its zombie cron
+ * with Gitea's own runner list. Gitea here runs with ZOMBIE_TASK_TIMEOUT 60 s and its zombie cron
  * every 10 s (test/gitea/gitea-server.ts), the settings docs/forges.md recommends.
  */
 import assert from "node:assert/strict";
@@ -72,8 +72,8 @@ const cases: FaultCase[] = [
       const killedAt = Date.now();
       for (const pid of pids) process.kill(pid, "SIGKILL");
       // Bound: Imp sees the VMM gone and removes the runner (asking Gitea to stop zombie tasks now);
-      // Gitea fails the task once its heartbeats are ZOMBIE_TASK_TIMEOUT (30 s here) old.
-      const failed = await jobReaches(ctx, "doomed", "completed", 120_000);
+      // Gitea fails the task once its heartbeats are ZOMBIE_TASK_TIMEOUT (60 s here) old.
+      const failed = await jobReaches(ctx, "doomed", "completed", 240_000);
       const failedAfter = Date.now() - killedAt;
       assert.equal(failed.conclusion, "failure");
       const replacement = await idleGiteaRunner(ctx, new Set([nameOf(vm)]));
@@ -129,15 +129,20 @@ const cases: FaultCase[] = [
       await jobReaches(ctx, "survives", "in_progress", 120_000);
       const gitea = giteaOf(ctx);
       ctx.faultNow();
+      const down = Date.now();
       await gitea.crash();
       await new Promise((r) => setTimeout(r, 5_000));
       await gitea.startAgain();
+      const outage = Date.now() - down;
       const job = await jobReaches(ctx, "survives", "completed", 180_000);
-      assert.equal(job.conclusion, "success", "the runner reported the job once Gitea was back");
       const log = await gitea.jobLog("acme", ctx.pool, job.id);
+      // Gitea fails, at start, a task whose heartbeats are ZOMBIE_TASK_TIMEOUT (60 s) old: an outage
+      // that long is Gitea's verdict, not the runner's; shorter ones must not lose the job.
+      assert.ok(outage < 50_000, `Gitea took ${s(outage)} to come back: longer than this case can judge`);
+      assert.equal(job.conclusion, "success", `the runner reported the job once Gitea was back (down ${s(outage)}); job log: ${log.slice(-1500)}`);
       assert.match(log, /survived/);
       const replacement = await idleGiteaRunner(ctx, new Set([nameOf(vm)]));
-      return `Gitea was down 5 s mid-job; the runner in ${nameOf(vm)} retried and finished: ${job.conclusion ?? "?"}, its log on Gitea; replacement ${nameOf(replacement)} online`;
+      return `Gitea was down ${s(outage)} mid-job (killed, started again after 5 s); the runner in ${nameOf(vm)} retried and finished: ${job.conclusion ?? "?"}, its log on Gitea; replacement ${nameOf(replacement)} online`;
     },
   },
   {

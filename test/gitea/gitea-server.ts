@@ -195,7 +195,7 @@ JWT_SECRET = ${randomBytes(32).toString("base64url")}
 [actions]
 ENABLED = true
 DEFAULT_ACTIONS_URL = self
-ZOMBIE_TASK_TIMEOUT = 30s
+ZOMBIE_TASK_TIMEOUT = 60s
 
 [cron.stop_zombie_tasks]
 SCHEDULE = @every 10s
