@@ -156,6 +156,17 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     assert.deepEqual([...gh.server.runners.values()].map((r) => r.name), [], "no registration outlives its VM");
   }
 
+  /**
+   * Waits until the operator listed the pool's runners `rounds` more times. A pool's reconciles run
+   * one at a time and each lists first, so once round n+2 has begun, a whole reconcile that began
+   * after this call (observe, decide, act) has finished: what it did not do, it decided not to do.
+   */
+  async function reconciledAgain(gh: GitHubFixture, rounds = 3): Promise<void> {
+    const lists = (): number => gh.server.requestsTo(/\/actions\/runners$/, "GET").length;
+    const from = lists();
+    await waitFor(`${rounds} more runner-list rounds of the operator`, async () => (lists() >= from + Math.max(2, rounds) ? true : undefined), WAIT);
+  }
+
   /** Every runner name the GitHub test server holds is registered once (I1). */
   function assertNamesUnique(gh: GitHubFixture): void {
     const names = [...gh.server.runners.values()].map((r) => r.name);
@@ -167,7 +178,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     const pool = await createPool("alpha", gh);
     const created = await waitForVms("alpha", 2);
     // Several runner-list rounds later there are still exactly two.
-    await new Promise((r) => setTimeout(r, 3_000));
+    await reconciledAgain(gh);
     assert.equal((await liveVmsOf("alpha")).length, 2, "minIdle 2: no more VMs than that");
     for (const vm of created) {
       assert.match(vm.metadata.name ?? "", /^alpha-[a-z0-9]{5}$/);
@@ -263,7 +274,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     assert.equal(left[0]?.metadata.name, busyVm.metadata.name, "the busy runner's VM stays; the idle and the unbound one went");
     assert.ok(gh.server.runnerNamed(busyVm.metadata.name ?? "") !== undefined, "its registration stays");
     assert.equal(gh.server.runnerNamed(idleVm.metadata.name ?? ""), undefined, "the idle runner was deregistered");
-    await new Promise((r) => setTimeout(r, 2_000));
+    await reconciledAgain(gh);
     assert.equal((await liveVmsOf("gamma")).length, 1, "busy 1 + minIdle 0: nothing is re-created");
     assertNamesUnique(gh);
     gh.server.setRunnerState(busyVm.status?.runner?.id ?? 0, { busy: false });
@@ -284,7 +295,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     assert.equal(await post(payload, {}), 401, "no signature");
     assert.equal(await post("x".repeat(1024 * 1024 + 1), { "x-hub-signature-256": `sha256=${"0".repeat(64)}` }), 413, "oversized body");
     assert.equal((await fetch(webhookUrl.replace(WEBHOOK_PATH, "/other"), { method: "POST", body: payload })).status, 404);
-    await new Promise((r) => setTimeout(r, 3_000));
+    await reconciledAgain(gh);
     assert.equal((await liveVmsOf("delta")).length, 0, "no invalid delivery created a VM");
 
     // Real deliveries from the test server, signed with the App's secret; the first one twice.
@@ -295,7 +306,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await waitForVms("delta", 1);
     const sent = gh.server.webhooks.sent.map((s) => s.status);
     assert.deepEqual(sent, [202, 200], "the duplicate was acknowledged and ignored");
-    await new Promise((r) => setTimeout(r, 2_000));
+    await reconciledAgain(gh);
     assert.equal((await liveVmsOf("delta")).length, 1, "one queued job, one VM");
     // A job for labels the pool does not carry bursts nothing; two more of ours stop at maxConcurrent.
     gh.server.queueJob({ repo: REPO, labels: ["self-hosted", "gpu"], steps: [{ name: "x", run: "true" }] });
@@ -303,7 +314,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     gh.server.queueJob({ repo: REPO, labels: ["imp"], steps: [{ name: "x", run: "true" }] });
     await gh.server.webhooks.settled();
     await waitForVms("delta", 2);
-    await new Promise((r) => setTimeout(r, 2_000));
+    await reconciledAgain(gh);
     assert.equal((await liveVmsOf("delta")).length, 2, "maxConcurrent 2");
     const limited = (await pools.get({ namespace: NS, name: "delta" })).status?.conditions?.find((c) => c.type === "ScalingLimited");
     assert.equal(limited?.status, "True");

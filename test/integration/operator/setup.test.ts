@@ -239,13 +239,17 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
   it("waits for the bound node's key; seals to that node only", async (t) => {
     const gh = await startGitHub(t);
     const ns = "t-waitkey";
-    await isolated(t, ns);
+    const { registry } = await isolated(t, ns);
     await publishNode("node-b", undefined);
     await createPool(ns, "waitkey", gh, 1);
     const [vm] = await waitForVms(ns, "waitkey", 1);
     assert.ok(vm !== undefined);
+    // The setup controller's waits for a key end in requeue_after; two more of them after the bind
+    // mean it saw the bound VM, found no key and decided to wait, at least once.
+    const waits = async (): Promise<number> => (await registry.getSingleMetric("imp_controller_reconcile_total")?.get())?.values.find((v) => v.labels["controller"] === "imp-runner-setup" && v.labels["result"] === "requeue_after")?.value ?? 0;
+    const before = await waits();
     await bind(vm, "node-b");
-    await sleep(3_000);
+    await waitFor("the setup controller waited for node-b's key twice", async () => ((await waits()) >= before + 2 ? true : undefined), { timeoutMs: 60_000, intervalMs: 100 });
     const waiting = await vms.get({ namespace: ns, name: vm.metadata.name ?? "" });
     assert.equal(waiting.status?.setup, undefined, "no setup while the node has no key");
     assert.equal(gh.server.runnerNamed(vm.metadata.name ?? ""), undefined, "and nothing registered for it");
