@@ -130,7 +130,9 @@ async function giteaSample(mode: Mode, pool: string, i: number): Promise<{ sampl
   const vm = world.history(runner)?.last;
   const bootMs = vm?.status?.bootDurationMs ?? Number.NaN;
   const startupMs = startedAt - queuedAt;
-  const endedAt = Date.parse(job.completed_at ?? "") || Date.now();
+  // completed_at has whole seconds; the log's last line has Gitea's precise clock.
+  const lastLine = [...log.matchAll(/^(\S+Z) /gm)].at(-1)?.[1];
+  const endedAt = Date.parse(lastLine ?? "") || Date.parse(job.completed_at ?? "") || Date.now();
   return { sample: { mode, startupMs, bootMs, overheadMs: mode.endsWith("warm") ? startupMs : startupMs - bootMs, executionMs: endedAt - startedAt, steps: {} }, endedAt };
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Records the README demo (scripts/demo.ts) from a real run as an asciicast v2 file, by default
-# docs/demo.cast; `--forge gitea` records the Gitea demo into docs/demo-gitea.cast. Debian's asciinema records a command non-interactively in a pseudo-terminal of its
-# own, so this works over ssh and in CI. Run scripts/setup.sh (or `npm run demo`) once before.
+# docs/demo.cast; `--forge gitea` records the Gitea demo into docs/demo-gitea.cast. Debian's
+# asciinema records a command non-interactively in a pseudo-terminal of its own, so this works over
+# ssh and in CI. Run scripts/setup.sh (or `npm run demo`) once before.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$IMP_ROOT"
