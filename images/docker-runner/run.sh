@@ -9,12 +9,12 @@
 # image without Docker pays nothing. The guest agent gives it what only the VM can: the kernel, the
 # scratch disk's ext4 at /var/lib/docker, cgroup v2 and shared mount propagation.
 #
-# IMP_DOCKER_INSECURE_REGISTRIES (comma-separated host:port, from the pool's runnerEnv) adds
+# DOCKERD_INSECURE_REGISTRIES (comma-separated host:port, from the pool's runnerEnv) adds
 # registries the daemon may pull from over plain HTTP (a registry on the node's network in tests).
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-if [[ -n "${IMP_DOCKER_INSECURE_REGISTRIES:-}" ]]; then
-  jq --arg r "$IMP_DOCKER_INSECURE_REGISTRIES" '. + {"insecure-registries": ($r | split(","))}' /etc/docker/daemon.json >/run/daemon.json
+if [[ -n "${DOCKERD_INSECURE_REGISTRIES:-}" ]]; then
+  jq --arg r "$DOCKERD_INSECURE_REGISTRIES" '. + {"insecure-registries": ($r | split(","))}' /etc/docker/daemon.json >/run/daemon.json
   cp /run/daemon.json /etc/docker/daemon.json
 fi
 started=$(date +%s%N)
@@ -28,7 +28,9 @@ if ! docker info >/dev/null 2>&1; then
   tail -n 30 /var/log/dockerd.log >&2
   exit 2
 fi
-echo "run.sh: docker ready in $((($(date +%s%N) - started) / 1000000)) ms" >&2
+# For the job and the measurements: how long the daemon took, and since the kernel booted.
+ready_ms=$((($(date +%s%N) - started) / 1000000))
+printf 'dockerd ready in %s ms; %s s after the kernel started\n' "$ready_ms" "$(cut -d' ' -f1 /proc/uptime)" | tee /run/imp-docker-ready >&2
 export HOME=/home/runner USER=runner
 cd /home/runner
 exec setpriv --reuid=1001 --regid=1001 --init-groups /runner/run.sh "$@"

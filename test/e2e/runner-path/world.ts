@@ -14,6 +14,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, statfs, writeFile } from 
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { connect, createServer as createNetServer, type Socket } from "node:net";
 import { API_VERSION, GITHUB_APP_SECRET_KEYS, GROUP, IMP_NODE, IMP_VM, IMP_VM_RUNNER_POOL, VERSION, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../../../src/api/index.ts";
 import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, Informer, resourceDescriptor, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
@@ -87,6 +88,13 @@ export interface WorldOptions {
    * `gitea-runner` template, for Gitea pools (applyGiteaPool).
    */
   readonly gitea?: boolean;
+  /**
+   * Also the Docker runner image (images/docker-runner: Debian 12, docker.io, the `runner` user,
+   * this world's runner program) in the registry, the `runner-docker` class and, in every namespace,
+   * the `docker-runner` template; the registry is reachable from the VMs through a forwarder on the
+   * forge's address (`registryForVms`) for `docker pull`. Pools with `docker: true` use them.
+   */
+  readonly docker?: boolean;
 }
 
 /** Why this machine cannot run the world, or undefined when it can. */
@@ -102,6 +110,14 @@ export async function worldUnavailable(): Promise<string | undefined> {
     if (!existsSync(path)) return `the ${what} is missing at ${path}: run scripts/setup.sh`;
   }
   return undefined;
+}
+
+/** The kubeconfig of node `node`'s agent: a token bound to its agent Pod object, naming the node. */
+export const agentKubeconfigOf = (root: string, node: string): string => join(root, `imp-agent-${node}.kubeconfig`);
+
+/** Why this machine cannot run a world with the Docker runner image (`docker: true`), or undefined when it can. */
+export async function dockerWorldUnavailable(): Promise<string | undefined> {
+  return (await worldUnavailable()) ?? rootfsUnavailable("docker-runner");
 }
 
 /** Why this machine cannot run a world with Gitea (`gitea: true`), or undefined when it can. */
@@ -150,6 +166,8 @@ interface WorldParts {
   readonly webhookSecret: string;
   readonly gitea: GiteaServer | undefined;
   readonly giteaImage: string | undefined;
+  readonly dockerImage: string | undefined;
+  readonly registryForwarder: TcpForwarder | undefined;
   readonly operatorKubeconfigPath: string;
   readonly agentKubeconfigPath: string;
   readonly say: (line: string) => void;
@@ -173,6 +191,9 @@ export class RunnerWorld {
   /** The real Gitea, in worlds started with `gitea: true`. */
   readonly gitea: GiteaServer | undefined;
   readonly giteaImage: string | undefined;
+  /** The Docker runner image, and the registry's address as the VMs reach it (worlds with `docker: true`). */
+  readonly dockerImage: string | undefined;
+  readonly registryForVms: string | undefined;
   /**
    * Kubeconfigs holding a token of the imp-operator and imp-agent ServiceAccounts of deploy/rbac:
    * the operator and agents run with exactly the permissions a cluster install grants them.
@@ -188,6 +209,7 @@ export class RunnerWorld {
   readonly secrets: ResourceClient<KubeObject & { data?: Record<string, string> }>;
   #operator: ImpProcess | undefined;
   #disposed = false;
+  readonly #registryForwarder: TcpForwarder | undefined;
   readonly #seen = new Map<string, VmHistory>();
   readonly #watching = new AbortController();
   #runnerIdleSeconds = 600;
@@ -205,6 +227,9 @@ export class RunnerWorld {
     this.webhookUrl = parts.webhookUrl;
     this.gitea = parts.gitea;
     this.giteaImage = parts.giteaImage;
+    this.dockerImage = parts.dockerImage;
+    this.registryForVms = parts.registryForwarder?.address;
+    this.#registryForwarder = parts.registryForwarder;
     this.#webhookSecret = parts.webhookSecret;
     this.operatorKubeconfigPath = parts.operatorKubeconfigPath;
     this.agentKubeconfigPath = parts.agentKubeconfigPath;
@@ -268,7 +293,9 @@ export class RunnerWorld {
       await installCrds(plane.kubeConfig);
       const operatorKubeconfigPath = join(root, "imp-operator.kubeconfig");
       const agentKubeconfigPath = join(root, "imp-agent.kubeconfig");
-      await installRbac(plane, { "imp-operator": operatorKubeconfigPath, "imp-agent": agentKubeconfigPath });
+      const nodeNames = Array.from({ length: options.nodes ?? 2 }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
+      // Each agent holds its own node's token (deploy/rbac's admission policy allows it only that node's objects).
+      await installRbac(plane, { "imp-operator": operatorKubeconfigPath }, Object.fromEntries(nodeNames.map((n) => [n, agentKubeconfigOf(root, n)])));
       say(`control plane up (kube-apiserver ${plane.server}) in ${(plane.startupMs / 1000).toFixed(1)} s; CRDs and deploy/rbac installed (the operator and agents run as ServiceAccounts imp-operator and imp-agent)`);
 
       const registry = await startRegistry();
@@ -281,7 +308,6 @@ export class RunnerWorld {
 
       const sim = new SimNodes();
       cleanups.push(() => sim.dispose());
-      const nodeNames = Array.from({ length: options.nodes ?? 2 }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
       for (const name of nodeNames) await sim.add(name);
 
       const keys = appKeyPair();
@@ -305,15 +331,27 @@ export class RunnerWorld {
         giteaImage = `${registry.host}/ci/gitea-runner:1`;
         say(`Gitea 1.27.3 at ${gitea.url} (organization ${GITEA_REPO.owner}, repository ${GITEA_REPO.repo}); ${giteaImage}: Debian 12 + gitea-runner v1.0.8`);
       }
+      let dockerImage: string | undefined;
+      let registryForwarder: TcpForwarder | undefined;
+      if (options.docker === true) {
+        const t0 = Date.now();
+        await pushImage(registry.url, "ci/docker-runner", "1", buildImage([await rootfsLayer("docker-runner"), await dockerRunnerLayer()]));
+        dockerImage = `${registry.host}/ci/docker-runner:1`;
+        const forward = await forwardTcp(sim.serviceAddress, new URL(registry.url));
+        cleanups.push(() => forward.close());
+        registryForwarder = forward;
+        say(`${dockerImage}: Debian 12 + docker.io + the runner user, pushed in ${((Date.now() - t0) / 1000).toFixed(1)} s; the registry is at ${forward.address} for the VMs' docker`);
+      }
 
       const kernel = await kernelConfig();
       const kit = await loadBootKit();
       const webhookPort = await freePort();
-      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, gitea, giteaImage, operatorKubeconfigPath, agentKubeconfigPath, say });
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, gitea, giteaImage, dockerImage, registryForwarder, operatorKubeconfigPath, agentKubeconfigPath, say });
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
       await world.kubectl(["apply", "-f", "-"], classYaml());
+      if (dockerImage !== undefined) await world.kubectl(["apply", "-f", "-"], dockerClassYaml());
       await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
 
@@ -349,7 +387,7 @@ export class RunnerWorld {
           imageCacheMaxBytes: 2 * 1024 ** 3,
           // Egress `internet` refuses non-public addresses, as on a real node; this world's GitHub
           // (and Gitea) stand on one (the benchmarking range), so the node allow-lists exactly their ports.
-          network: { uplink: net.uplink, netns: net.netns, allowedCIDRs: [github.url, ...(gitea === undefined ? [] : [gitea.url])].map((u) => `${sim.serviceAddress}:${new URL(u).port}`) },
+          network: { uplink: net.uplink, netns: net.netns, allowedCIDRs: [github.url, ...(gitea === undefined ? [] : [gitea.url]), ...(registryForwarder === undefined ? [] : [`http://${registryForwarder.address}`])].map((u) => `${sim.serviceAddress}:${new URL(u).port}`) },
           healthPort: 0,
           supervised: true,
           supervisorBinary: supervisorPath,
@@ -358,7 +396,7 @@ export class RunnerWorld {
         };
         const configPath = join(root, `${net.nodeName}.agent.json`);
         await writeFile(configPath, JSON.stringify(config, null, 2));
-        const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", agentKubeconfigPath, "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
+        const agent = new ImpProcess(`imp agent ${net.nodeName}`, ["agent", "--config", configPath, "--kubeconfig", agentKubeconfigOf(root, net.nodeName), "--log-level", "debug"], join(root, `${net.nodeName}.agent.log`), options.agentEnv);
         world.nodes.push({ name: net.nodeName, net, stateDir, cgroupParent, agent, ownDisk });
         await agent.start();
       }
@@ -399,6 +437,7 @@ export class RunnerWorld {
     // The pools' webhook secret (spec.webhook.secretRef): a pool counts queued jobs from webhooks only with it.
     await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
+    if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], dockerTemplateYaml(namespace, this.dockerImage));
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
       await this.kubectl(["apply", "-f", "-"], giteaTemplateYaml(namespace, this.giteaImage));
@@ -428,7 +467,7 @@ export class RunnerWorld {
 
   /** `kubectl apply` of a runner pool for the test repository. */
   async applyPool(name: string, spec: PoolShape, namespace = NAMESPACE): Promise<string> {
-    return this.kubectl(["apply", "-f", "-"], poolYaml(namespace, name, this.github.url, spec, this.#runnerIdleSeconds));
+    return this.kubectl(["apply", "-f", "-"], poolYaml(namespace, name, this.github.url, spec, this.#runnerIdleSeconds, this.registryForVms));
   }
 
   /** `kubectl apply` of a Gitea runner pool for the Gitea repository (worlds started with `gitea: true`). */
@@ -562,6 +601,7 @@ export class RunnerWorld {
     }
     await this.github?.stop().catch(() => undefined);
     await this.gitea?.stop().catch(() => undefined);
+    await this.#registryForwarder?.close().catch(() => undefined);
     await this.sim?.dispose();
     await this.registry?.stop().catch(() => undefined);
     await this.plane?.stop().catch(() => undefined);
@@ -650,6 +690,73 @@ spec:
 `;
 }
 
+function dockerClassYaml(): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMClass
+metadata:
+  name: runner-docker
+spec:
+  vcpu: 1
+  memoryMiB: 1536
+  scratchDisk: 8Gi
+  arch: amd64
+`;
+}
+
+function dockerTemplateYaml(namespace: string, image: string): string {
+  return `apiVersion: ${API_VERSION}
+kind: ImpVMTemplate
+metadata:
+  name: docker-runner
+  namespace: ${namespace}
+spec:
+  classRef:
+    name: runner-docker
+  image: ${image}
+  kernel: default
+  network:
+    egress: internet
+  expireAfter: 1h
+`;
+}
+
+/** The Docker runner image's own layer: this world's runner program and the image's entry point. */
+async function dockerRunnerLayer(): Promise<Awaited<ReturnType<typeof buildLayer>>> {
+  return buildLayer([
+    { path: "runner/", type: "directory" },
+    { path: "runner/imp-test-runner", content: await readFile(testRunnerPath), mode: 0o755 },
+    { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
+    { path: "usr/local/bin/imp-docker-entrypoint", content: await readFile(join(repoRoot, "images/docker-runner/run.sh")), mode: 0o755 },
+  ]);
+}
+
+interface TcpForwarder {
+  readonly address: string;
+  close(): Promise<void>;
+}
+
+/** A TCP forwarder on `host` (a free port) to `target`: the test registry as the VMs reach it. */
+async function forwardTcp(host: string, target: URL): Promise<TcpForwarder> {
+  const sockets = new Set<Socket>();
+  const server = createNetServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("close", () => sockets.delete(s)).on("error", () => undefined);
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve, reject) => server.once("error", reject).listen(0, host, () => resolve()));
+  return {
+    address: `${host}:${(server.address() as { port: number }).port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
 function giteaTemplateYaml(namespace: string, image: string): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMTemplate
@@ -699,16 +806,19 @@ export interface PoolShape {
   readonly setupDelivery?: "Environment" | "Stdin";
   /** Scale-set mode: the pool's scale set is named like the pool; no webhook. Default: webhook mode. */
   readonly scaleSet?: boolean;
+  /** The Docker runner image (worlds with `docker: true`): template docker-runner, dockerd started by its entry point. */
+  readonly docker?: boolean;
 }
 
-function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number): string {
+function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number, registryForVms: string | undefined): string {
+  const docker = spec.docker === true;
   return `apiVersion: ${API_VERSION}
 kind: ImpVMRunnerPool
 metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: runner
+  templateName: ${docker ? "docker-runner" : "runner"}
   github:
     credentialsSecretRef:
       name: github-app
@@ -720,9 +830,9 @@ spec:
 ${spec.scaleSet === true ? `    scaleSet:\n      name: ${name}\n` : ""}  minIdle: ${spec.minIdle}
   maxConcurrent: ${spec.maxConcurrent}
   scaleUpStep: ${spec.scaleUpStep ?? 5}
-${spec.scaleSet === true ? "" : "  webhook:\n    enabled: true\n    secretRef:\n      name: github-webhook\n      key: secret\n"}  runnerCommand: ["/runner/run.sh"]
+${spec.scaleSet === true ? "" : "  webhook:\n    enabled: true\n    secretRef:\n      name: github-webhook\n      key: secret\n"}  runnerCommand: ["${docker ? "/usr/local/bin/imp-docker-entrypoint" : "/runner/run.sh"}"]
   runnerSetupDelivery: ${spec.setupDelivery ?? "Stdin"}
   runnerEnv:
     - { name: TEST_RUNNER_IDLE_SECONDS, value: "${idleSeconds}" }
-`;
+${docker && registryForVms !== undefined ? `    - { name: DOCKERD_INSECURE_REGISTRIES, value: "${registryForVms}" }\n` : ""}`;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Helm v4 (helm.sh/helm/v4), for `helm lint`, `helm template` and the real installs of the chart in
-# deploy/helm/imp, built from the Go module proxy into the machine-wide build cache.
+# Helm v4 (helm.sh/helm/v4), for `helm lint`, `helm template` and real installs of a Helm chart,
+# built from the Go module proxy into the machine-wide build cache. Not a set-up step yet: nothing
+# in the repository uses Helm until the chart exists, and the build costs ~10 min of both cores.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
