@@ -60,7 +60,7 @@ ${probes.map((t) => probe(t, "", "")).join("\n")}
 ${probes.map((t) => probe(t, " netadmin", "--network host --cap-add NET_ADMIN --cap-add NET_RAW --cap-add SYS_ADMIN")).join("\n")}
 echo "vm kernel: $(uname -r)"
 echo "container kernel: $(docker run --rm $ME/app /bin/busybox uname -r 2>&1)"
-echo "privileged: $(docker run --rm --privileged $ME/app /bin/busybox true 2>&1 | tail -n 1)"
+echo "privileged: $(docker run --rm --privileged $ME/app /bin/busybox true 2>&1 | tr '\\n' ' ')"
 barrier done
 docker rm -f $ME-svc >/dev/null
 `;
