@@ -34,7 +34,7 @@ apt_need() {
   ) 9>"$IMP_BUILD_CACHE/.apt.lock"
 }
 
-# build_once KEY_DIR BINARY... -- COMMAND...: runs COMMAND unless every BINARY exists in KEY_DIR
+# build_once KEY_DIR OUTPUT... -- COMMAND...: runs COMMAND unless every OUTPUT exists in KEY_DIR
 # (the cache entry for one set of inputs), under a lock so concurrent set-ups build it once. Prints
 # the time it took.
 build_once() {
@@ -46,7 +46,9 @@ build_once() {
   exec {lockfd}>"$dir/.lock"
   flock "$lockfd"
   local missing=0 b
-  for b in "${binaries[@]}"; do [[ -x "$dir/$b" ]] || missing=1; done
+  # Present and not empty: outputs are moved into place last, so a file there is a finished one
+  # (not -x: a root filesystem layer is an output too, and is not executable).
+  for b in "${binaries[@]}"; do [[ -s "$dir/$b" ]] || missing=1; done
   if [[ $missing -eq 1 ]]; then
     local start=$SECONDS
     "$@"
