@@ -437,10 +437,10 @@ export class RunnerWorld {
     // The pools' webhook secret (spec.webhook.secretRef): a pool counts queued jobs from webhooks only with it.
     await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
-    if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], dockerTemplateYaml(namespace, this.dockerImage));
+    if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner", "runner-docker", this.dockerImage));
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
-      await this.kubectl(["apply", "-f", "-"], giteaTemplateYaml(namespace, this.giteaImage));
+      await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner", "runner-small", this.giteaImage));
     }
   }
 
@@ -703,15 +703,16 @@ spec:
 `;
 }
 
-function dockerTemplateYaml(namespace: string, image: string): string {
+/** A template `name` of one image (a runner image built from Debian packages) in class `className`. */
+function imageTemplateYaml(namespace: string, name: string, className: string, image: string): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMTemplate
 metadata:
-  name: docker-runner
+  name: ${name}
   namespace: ${namespace}
 spec:
   classRef:
-    name: runner-docker
+    name: ${className}
   image: ${image}
   kernel: default
   network:
@@ -755,23 +756,6 @@ async function forwardTcp(host: string, target: URL): Promise<TcpForwarder> {
         server.close(() => resolve());
       }),
   };
-}
-
-function giteaTemplateYaml(namespace: string, image: string): string {
-  return `apiVersion: ${API_VERSION}
-kind: ImpVMTemplate
-metadata:
-  name: gitea-runner
-  namespace: ${namespace}
-spec:
-  classRef:
-    name: runner-small
-  image: ${image}
-  kernel: default
-  network:
-    egress: internet
-  expireAfter: 1h
-`;
 }
 
 function giteaPoolYaml(namespace: string, name: string, url: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, repository: string): string {
