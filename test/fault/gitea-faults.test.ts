@@ -139,7 +139,8 @@ const cases: FaultCase[] = [
       // Gitea fails, at start, a task whose heartbeats are ZOMBIE_TASK_TIMEOUT (60 s) old: an outage
       // that long is Gitea's verdict, not the runner's; shorter ones must not lose the job.
       assert.ok(outage < 50_000, `Gitea took ${s(outage)} to come back: longer than this case can judge`);
-      assert.equal(job.conclusion, "success", `the runner reported the job once Gitea was back (down ${s(outage)}); job log: ${log.slice(-1500)}`);
+      const said = ctx.world.operator.log().split("\n").filter((l) => l.includes(nameOf(vm))).slice(-10).join("\n");
+      assert.equal(job.conclusion, "success", `the runner reported the job once Gitea was back (down ${s(outage)}); job log: ${log.slice(-1500)}\noperator on ${nameOf(vm)}:\n${said}`);
       assert.match(log, /survived/);
       const replacement = await idleGiteaRunner(ctx, new Set([nameOf(vm)]));
       return `Gitea was down ${s(outage)} mid-job (killed, started again after 5 s); the runner in ${nameOf(vm)} retried and finished: ${job.conclusion ?? "?"}, its log on Gitea; replacement ${nameOf(replacement)} online`;

@@ -66,7 +66,7 @@ export class GiteaForge implements PoolForge {
   }
 
   /**
-   * Removes every registration of `name` (and `knownId`). `busy` while Gitea says one is active
+   * Removes every registration of `name` (and `knownId`). `busy` while one has a job in progress
    * (it would otherwise delete it under a running job, which Gitea then leaves running as a
    * zombie until its timeout). After removing a runner whose VM is gone, asks Gitea (site admins
    * only) to stop zombie tasks now, so a job whose VM died fails at ZOMBIE_TASK_TIMEOUT.
@@ -74,7 +74,9 @@ export class GiteaForge implements PoolForge {
   async removeRunner(name: string, knownId: number | undefined, signal?: AbortSignal): Promise<RemoveResult> {
     const runners = await this.#o.client.listRunners(this.#o.scope, signal);
     const mine = runners.filter((r) => r.name === name || r.id === knownId);
-    if (mine.some((r) => r.busy)) return "busy";
+    if (mine.length === 0) return "done";
+    const running = await this.#runningJobRunners(signal);
+    if (mine.some((r) => r.busy || running.has(r.name))) return "busy";
     let removed = 0;
     for (const r of mine) if ((await this.#o.client.deleteRunner(this.#o.scope, r.id, signal)) === "deleted") removed++;
     if (removed > 0 && knownId !== undefined) await this.#o.client.stopZombieTasks(signal).catch(() => false);
@@ -82,8 +84,19 @@ export class GiteaForge implements PoolForge {
   }
 
   async listRunners(prefix: string, signal?: AbortSignal): Promise<readonly ForgeRunner[]> {
-    const runners = await this.#o.client.listRunners(this.#o.scope, signal);
-    return runners.filter((r) => r.name.startsWith(prefix)).map((r) => ({ id: r.id, name: r.name, busy: r.busy, online: r.online }));
+    const runners = (await this.#o.client.listRunners(this.#o.scope, signal)).filter((r) => r.name.startsWith(prefix));
+    const running = runners.length === 0 ? new Set<string>() : await this.#runningJobRunners(signal);
+    return runners.map((r) => ({ id: r.id, name: r.name, busy: r.busy || running.has(r.name), online: r.online }));
+  }
+
+  /**
+   * Names of the runners with a job in progress in the scope. Gitea's own `busy` flag means "the
+   * runner reported within the last 10 s" (RunnerIdleTime), so a runner mid-job that could not
+   * reach Gitea for a while (a Gitea restart, a loaded node) is listed idle; the job list is not.
+   */
+  async #runningJobRunners(signal?: AbortSignal): Promise<ReadonlySet<string>> {
+    const jobs = await this.#o.client.listJobs(this.#o.scope, "in_progress", signal);
+    return new Set(jobs.flatMap((j) => (j.runnerName === undefined ? [] : [j.runnerName])));
   }
 
   /** The scope's queued jobs, whole: Gitea lists them per repository and per organization. */

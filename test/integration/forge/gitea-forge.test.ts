@@ -2,10 +2,12 @@
  * The Gitea forge (src/forge/gitea) against a real Gitea 1.27.3, with the real gitea-runner v1.0.8
  * run on this host from the `.runner` file the forge minted: the one-time setup works with the
  * real runner exactly once, a replayed one is refused, a registration left by a crash is cleaned
- * up by the next mint, an unused runner is removable, and demand is the scope's queued jobs.
+ * up by the next mint, an unused runner is removable, demand is the scope's queued jobs, and a
+ * runner mid-job is busy even when Gitea's own flag has gone idle.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -32,9 +34,9 @@ jobs:
 
 describe("Gitea forge", { skip: unavailable, timeout: 300_000 }, () => {
   let gitea: GiteaServer;
-  const scope: GiteaScope = { kind: "repo", owner: "acme", repo: "web" };
+  const webScope: GiteaScope = { kind: "repo", owner: "acme", repo: "web" };
   let tokens = 0;
-  const forge = (): GiteaForge => {
+  const forge = (scope: GiteaScope = webScope): GiteaForge => {
     const client = new GiteaClient({ baseUrl: gitea.url, token: new CredentialText(gitea.token, "token") });
     let cached: CredentialText | undefined;
     return new GiteaForge({
@@ -69,6 +71,28 @@ describe("Gitea forge", { skip: unavailable, timeout: 300_000 }, () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  }
+
+  /** Starts the real gitea-runner with a minted `.runner` and `config` lines added; returns its stop. */
+  async function startRunner(setup: string, config: string): Promise<{ output: () => string; stop: () => Promise<void> }> {
+    const dir = await mkdtemp("/dev/shm/imp-gitea-runner-");
+    await writeFile(join(dir, ".runner"), setup, { mode: 0o600 });
+    await writeFile(join(dir, "config.yaml"), `log: {level: info}\nrunner: {file: ${dir}/.runner, fetch_interval: 1s, fetch_interval_max: 2s${config}}\ncache: {enabled: false}\nhost: {workdir_parent: ${dir}/work}\n`);
+    let output = "";
+    const child = spawn(GITEA_RUNNER_BIN, ["-c", join(dir, "config.yaml"), "daemon", "--once"], { env: { ...process.env, HOME: dir }, stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.on("data", (d: Buffer) => (output += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+    return {
+      output: () => output,
+      stop: async () => {
+        if (child.exitCode === null && child.signalCode === null) {
+          const exited = once(child, "exit");
+          child.kill("SIGKILL");
+          await exited;
+        }
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
   }
 
   before(async () => {
@@ -130,5 +154,27 @@ describe("Gitea forge", { skip: unavailable, timeout: 300_000 }, () => {
     assert.equal(await f.removeRunner("pool-bbbbb", again.runnerId), "done", "removing what is gone is done");
     assert.equal(tokens - before, 1, "one registration token served both mints (it is reusable; it stays in memory)");
     assert.equal((await gitea.api<{ token: string }>("POST", "/repos/acme/web/actions/runners/registration-token")).token.length, 40);
+  });
+
+  it("a runner mid-job that has not reported for a while is busy, though Gitea's own flag says idle: neither listed idle nor removed", async () => {
+    await gitea.createRepo("acme", "quiet");
+    const scope: GiteaScope = { kind: "repo", owner: "acme", repo: "quiet" };
+    const f = forge(scope);
+    const minted = await f.mint("quiet-ccccc");
+    // A silent step and a runner that reports state once a minute: its last report ages past
+    // Gitea's 10 s RunnerIdleTime mid-job, as after a Gitea restart or on a loaded node.
+    const runner = await startRunner(minted.setup.reveal(), ", state_report_interval: 60s");
+    try {
+      await gitea.putFile("acme", "quiet", ".gitea/workflows/quiet.yml", "on: [push]\njobs:\n  quiet:\n    runs-on: imp-linux\n    steps:\n      - run: sleep 45\n");
+      const raw = new GiteaClient({ baseUrl: gitea.url, token: new CredentialText(gitea.token, "token") });
+      await waitFor("the job in progress", async () => (await gitea.jobs("acme", "quiet")).find((j) => j.status === "in_progress"), { timeoutMs: 60_000, intervalMs: 200 });
+      await waitFor("Gitea's flag: idle mid-job", async () => ((await raw.listRunners(scope)).some((r) => r.name === "quiet-ccccc" && !r.busy) ? true : undefined), { timeoutMs: 40_000, intervalMs: 500 });
+      assert.equal((await gitea.jobs("acme", "quiet")).find((j) => j.name === "quiet")?.status, "in_progress", `the job still runs:\n${runner.output().slice(-2000)}`);
+      assert.deepEqual((await f.listRunners("quiet-")).map((r) => [r.name, r.busy]), [["quiet-ccccc", true]]);
+      assert.equal(await f.removeRunner("quiet-ccccc", minted.runnerId), "busy");
+      assert.deepEqual((await raw.listRunners(scope)).map((r) => r.name), ["quiet-ccccc"], "still registered");
+    } finally {
+      await runner.stop();
+    }
   });
 });
