@@ -59,9 +59,14 @@ async function endOf(ctx: CaseContext, vm: ImpVM): Promise<{ phase: string; reas
     const ended = ctx.world.nodes
       .flatMap((n) => n.agent.log().split("\n"))
       .map((l) => { try { return JSON.parse(l) as { vm?: string; msg?: string; reason?: string; succeeded?: boolean }; } catch { return undefined; } })
-      .find((l) => l?.vm === `${ctx.namespace}/${nameOf(vm)}` && l.msg === "vm ended");
+      .find((l) => l?.vm === `${ctx.namespace}/${nameOf(vm)}` && l.msg === "VM ended");
     return ended === undefined ? undefined : { phase: ended.succeeded === true ? "Succeeded" : "Failed", reason: ended.reason ?? "?" };
-  }, { timeoutMs: 180_000, intervalMs: 250 });
+  }, { timeoutMs: 180_000, intervalMs: 250 }).catch((err: unknown) => {
+    // Say what the agents and the operator last said about this VM: the wait alone says nothing.
+    const about = (log: string): string[] => log.split("\n").filter((l) => l.includes(nameOf(vm))).slice(-15);
+    const said = [...ctx.world.nodes.map((n) => `${n.agent.name}:\n${about(n.agent.log()).join("\n")}`), `operator:\n${about(ctx.world.operator.log()).join("\n")}`];
+    throw new Error(`${nameOf(vm)} did not end (last phase seen ${ctx.world.history(nameOf(vm))?.last.status?.phase ?? "none"}):\n${said.join("\n")}`, { cause: err });
+  });
 }
 
 async function outageCase(ctx: CaseContext, downMs: number): Promise<string> {
