@@ -25,6 +25,7 @@ export {
 } from "./api-errors.ts";
 export { createMergePatch, applyMergePatch, jsonEqual } from "./merge-patch.ts";
 export { mutateWithRetry, CONFLICT_RETRY, type MutateRequest } from "./mutate-with-retry.ts";
+export { hasFinalizer, addFinalizer, removeFinalizer } from "./finalizers.ts";
 export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, labelIndex, type InformerOptions, type EventHandlers, type IndexFunc } from "./informer.ts";
 export { deepFreeze, type DeepReadonly } from "./deep-readonly.ts";
 export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";

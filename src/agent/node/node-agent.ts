@@ -48,6 +48,9 @@ import {
   type ReconcileContext,
   type ReconcileResult,
   type ResourceClient,
+  hasFinalizer,
+  addFinalizer,
+  removeFinalizer,
 } from "../../kube/index.ts";
 import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
@@ -193,7 +196,7 @@ export class NodeAgent {
     for (const vm of this.#cache.list()) {
       const uid = vm.metadata.uid;
       if (uid === undefined || vm.status?.nodeName !== this.#o.nodeName) continue;
-      const released = (vm.status.phase === "Succeeded" || vm.status.phase === "Failed") && !(vm.metadata.finalizers ?? []).includes(FINALIZERS.vmTeardown);
+      const released = (vm.status.phase === "Succeeded" || vm.status.phase === "Failed") && !hasFinalizer(vm, FINALIZERS.vmTeardown);
       if (!released) live.add(uid);
     }
     for (const uid of this.runtime.liveUids()) if (this.runtime.local(uid)?.stage !== "released") live.add(uid);
@@ -239,14 +242,7 @@ export class NodeAgent {
     const uid = known.metadata.uid ?? "";
     switch (action.type) {
       case "AddFinalizer":
-        await mutateWithRetry(this.vms, {
-          ref,
-          signal: ctx.signal,
-          mutate: (d) => {
-            if (d.metadata.deletionTimestamp !== undefined || (d.metadata.finalizers ?? []).includes(FINALIZERS.vmTeardown)) return false;
-            d.metadata.finalizers = [...(d.metadata.finalizers ?? []), FINALIZERS.vmTeardown];
-          },
-        });
+        await addFinalizer(this.vms, ref, FINALIZERS.vmTeardown, ctx.signal);
         return;
       case "Start": {
         if (vm === undefined) return;
@@ -281,17 +277,7 @@ export class NodeAgent {
         await this.#patchStatus(vm, action.status, this.runtime.local(uid), ctx.signal);
         return;
       case "RemoveFinalizer":
-        await mutateWithRetry(this.vms, {
-          ref,
-          signal: ctx.signal,
-          mutate: (d) => {
-            const before = d.metadata.finalizers ?? [];
-            if (!before.includes(FINALIZERS.vmTeardown)) return false;
-            d.metadata.finalizers = before.filter((f) => f !== FINALIZERS.vmTeardown);
-          },
-        }).catch((err: unknown) => {
-          if (!isNotFound(err)) throw err;
-        });
+        await removeFinalizer(this.vms, ref, FINALIZERS.vmTeardown, ctx.signal);
         return;
       case "Forget":
         this.runtime.forget(uid);

@@ -4,6 +4,7 @@
  * here does I/O. The rows of AGENT_TABLE are the whole state machine: which situation of the API
  * object meets which local stage, and what the agent does about it.
  */
+import { hasFinalizer as hasFinalizerNamed } from "../../kube/index.ts";
 import { canTransitionVM, FINALIZERS, isTerminalVMPhase, parseDurationMs, VM_REASONS, type ImpVM, type ImpVMStatus, type VMPhase } from "../../api/index.ts";
 import type { LocalStage, LocalVm } from "../vm/index.ts";
 
@@ -174,7 +175,7 @@ function expiryOf(vm: Readonly<ImpVM> | undefined): number | undefined {
 }
 
 export function hasFinalizer(vm: Readonly<ImpVM>): boolean {
-  return (vm.metadata.finalizers ?? []).includes(FINALIZERS.vmTeardown);
+  return hasFinalizerNamed(vm, FINALIZERS.vmTeardown);
 }
 
 /** The status this agent's local knowledge implies, as a patch action when it differs from the API's. */

@@ -44,6 +44,9 @@ import {
   type ReconcileContext,
   type ReconcileResult,
   type ResourceClient,
+  hasFinalizer,
+  addFinalizer,
+  removeFinalizer,
 } from "../../kube/index.ts";
 import { describeError, isRetryable, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { PoolForges } from "../setup/pool-forges.ts";
@@ -323,15 +326,8 @@ export class PoolController {
     }
     const vms = this.#vmsOf(pool);
     if (pool.metadata.deletionTimestamp !== undefined) return this.#finalizePool(ctx, pool, vms);
-    if (!(pool.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration)) {
-      await mutateWithRetry(this.#o.pools, {
-        ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
-        signal: ctx.signal,
-        mutate: (d) => {
-          if ((d.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration)) return false;
-          d.metadata.finalizers = [...(d.metadata.finalizers ?? []), FINALIZERS.runnerRegistration];
-        },
-      });
+    if (!hasFinalizer(pool, FINALIZERS.runnerRegistration)) {
+      await addFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" }, FINALIZERS.runnerRegistration, ctx.signal);
     }
 
     const now = this.#clock.now();
@@ -505,15 +501,7 @@ export class PoolController {
       if (isRetryable(err)) throw err;
       await this.#event(ctx, pool, "Warning", "ForgeCleanupFailed", `Could not remove the pool's registrations on the forge (remove them by hand): ${describeError(err).slice(0, 500)}`);
     }
-    await mutateWithRetry(this.#o.pools, {
-      ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
-      signal: ctx.signal,
-      mutate: (d) => {
-        const list = d.metadata.finalizers ?? [];
-        if (!list.includes(FINALIZERS.runnerRegistration)) return false;
-        d.metadata.finalizers = list.filter((f) => f !== FINALIZERS.runnerRegistration);
-      },
-    }).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
+    await removeFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" }, FINALIZERS.runnerRegistration, ctx.signal);
     return done;
   }
 

@@ -41,6 +41,9 @@ import {
   type ReconcileContext,
   type ReconcileResult,
   type ResourceClient,
+  hasFinalizer,
+  addFinalizer,
+  removeFinalizer,
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
@@ -118,13 +121,13 @@ export class SetupController {
     if (poolName === undefined) return done;
     const poolKey = `${vm.metadata.namespace ?? ""}/${poolName}`;
     const pool = (this.#o.poolCache.get(poolKey) as Readonly<ImpVMRunnerPool> | undefined) ?? this.#gonePools.get(poolKey);
-    const hasFinalizer = (vm.metadata.finalizers ?? []).includes(FINALIZERS.runnerRegistration);
+    const finalized = hasFinalizer(vm, FINALIZERS.runnerRegistration);
 
     if (vm.metadata.deletionTimestamp !== undefined || isTerminal(vm)) {
-      return hasFinalizer ? this.#deregister(ctx, vm, pool) : done;
+      return finalized ? this.#deregister(ctx, vm, pool) : done;
     }
-    if (!hasFinalizer) {
-      await this.#patchFinalizers(ctx, vm, (list) => (list.includes(FINALIZERS.runnerRegistration) ? undefined : [...list, FINALIZERS.runnerRegistration]));
+    if (!finalized) {
+      await this.#finalizer(ctx, vm, "add");
       return done; // the update event brings the VM back with the finalizer
     }
     if (vm.status?.setup !== undefined) return done;
@@ -226,22 +229,16 @@ export class SetupController {
         return requeueAfter(BUSY_RECHECK_MS);
       }
     }
-    await this.#patchFinalizers(ctx, vm, (list) => (list.includes(FINALIZERS.runnerRegistration) ? list.filter((f) => f !== FINALIZERS.runnerRegistration) : undefined));
+    await this.#finalizer(ctx, vm, "remove");
     ctx.logger.info({ runner: name }, "runner registration removed");
     return done;
   }
 
-  async #patchFinalizers(ctx: ReconcileContext, vm: Readonly<ImpVM>, change: (list: readonly string[]) => string[] | undefined): Promise<void> {
+  async #finalizer(ctx: ReconcileContext, vm: Readonly<ImpVM>, change: "add" | "remove"): Promise<void> {
+    const ref = { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" };
     try {
-      await mutateWithRetry(this.#o.vms, {
-        ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
-        signal: ctx.signal,
-        mutate: (draft) => {
-          const next = change(draft.metadata.finalizers ?? []);
-          if (next === undefined) return false;
-          draft.metadata.finalizers = next;
-        },
-      });
+      if (change === "add") await addFinalizer(this.#o.vms, ref, FINALIZERS.runnerRegistration, ctx.signal);
+      else await removeFinalizer(this.#o.vms, ref, FINALIZERS.runnerRegistration, ctx.signal);
     } catch (err) {
       if (isNotFound(err)) return;
       ctx.logger.warn({ err: describeError(err) }, "finalizer update failed");
