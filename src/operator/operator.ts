@@ -46,6 +46,8 @@ export interface OperatorOptions {
   readonly identity?: string;
   /** Health/metrics port; 0 = any free port; undefined = no server. */
   readonly healthPort?: number;
+  /** Address the health/metrics server listens on (default 127.0.0.1; 0.0.0.0 in a Pod, for probes and scraping). */
+  readonly healthHost?: string;
   /** Webhook receiver port; 0 = any free port; undefined = no receiver. Secrets: `webhookSecrets` and the pools' spec.webhook.secretRef. */
   readonly webhookPort?: number;
   readonly webhookHost?: string;
@@ -259,7 +261,7 @@ export class Operator {
     this.health =
       options.healthPort === undefined
         ? undefined
-        : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(leaseCache === undefined ? {} : { agentLeases: leaseCache }) }, port: options.healthPort, logger });
+        : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(leaseCache === undefined ? {} : { agentLeases: leaseCache }) }, port: options.healthPort, ...(options.healthHost === undefined ? {} : { host: options.healthHost }), logger });
   }
 
   async start(signal: AbortSignal): Promise<void> {

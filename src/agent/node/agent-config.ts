@@ -40,8 +40,10 @@ export interface AgentConfig {
     /** Keep the VM network (bridge, taps, rules) and every VM process inside this named network namespace instead of the agent's. */
     readonly netns?: string;
   };
-  /** Health/metrics port on 127.0.0.1; 0 = any; absent = 8081. */
+  /** Health/metrics port; 0 = any; absent = 8081. */
   readonly healthPort: number;
+  /** Address of the health/metrics server; absent = 127.0.0.1 (a DaemonSet on the host network gives the node's address or 0.0.0.0, for probes). */
+  readonly healthHost?: string;
   /** Run VMMs under the per-VM supervisor (they outlive an agent restart). Default true. */
   readonly supervised: boolean;
   readonly supervisorBinary?: string;
@@ -56,7 +58,7 @@ export interface AgentConfig {
   readonly maxConsoleBytes?: number;
 }
 
-const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
+const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "healthHost", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
 
 export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentConfig> {
   let raw: unknown;
@@ -119,6 +121,7 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     plainHttpRegistries: Array.isArray(o["plainHttpRegistries"]) ? (o["plainHttpRegistries"] as string[]) : [],
     ...(network === undefined ? {} : { network }),
     healthPort: int(o["healthPort"] ?? 8081, "healthPort"),
+    ...(o["healthHost"] === undefined ? {} : { healthHost: str("healthHost") }),
     supervised: o["supervised"] !== false,
     ...(typeof o["supervisorBinary"] === "string" ? { supervisorBinary: o["supervisorBinary"] } : {}),
     // Per node: the sweep treats every VM cgroup under its parent that maps to no VM of its own as a

@@ -109,6 +109,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     kernels: config.kernels,
     logger,
     healthPort: config.healthPort,
+    ...(config.healthHost === undefined ? {} : { healthHost: config.healthHost }),
     ...(options.renewIntervalMs === undefined ? {} : { renewIntervalMs: options.renewIntervalMs }),
     facts: {
       arch: arch() === "arm64" ? "arm64" : "amd64",

@@ -93,6 +93,7 @@ export interface NodeAgentOptions {
   readonly registry?: Registry;
   /** Health and metrics server port; 0 = any free port, undefined = none. */
   readonly healthPort?: number;
+  readonly healthHost?: string;
   readonly renewIntervalMs?: number;
   readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: LiveSet) => Promise<readonly string[]> };
   /**
@@ -179,7 +180,7 @@ export class NodeAgent {
         for (const [kind, n] of [["process", r.processes], ["supervisor", r.supervisors], ["cgroup", r.cgroups], ["dir", r.dirs], ["tap", r.taps]] as const) if (n > 0) this.metrics.sweepRemoved.inc({ kind }, n);
       },
     });
-    this.health = options.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.#cache }, port: options.healthPort, logger: this.#log });
+    this.health = options.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.#cache }, port: options.healthPort, ...(options.healthHost === undefined ? {} : { host: options.healthHost }), logger: this.#log });
   }
 
   /** Runs until `signal` aborts. VMs keep running when the agent stops (they are re-adopted on start). */

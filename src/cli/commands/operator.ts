@@ -13,6 +13,7 @@ interface OperatorFlags {
   webhookPort?: string;
   webhookSecretFile: string[];
   healthPort: string;
+  healthHost: string;
   githubUrl?: string;
   demandListInterval: string;
   scaleSetConflictRetry: string;
@@ -45,6 +46,7 @@ export function registerOperator(program: Command): void {
     .option("--webhook-port <port>", `serve GitHub webhooks on this port (POST /webhooks/github; e.g. ${DEFAULT_WEBHOOK_PORT}); off when not given`)
     .option("--webhook-secret-file <file>", "file holding the GitHub App's webhook secret, trusted for every pool; give twice while rotating (pools may name their own: spec.webhook.secretRef)", (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option("--health-port <port>", "health, readiness and metrics port", String(DEFAULT_HEALTH_PORT))
+    .option("--health-host <address>", "address the health, readiness and metrics server listens on (0.0.0.0 in a Pod)", "127.0.0.1")
     .option("--github-url <url>", "GitHub REST API base URL for every pool (overrides spec.github.apiURL)")
     .option("--demand-list-interval <seconds>", "how often a webhook pool lists the jobs waiting on its forge: the most a lost webhook delays a job", "30")
     .option("--queue-list-interval <seconds>", "how often a Gitea pool lists the jobs waiting on Gitea (its demand)", "5")
@@ -66,6 +68,7 @@ export function registerOperator(program: Command): void {
         agentLeaseNamespace: opts.agentLeaseNamespace,
         leaderElection: opts.leaderElection,
         healthPort: port(opts.healthPort, "--health-port"),
+        healthHost: opts.healthHost,
         ...(opts.webhookPort === undefined ? {} : { webhookPort: port(opts.webhookPort, "--webhook-port"), webhookSecrets }),
         ...(opts.githubUrl === undefined ? {} : { githubUrl: opts.githubUrl }),
         demandListIntervalMs: seconds(opts.demandListInterval, "--demand-list-interval") * 1000,

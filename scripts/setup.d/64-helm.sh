@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Helm v4 (helm.sh/helm/v4), for `helm lint`, `helm template` and real installs of a Helm chart,
-# built from the Go module proxy into the machine-wide build cache. Not a set-up step yet: nothing
-# in the repository uses Helm until the chart exists, and the build costs ~10 min of both cores.
+# Helm v4 (helm.sh/helm/v4), for `helm lint`, `helm template` and real installs of the chart in
+# deploy/helm/imp (test/integration/helm), built from the Go module proxy into the machine-wide
+# build cache, keyed by Helm's and Go's versions (a cold build is ~10 min of both cores, at nice 10).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
