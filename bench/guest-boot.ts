@@ -6,7 +6,10 @@
  * Boots run one at a time, each VM powered off (and killed if it does not exit) before the next, and
  * round-robin over the combinations, so load from other work on the machine falls on all of them alike.
  *
- *   node bench/guest-boot.ts [--boots 5] [--channels vsock,serial] [--kernels debian,imp]   (npm run bench:boot)
+ *   - imp-baseline: another build of Imp's kernel (--baseline-kernel <dir of the guest-kernel build
+ *               cache>), e.g. from an older imp.config, to see what a fragment change costs at boot.
+ *
+ *   node bench/guest-boot.ts [--boots 5] [--channels vsock,serial] [--kernels debian,imp] [--baseline-kernel DIR]   (npm run bench:boot)
  */
 import { parseArgs } from "node:util";
 import { loadavg } from "node:os";
@@ -19,6 +22,7 @@ const { values } = parseArgs({
     boots: { type: "string", default: "5" },
     channels: { type: "string", default: "vsock,serial" },
     kernels: { type: "string", default: "debian,imp" },
+    "baseline-kernel": { type: "string" },
   },
 });
 const boots = Number(values.boots);
@@ -26,8 +30,11 @@ const kit = await loadBootKit();
 const own = await loadGuestKernel();
 
 
+type KernelChoice = GuestKernelKind | "imp-baseline";
+const baseline = values["baseline-kernel"];
+
 interface Combo {
-  readonly kernel: GuestKernelKind;
+  readonly kernel: KernelChoice;
   readonly channel: "vsock" | "serial";
   readonly label: string;
   readonly samples: number[];
@@ -35,14 +42,18 @@ interface Combo {
 
 const rows: string[][] = [["kernel", "channel", "boots", "median ms", "p95 ms", "min ms", "max ms"]];
 const combos: Combo[] = [];
-for (const kernel of values.kernels.split(",") as GuestKernelKind[]) {
+const kernels = [...(values.kernels.split(",") as KernelChoice[]), ...(baseline === undefined ? [] : ["imp-baseline" as const])];
+/** The kind bootKernelVm takes and, for the baseline, the build to boot. */
+const bootOf = (kernel: KernelChoice): { kernel: GuestKernelKind; impBuild?: string } => (kernel === "imp-baseline" ? { kernel: "imp", ...(baseline === undefined ? {} : { impBuild: baseline }) } : { kernel });
+for (const kernel of kernels) {
   for (const channel of values.channels.split(",") as ("vsock" | "serial")[]) {
     if (channel === "vsock" && kit.vhostDeviceVsock === null) {
       rows.push([kernel, channel, "0", `unavailable: ${kit.vhostDeviceVsockError ?? "?"}`, "", "", ""]);
     } else if (kernel === "imp" && own === undefined) {
       rows.push([kernel, channel, "0", "unavailable: run scripts/setup.d/42-guest-kernel.sh", "", "", ""]);
     } else {
-      combos.push({ kernel, channel, label: (await kernelBoot(kernel)).label, samples: [] });
+      const b = bootOf(kernel);
+      combos.push({ kernel, channel, label: (await kernelBoot(b.kernel, b.impBuild)).label, samples: [] });
     }
   }
 }
@@ -51,7 +62,7 @@ const loads: number[] = [];
 for (let i = 0; i < boots; i++) {
   for (const combo of combos) {
     loads.push(loadavg()[0] ?? Number.NaN);
-    const t = await bootKernelVm({ name: `bench-${combo.kernel}-${combo.channel}`, kernel: combo.kernel, channel: combo.channel });
+    const t = await bootKernelVm({ name: `bench-${combo.kernel}-${combo.channel}`, ...bootOf(combo.kernel), channel: combo.channel });
     combo.samples.push(t.bootMs);
     try {
       await t.client.shutdown("poweroff");
@@ -69,12 +80,14 @@ for (const combo of combos) {
 // Ratios per channel: the machine's noise cancels out better than in absolute numbers.
 const ratios: string[] = [];
 for (const channel of new Set(combos.map((c) => c.channel))) {
-  const median = (kernel: GuestKernelKind): number | undefined => {
+  const median = (kernel: KernelChoice): number | undefined => {
     const combo = combos.find((c) => c.kernel === kernel && c.channel === channel);
     return combo === undefined ? undefined : percentile([...combo.samples].sort((a, b) => a - b), 50);
   };
   const [imp, debian] = [median("imp"), median("debian")];
   if (imp !== undefined && debian !== undefined) ratios.push(`${channel}: imp/debian median ${(imp / debian).toFixed(2)}`);
+  const base = median("imp-baseline");
+  if (imp !== undefined && base !== undefined) ratios.push(`${channel}: imp/imp-baseline median ${(imp / base).toFixed(2)}`);
 }
 
 const widths = rows[0]?.map((_, col) => Math.max(...rows.map((r) => (r[col] ?? "").length))) ?? [];

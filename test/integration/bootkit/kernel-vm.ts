@@ -45,18 +45,22 @@ export async function loadGuestKernel(): Promise<GuestKernelManifest | undefined
 
 export type GuestKernelKind = "debian" | "imp";
 
-/** Kernel image, initramfs and the kernel-specific part of the command line for one kind. */
-export async function kernelBoot(kind: GuestKernelKind): Promise<{ kernel: string; initrd: string | undefined; cmdline: string[]; label: string }> {
+/**
+ * Kernel image, initramfs and the kernel-specific part of the command line for one kind. `impBuild`:
+ * another build of Imp's kernel (a directory of the guest-kernel build cache, with its
+ * manifest.json) instead of this checkout's, e.g. one from an older imp.config to compare with.
+ */
+export async function kernelBoot(kind: GuestKernelKind, impBuild?: string): Promise<{ kernel: string; initrd: string | undefined; cmdline: string[]; label: string }> {
   const kit = await loadBootKit();
   if (kind === "debian") {
     return { kernel: kit.kernel, initrd: kit.initrd, cmdline: ["ro", "root=/dev/vda"], label: `debian ${kit.kernelRelease} + initramfs` };
   }
-  const own = await loadGuestKernel();
+  const own = impBuild === undefined ? await loadGuestKernel() : (JSON.parse(await readFile(join(impBuild, "manifest.json"), "utf8")) as GuestKernelManifest);
   if (own === undefined) throw new Error(`Cannot boot Imp's guest kernel: ${guestKernelManifestPath} is missing; run scripts/setup.d/42-guest-kernel.sh`);
   // The kernel mounts the root the way the initramfs does: read-only and without replaying the
   // journal (noload), because one base image backs every VM. No rootwait: virtio-blk probes
   // synchronously before the root is mounted, and a missing disk must panic (and end the VM), not hang.
-  return { kernel: own.bzImage, initrd: undefined, cmdline: ["ro", "root=/dev/vda", "rootfstype=ext4", "rootflags=noload"], label: `imp ${own.release}, no initramfs` };
+  return { kernel: own.bzImage, initrd: undefined, cmdline: ["ro", "root=/dev/vda", "rootfstype=ext4", "rootflags=noload"], label: `imp ${own.release} (build ${own.key}), no initramfs` };
 }
 
 export interface KernelVm {
@@ -74,6 +78,8 @@ export interface KernelVm {
 export interface KernelVmOptions {
   readonly name: string;
   readonly kernel: GuestKernelKind;
+  /** With kernel "imp": another build of Imp's kernel (see kernelBoot). */
+  readonly impBuild?: string;
   readonly channel: "vsock" | "serial";
   readonly bootTimeoutMs?: number;
   readonly extraCmdline?: readonly string[];
@@ -82,7 +88,7 @@ export interface KernelVmOptions {
 /** Boots, connects and says `hello` within one deadline (default 90 s: CI machines are noisy). */
 export async function bootKernelVm(options: KernelVmOptions): Promise<KernelVm> {
   const kit = await loadBootKit();
-  const boot = await kernelBoot(options.kernel);
+  const boot = await kernelBoot(options.kernel, options.impBuild);
   if (options.channel === "vsock" && kit.vhostDeviceVsock === null) {
     throw new Error(`Cannot boot a vsock VM: vhost-device-vsock is not available (${kit.vhostDeviceVsockError ?? "unknown reason"})`);
   }
