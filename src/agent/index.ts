@@ -28,3 +28,4 @@ export {
 } from "./image/pull/index.ts";
 export { BaseImages, fileDigestOf, ImageCache, type BuildEvent } from "./image/cache/index.ts";
 export { layerBlobsOf, localLayer, type LayerBlob } from "./image/layers/index.ts";
+export { AGENT_ERROR_CODES } from "./error-codes.ts";

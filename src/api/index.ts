@@ -20,3 +20,4 @@ export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from 
 export { installCrds, serverMessage, type InstallCrdsOptions, type InstalledCrd } from "./install.ts";
 export { parseDurationMs, parseSizeMiB } from "./units.ts";
 export * from "./setup-seal.ts";
+export { API_ERROR_CODES } from "./error-codes.ts";

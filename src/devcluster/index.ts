@@ -2,3 +2,4 @@ export { startControlPlane, type ControlPlane, type ControlPlaneOptions, type Co
 export { findBinaries, cacheDir, KUBE_VERSION, ETCD_VERSION, type ControlPlaneBinaries } from "./binaries.ts";
 export { freePort } from "./ports.ts";
 export { clusterUp, clusterDown, clusterStatus, isProcessAlive, parseStartTime } from "./detached-cluster.ts";
+export { DEVCLUSTER_ERROR_CODES } from "./error-codes.ts";

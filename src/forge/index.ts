@@ -4,3 +4,4 @@ export { GitHubJitForge, isNameTaken, type GitHubJitForgeOptions } from "./githu
 export { GitHubScaleSetForge, type GitHubScaleSetForgeOptions } from "./github/scale-set-forge.ts";
 export { GiteaForge, type GiteaForgeOptions } from "./gitea/gitea-forge.ts";
 export { GiteaClient, GiteaErrorCode, DEFAULT_GITEA_RETRY, describeGiteaScope, type GiteaClientOptions, type GiteaJob, type GiteaRunner, type GiteaScope, type RegisteredRunner } from "./gitea/client.ts";
+export { FORGE_ERROR_CODES } from "./error-codes.ts";

@@ -28,3 +28,4 @@ export { ScaleSetClient, DEFAULT_SCALE_SET_RETRY, SCALE_SET_API_VERSION, jwtExpi
 export { ScaleSetErrorCode } from "./scaleset/errors.ts";
 export { configUrlOf } from "./scaleset/config-url.ts";
 export type { JobMessage, RunnerScaleSet, ScaleSetLabel, ScaleSetMessage, ScaleSetSession, ScaleSetStatistics, ScaleSetJitConfig } from "./scaleset/shapes.ts";
+export { GITHUB_ERROR_CODES } from "./error-codes.ts";

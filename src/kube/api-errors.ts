@@ -1,4 +1,4 @@
-import { ImpError, conflictError, retryableError, terminalError, type ErrorClass } from "../shared/index.ts";
+import { ImpError, conflictError, retryableError, terminalError, type ErrorClass, type ImpErrorCode } from "../shared/index.ts";
 
 /**
  * The one place that maps Kubernetes API failures to Imp's error classes. Every
@@ -90,8 +90,8 @@ export function classifyApiError(err: unknown, what: { readonly action: string; 
     return retryableError(code, `Cannot ${action} ${object}: ${state}`, { cause: err, context });
   }
   const body = statusBodyOf(err);
-  const known = (API_STATUS_CLASSES as Record<number, readonly [ErrorClass, string] | undefined>)[status];
-  const [errorClass, defaultCode] = known ?? (status >= 500 ? ["retryable", "ServerError"] : ["terminal", "ClientError"]);
+  const known = (API_STATUS_CLASSES as Record<number, readonly [ErrorClass, ImpErrorCode] | undefined>)[status];
+  const [errorClass, defaultCode]: readonly [ErrorClass, ImpErrorCode] = known ?? (status >= 500 ? ["retryable", "ServerError"] : ["terminal", "ClientError"]);
   const code = status === 409 && body?.reason === "AlreadyExists" ? KubeErrorCode.AlreadyExists : defaultCode;
   const detail = body?.message ?? `HTTP ${status}`;
   const message = `Cannot ${action} ${object}: ${detail}`;

@@ -66,3 +66,4 @@ export { LeaderElector, DEFAULT_LEADER_ELECTION, type LeaderElectorOptions, type
 export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventToRecord, type EventRecorderOptions } from "./event-recorder.ts";
 export { Manager, DEFAULT_SYNC_TIMEOUT_MS, type Runnable, type SyncedRunnable, type ManagerOptions } from "./manager.ts";
 export { HealthServer, DEFAULT_HEALTH_PORT, type HealthServerOptions, type Readiness, type SyncedCache } from "./health-server.ts";
+export { KUBE_ERROR_CODES } from "./error-codes.ts";

@@ -25,7 +25,7 @@ describe("retry()", () => {
     const result = retry(
       async () => {
         calls++;
-        if (calls < 3) throw retryableError("Flaky", "Cannot do it: flaky");
+        if (calls < 3) throw retryableError("Timeout", "Cannot do it: flaky");
         return "ok";
       },
       { policy, clock, onRetry: (_e, _a, d) => delays.push(d) },
@@ -43,7 +43,7 @@ describe("retry()", () => {
     const result = retry(
       async () => {
         calls++;
-        throw retryableError("Down", `Cannot reach it: attempt ${calls}`);
+        throw retryableError("Timeout", `Cannot reach it: attempt ${calls}`);
       },
       { policy, clock },
     );
@@ -70,7 +70,7 @@ describe("retry()", () => {
 
   it("stops waiting when its signal aborts", async () => {
     const controller = new AbortController();
-    const result = retry(async () => { throw retryableError("Down", "Cannot reach it: down"); }, { policy, clock: new FakeClock(), signal: controller.signal });
+    const result = retry(async () => { throw retryableError("Timeout", "Cannot reach it: down"); }, { policy, clock: new FakeClock(), signal: controller.signal });
     await new Promise((r) => setImmediate(r));
     controller.abort(new Error("stopped"));
     await assert.rejects(result, /stopped/);

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess, type StdioOptions } from "node:child_process";
 import { access, constants } from "node:fs/promises";
 import { delimiter, join } from "node:path";
-import { terminalError } from "./errors.ts";
+import { terminalError, type ImpErrorCode } from "./errors.ts";
 
 /** How a child process ended. `spawnError` is set when it never started. */
 export interface ChildExit {
@@ -31,8 +31,8 @@ export interface ChildOptions {
   readonly dieWithParent: boolean;
   /** Own process group and no reference from this process: it outlives us (`imp dev cluster up`). */
   readonly detached?: boolean;
-  /** Error code when the program cannot be started; default `spawn_failed`. */
-  readonly spawnErrorCode?: string;
+  /** Error code when the program cannot be started; default `SpawnFailed`. */
+  readonly spawnErrorCode?: ImpErrorCode;
 }
 
 /**
@@ -45,11 +45,11 @@ export class Child {
   readonly #exited: Promise<ChildExit>;
   #exit: ChildExit | undefined;
 
-  readonly #spawnErrorCode: string;
+  readonly #spawnErrorCode: ImpErrorCode;
 
   constructor(name: string, command: string, args: readonly string[], options: ChildOptions) {
     this.name = name;
-    this.#spawnErrorCode = options.spawnErrorCode ?? "spawn_failed";
+    this.#spawnErrorCode = options.spawnErrorCode ?? "SpawnFailed";
     const [cmd, argv] = options.dieWithParent ? ["setpriv", ["--pdeathsig", "SIGKILL", "--", command, ...args]] : [command, [...args]];
     this.process = spawn(cmd, argv, { stdio: options.stdio, detached: options.detached ?? false });
     if (options.detached === true) this.process.unref();
@@ -113,7 +113,7 @@ export class Child {
  * executable file. Checked before spawning because through `setpriv` a missing binary would only show
  * as a later exit status 127.
  */
-export async function assertExecutable(name: string, command: string, code = "spawn_failed"): Promise<void> {
+export async function assertExecutable(name: string, command: string, code: ImpErrorCode = "SpawnFailed"): Promise<void> {
   const candidates = command.includes("/") ? [command] : (process.env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, command));
   for (const candidate of candidates) {
     try {

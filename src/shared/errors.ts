@@ -6,6 +6,15 @@
  */
 export type ErrorClass = "retryable" | "terminal" | "conflict";
 
+/**
+ * Every error code Imp raises, as keys. Each part declares its closed list in its own
+ * `error-codes.ts`, which adds its codes here (module augmentation), so a code that no part
+ * declared, in a raise or in a comparison, does not compile.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface ImpErrorCodes {}
+export type ImpErrorCode = keyof ImpErrorCodes & string;
+
 export interface ImpErrorOptions {
   readonly cause?: unknown;
   /** Values a person needs to act on the error (names, paths, digests). Never secrets. */
@@ -14,11 +23,11 @@ export interface ImpErrorOptions {
 
 export class ImpError extends Error {
   override readonly name = "ImpError";
-  readonly code: string;
+  readonly code: ImpErrorCode;
   readonly errorClass: ErrorClass;
   readonly context: Readonly<Record<string, string | number | boolean | undefined>>;
 
-  constructor(errorClass: ErrorClass, code: string, message: string, options: ImpErrorOptions = {}) {
+  constructor(errorClass: ErrorClass, code: ImpErrorCode, message: string, options: ImpErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.errorClass = errorClass;
@@ -26,11 +35,11 @@ export class ImpError extends Error {
   }
 }
 
-export const retryableError = (code: string, message: string, options?: ImpErrorOptions): ImpError =>
+export const retryableError = (code: ImpErrorCode, message: string, options?: ImpErrorOptions): ImpError =>
   new ImpError("retryable", code, message, options);
-export const terminalError = (code: string, message: string, options?: ImpErrorOptions): ImpError =>
+export const terminalError = (code: ImpErrorCode, message: string, options?: ImpErrorOptions): ImpError =>
   new ImpError("terminal", code, message, options);
-export const conflictError = (code: string, message: string, options?: ImpErrorOptions): ImpError =>
+export const conflictError = (code: ImpErrorCode, message: string, options?: ImpErrorOptions): ImpError =>
   new ImpError("conflict", code, message, options);
 
 /** The class of any thrown value; unknown errors count as retryable so a bug cannot wedge a loop forever (the retry cap bounds it). */

@@ -7,3 +7,4 @@ export * from "./object-meta.ts";
 export * from "./child-process.ts";
 export * from "./steps.ts";
 export * from "./fault-points.ts";
+export { SHARED_ERROR_CODES } from "./error-codes.ts";

@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events";
 import type { Duplex } from "node:stream";
-import { ImpError, retryableError, systemClock, terminalError, type Clock } from "../../shared/index.ts";
+import { ImpError, retryableError, systemClock, terminalError, type Clock, type ImpErrorCode } from "../../shared/index.ts";
 import { encodeFrame, FrameDecoder, parseGuestFrame } from "./frame.ts";
 import { EventQueue } from "./event-queue.ts";
 import {
@@ -76,7 +76,7 @@ function toOutcome(status: ExecOutcome | ExecStatusReply): ExecOutcome {
  * and whether a caller may retry after them (the guest may succeed later). A code the guest invents
  * becomes a terminal `GuestError`; `context.guestCode` always keeps the wire code.
  */
-const GUEST_ERROR_CODES: Readonly<Record<string, { readonly code: string; readonly retryable: boolean }>> = {
+const GUEST_ERROR_CODES: Readonly<Record<string, { readonly code: ImpErrorCode; readonly retryable: boolean }>> = {
   frame_too_large: { code: "GuestRequestTooLarge", retryable: false },
   bad_json: { code: "GuestRequestUnparsable", retryable: false },
   bad_message: { code: "GuestRequestInvalid", retryable: false },
@@ -91,8 +91,8 @@ const GUEST_ERROR_CODES: Readonly<Record<string, { readonly code: string; readon
 };
 
 /** The ImpError code and class of a guest `error` reply's wire code. */
-function guestErrorCode(wireCode: string): { readonly code: string; readonly retryable: boolean } {
-  return Object.hasOwn(GUEST_ERROR_CODES, wireCode) ? (GUEST_ERROR_CODES[wireCode] as { code: string; retryable: boolean }) : { code: "GuestError", retryable: false };
+function guestErrorCode(wireCode: string): { readonly code: ImpErrorCode; readonly retryable: boolean } {
+  return Object.hasOwn(GUEST_ERROR_CODES, wireCode) ? (GUEST_ERROR_CODES[wireCode] as { code: ImpErrorCode; retryable: boolean }) : { code: "GuestError", retryable: false };
 }
 
 /**

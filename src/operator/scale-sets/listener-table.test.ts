@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ImpError } from "../../shared/index.ts";
+import { ImpError, type ImpErrorCode } from "../../shared/index.ts";
 import { ScaleSetErrorCode } from "../../github/index.ts";
 import { decideListener, DEFAULT_LISTENER_TIMINGS, LISTENER_OUTCOMES, LISTENER_PHASES, LISTENER_TABLE, START, type ListenerStep } from "./listener-table.ts";
 import { outcomeOf } from "./scale-set-listener.ts";
@@ -63,7 +63,7 @@ test("every phase has a transition for every outcome it can meet, and failures n
 });
 
 test("errors map to outcomes by their code; anything unknown is a failure to back off from", () => {
-  const e = (code: string): ImpError => new ImpError("retryable", code, "x");
+  const e = (code: ImpErrorCode): ImpError => new ImpError("retryable", code, "x");
   assert.equal(outcomeOf(e(ScaleSetErrorCode.SessionConflict)), "conflict");
   assert.equal(outcomeOf(e(ScaleSetErrorCode.ScaleSetNotFound)), "scaleSetGone");
   assert.equal(outcomeOf(e(ScaleSetErrorCode.SessionNotFound)), "sessionGone");

@@ -19,7 +19,7 @@ import { pipeline } from "node:stream/promises";
 import type { Stats } from "node:fs";
 import type { Readable } from "node:stream";
 import { extract as tarExtract, type Header } from "tar-stream";
-import { ImpError, terminalError } from "../../../shared/index.ts";
+import { ImpError, terminalError, type ImpErrorCode } from "../../../shared/index.ts";
 import type { ConfinedTree, EntryMeta, SpecialKind, Xattrs } from "./confined-tree.ts";
 import { compressionOf, decompressor } from "./decompress.ts";
 import { entryMeaning, parseEntryPath, pathKey, type EntryPath } from "./entry-path.ts";
@@ -230,7 +230,7 @@ class LayerState {
     for (let depth = 0; depth < path.length; depth++) this.#touchedAncestors.add(pathKey(path.slice(0, depth)));
   }
 
-  #error(code: string, path: EntryPath, why: string): ImpError {
+  #error(code: ImpErrorCode, path: EntryPath, why: string): ImpError {
     return terminalError(code, `Cannot apply layer ${this.#layer} entry ${JSON.stringify(pathKey(path))}: ${why}`, {
       context: { layer: this.#layer, path: pathKey(path) },
     });
