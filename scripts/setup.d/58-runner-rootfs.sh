@@ -24,7 +24,10 @@ build_rootfs() {
     rm -rf "$tmp" && mkdir -p "$tmp"
     hook=()
     [[ -f "$customize" ]] && hook=(--customize-hook="sh $customize \"\$1\"")
+    # man1 kept as an empty directory: with man pages excluded, update-alternatives in the JDK'"'"'s
+    # postinst cannot link its man page slaves and the install fails.
     mmdebstrap --quiet --variant=minbase --include="$packages" --format=tar "${hook[@]}" \
+      --essential-hook='"'"'mkdir -p "$1/usr/share/man/man1"'"'"' \
       --dpkgopt="path-exclude=/usr/share/doc/*" --dpkgopt="path-exclude=/usr/share/man/*" --dpkgopt="path-exclude=/usr/share/locale/*" \
       "$suite" "$tmp/rootfs.tar"
     tar -xOf "$tmp/rootfs.tar" ./var/lib/dpkg/status | awk "/^Package:/ {p=\$2} /^Version:/ {print p, \$2}" | sort > "$tmp/packages.lock"
