@@ -32,6 +32,7 @@ test("fail acts only on the chosen hit; hang waits for the caller's abort", asyn
   const hung = faults.hit("h", abort.signal);
   let settled = false;
   void hung.catch(() => (settled = true));
+  // A hang ending by itself has no event to wait for: give it a while, then check it did not.
   await new Promise((r) => setTimeout(r, 50));
   assert.equal(settled, false, "a hang must not end by itself");
   abort.abort(new Error("step timeout"));

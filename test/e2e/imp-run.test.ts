@@ -89,10 +89,10 @@ describe("imp run", { timeout: 900_000, skip }, () => {
   });
 
   it("forwards SIGINT to the command, which ends promptly with the signal's exit code (128 + 2)", async (t) => {
-    const run = impRun(["/bin/busybox", "sleep", "600"]);
+    // The command says when it runs: SIGINT must reach a running command, not race its start.
+    const run = impRun(["/bin/sh", "-c", "echo started; exec /bin/busybox sleep 600"]);
     await untilGuestReady(run);
-    // The exec starts right after the ready line; give the request a moment to reach the guest.
-    await new Promise((r) => setTimeout(r, 2_000));
+    await waitFor("the command running in the guest", async () => (run.stdout().includes("started") ? true : run.child.exitCode !== null ? Promise.reject(new Error(`imp run exited early: ${run.stderr()}`)) : undefined), { timeoutMs: 120_000, intervalMs: 50 });
     const sent = performance.now();
     run.child.kill("SIGINT");
     const { code } = await run.exited;

@@ -48,6 +48,7 @@ describe("ConsoleLog", () => {
     const follower = new ConsoleLog(path, { pollMs: 10, onFatal: (line) => onFatal(line) }).start();
     const euro = Buffer.from("€");
     appendFileSync(path, Buffer.concat([Buffer.from("price "), euro.subarray(0, 1)]));
+    // Several of the follower's 10 ms polls see the half character alone (no event says a poll ran).
     await new Promise((r) => setTimeout(r, 50));
     appendFileSync(path, Buffer.concat([euro.subarray(1), Buffer.from("\nimp-initramfs: FATAL: no root\n")]));
     assert.equal(await fatal, "imp-initramfs: FATAL: no root");

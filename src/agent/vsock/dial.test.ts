@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { once } from "node:events";
-import { ImpError } from "../../shared/index.ts";
+import { ImpError, waitFor } from "../../shared/index.ts";
 import { dialHybridVsock } from "./dial.ts";
 
 /** How the fake VMM answers the Nth connection (1-based): like Firecracker / vhost-device-vsock. */
@@ -98,7 +98,7 @@ describe("dialHybridVsock()", () => {
     const path = sockPath();
     const failures: string[] = [];
     const dialing = dialHybridVsock({ udsPath: path, port: 1, ...fast, onAttemptFailed: (err) => failures.push(err.code) });
-    await new Promise((r) => setTimeout(r, 100));
+    await waitFor("a failed attempt on the missing socket", async () => (failures.length >= 1 ? true : undefined), { timeoutMs: 10_000, intervalMs: 5 });
     const vmm = await fakeVmm(path, () => "ok");
     const socket = await dialing;
     assert.ok(failures.length >= 1);

@@ -180,6 +180,8 @@ describe("supervisor", { skip: noBinary }, () => {
     const vm = newVm();
     const agent = await launchFromChildAgent(vm);
     await agent.kill();
+    // A death the agent's would cause (a parent-death signal, a broken socket) sends no event to
+    // wait for: give it the time such a death takes, then check both are alive.
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(await liveness(agent.identity.process), "alive", "the VMM outlived the agent");
     assert.equal(await liveness(agent.identity.supervisor), "alive", "the supervisor outlived the agent");
