@@ -24,9 +24,9 @@
  */
 import { fork } from "node:child_process";
 import { join } from "node:path";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, GROUP, IMP_VM_CLASS, IMP_VM_TEMPLATE, installCrds, LABELS, SETUP_SEAL_SUITE, VERSION, generateNodeKeyPair, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, installCrds, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../src/api/index.ts";
 import { startControlPlane } from "../src/devcluster/index.ts";
-import { createResourceClient, Informer, LEASE_RESOURCE, microTime, resourceDescriptor, type KubeObject, type Lease } from "../src/kube/index.ts";
+import { createResourceClient, Informer, LEASE_RESOURCE, microTime, type KubeObject, type Lease } from "../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "../src/operator/index.ts";
 import { createLogger, waitFor } from "../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, appKeyPair } from "../test/github/harness.ts";
@@ -74,8 +74,8 @@ try {
   const leases = createResourceClient<Lease>(kc, LEASE_RESOURCE);
   const secrets = createResourceClient<SecretObject>(kc, SECRETS);
   const pools = createResourceClient<ImpVMRunnerPool>(kc, IMP_VM_RUNNER_POOLS);
-  await createResourceClient<KubeObject & { spec: unknown }>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS })).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
-  await createResourceClient<KubeObject & { spec: unknown }>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE })).create({
+  await createResourceClient<KubeObject & { spec: unknown }>(kc, IMP_VM_CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
+  await createResourceClient<KubeObject & { spec: unknown }>(kc, IMP_VM_TEMPLATES).create({
     apiVersion: API_VERSION,
     kind: "ImpVMTemplate",
     metadata: { name: "runner", namespace: NS },

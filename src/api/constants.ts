@@ -30,6 +30,24 @@ export const IMP_VM = names("ImpVM", "impvms", ["ivm"], "Namespaced");
 export const IMP_VM_RUNNER_POOL = names("ImpVMRunnerPool", "impvmrunnerpools", ["irp"], "Namespaced");
 export const IMP_NODE = names("ImpNode", "impnodes", ["inode"], "Cluster");
 
+/**
+ * Each kind's REST identity as the Kubernetes runtime takes it (structurally src/kube's
+ * ResourceDescriptor): the one definition every client of an Imp kind uses.
+ */
+export interface KindResource {
+  readonly group: string;
+  readonly version: string;
+  readonly plural: string;
+  readonly kind: string;
+  readonly namespaced: boolean;
+}
+const resource = (n: KindNames): KindResource => ({ group: GROUP, version: VERSION, plural: n.plural, kind: n.kind, namespaced: n.scope === "Namespaced" });
+export const IMP_VM_CLASSES = resource(IMP_VM_CLASS);
+export const IMP_VM_TEMPLATES = resource(IMP_VM_TEMPLATE);
+export const IMP_VMS = resource(IMP_VM);
+export const IMP_VM_RUNNER_POOLS = resource(IMP_VM_RUNNER_POOL);
+export const IMP_NODES = resource(IMP_NODE);
+
 /** Every kind, in the order their CRDs are installed (referenced kinds first). */
 export const ALL_KINDS: readonly KindNames[] = [IMP_VM_CLASS, IMP_VM_TEMPLATE, IMP_VM, IMP_VM_RUNNER_POOL, IMP_NODE];
 

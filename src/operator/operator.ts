@@ -8,7 +8,7 @@
 import { hostname } from "node:os";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { GROUP, IMP_VM_CLASS, IMP_VM_TEMPLATE, LABELS, VERSION, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate } from "../api/index.ts";
+import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../api/index.ts";
 import type { GitHubClientOptions } from "../github/index.ts";
 import {
   createResourceClient,
@@ -18,9 +18,7 @@ import {
   Informer,
   labelIndex,
   LEASE_RESOURCE,
-  Manager,
-  resourceDescriptor,
-  type CoreEvent,
+  Manager, type CoreEvent,
   type KubeObject,
   type Lease,
   type ResourceClient,
@@ -87,8 +85,6 @@ export interface OperatorOptions {
 
 export const OPERATOR_LEASE_NAME = "imp-operator";
 export const DEFAULT_AGENT_LEASE_NAMESPACE = "imp-system";
-const IMP_VM_CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
-const IMP_VM_TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
 const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false } as const;
 
 export class Operator {

@@ -7,27 +7,7 @@
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import {
-  canTransitionVM,
-  FINALIZERS,
-  openSetup,
-  parseSealedSetup,
-  GROUP,
-  IMP_NODE,
-  IMP_VM,
-  IMP_VM_CLASS,
-  IMP_VM_TEMPLATE,
-  SETUP_SECRET,
-  setupSecretName,
-  VERSION,
-  VM_REASONS,
-  type ImpNode,
-  type ImpVM,
-  type ImpVMClass,
-  type ImpVMStatus,
-  type ImpVMTemplate,
-  type NodeKeyPair,
-} from "../../api/index.ts";
+import { canTransitionVM, FINALIZERS, openSetup, parseSealedSetup, IMP_VM, SETUP_SECRET, setupSecretName, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
 import {
   Controller,
   createResourceClient,
@@ -40,9 +20,7 @@ import {
   LEASE_RESOURCE,
   Manager,
   mutateWithRetry,
-  requeueAfter,
-  resourceDescriptor,
-  type CoreEvent,
+  requeueAfter, type CoreEvent,
   type KubeObject,
   type Lease,
   type ReconcileContext,
@@ -68,10 +46,6 @@ export interface SecretObject extends KubeObject {
   data?: Record<string, string>;
 }
 
-const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-const IMP_VM_TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
-const IMP_VM_CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
-const IMP_NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
 export const SECRET_RESOURCE = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true } as const;
 
 export interface NodeAgentOptions {

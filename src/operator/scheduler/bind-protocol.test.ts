@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { GROUP, IMP_NODE, IMP_VM, VERSION, type ImpNode, type ImpVM } from "../../api/index.ts";
-import { FakeResourceClient, resourceDescriptor } from "../../kube/index.ts";
+import { type ImpNode, type ImpVM, IMP_NODES, IMP_VMS } from "../../api/index.ts";
+import { FakeResourceClient } from "../../kube/index.ts";
 import { bindVm, fateOf, markUnschedulable, release, RELEASABLE, reserve } from "./bind-protocol.ts";
 import { parseReservations } from "./reservations.ts";
 import type { VmRequest } from "./vm-request.ts";
@@ -16,7 +16,7 @@ const vm = (name: string, status?: ImpVM["status"], extra: Partial<ImpVM["metada
 });
 
 async function nodeClient(slots: number): Promise<FakeResourceClient<ImpNode>> {
-  const nodes = new FakeResourceClient<ImpNode>(resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE }));
+  const nodes = new FakeResourceClient<ImpNode>(IMP_NODES);
   await nodes.create({ apiVersion: "imp.dev/v1alpha1", kind: "ImpNode", metadata: { name: "n" }, spec: { unschedulable: false } });
   await nodes.patchStatus({ name: "n" }, { status: { capacity: { vcpu: 100, memoryMiB: 100_000, vmSlots: slots } } });
   return nodes;
@@ -64,7 +64,7 @@ describe("bind protocol", () => {
   });
 
   it("binds once; a second bind to another node is refused and reports where the VM went", async () => {
-    const vms = new FakeResourceClient<ImpVM>(resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM }));
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
     const created = await vms.create(vm("a"));
     assert.equal(await bindVm(vms, { vm: created, nodeName: "n", nowMs: 0 }), "bound");
     assert.equal(await bindVm(vms, { vm: created, nodeName: "m", nowMs: 0 }), "boundElsewhere");
@@ -76,7 +76,7 @@ describe("bind protocol", () => {
   });
 
   it("writes the Unschedulable condition once per message", async () => {
-    const vms = new FakeResourceClient<ImpVM>(resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM }));
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
     const created = await vms.create(vm("a"));
     assert.equal(await markUnschedulable(vms, { vm: created, message: "full", nowMs: 0 }), true);
     const first = await vms.get({ namespace: "ns", name: "a" });

@@ -15,9 +15,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { connect, createServer as createNetServer, type Socket } from "node:net";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, GROUP, IMP_NODE, IMP_VM, IMP_VM_RUNNER_POOL, VERSION, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_NODES, IMP_VMS, IMP_VM_RUNNER_POOLS } from "../../../src/api/index.ts";
 import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, Informer, resourceDescriptor, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, Informer, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
@@ -39,9 +39,9 @@ const repoRoot = resolve(import.meta.dirname, "../../..");
 const cacheDir = process.env.IMP_CACHE ?? join(repoRoot, ".cache");
 export const testRunnerPath = join(cacheDir, "guest/imp-test-runner");
 
-export const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-export const POOLS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_RUNNER_POOL });
-export const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
+export const VMS = IMP_VMS;
+export const POOLS = IMP_VM_RUNNER_POOLS;
+export const NODES = IMP_NODES;
 const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true } as const;
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false } as const;
 

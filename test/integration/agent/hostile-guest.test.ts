@@ -13,18 +13,18 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, FINALIZERS, GROUP, IMP_VM, IMP_VM_CLASS, VERSION, installCrds, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
+import { API_VERSION, FINALIZERS, installCrds, type ImpVM, type ImpVMClass, IMP_VMS, IMP_VM_CLASSES } from "../../../src/api/index.ts";
 import { DEFAULT_MAX_CONSOLE_BYTES } from "../../../src/agent/vmm/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, resourceDescriptor, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, isNotFound, type ResourceClient } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, startTestAgent, type TestAgent } from "../../harness/node-agent.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../../..");
-const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
+const VMS = IMP_VMS;
+const CLASSES = IMP_VM_CLASSES;
 const NS = "default";
 const NODE = "node-hostile";
 /** Under TCG on a loaded 2-core machine a boot takes 5–30 s (more with four VMs booting at once). */

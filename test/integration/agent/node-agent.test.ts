@@ -9,18 +9,18 @@ import { readdir, readFile } from "node:fs/promises";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, FINALIZERS, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, SETUP_SECRET, VERSION, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
+import { API_VERSION, FINALIZERS, SETUP_SECRET, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass, IMP_NODES, IMP_VMS, IMP_VM_CLASSES } from "../../../src/api/index.ts";
 import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, resourceDescriptor, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { FAULT_POINTS_ENV, waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, startTestAgent, supervisorPath, type TestAgent } from "../../harness/node-agent.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
-const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
-const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
+const VMS = IMP_VMS;
+const CLASSES = IMP_VM_CLASSES;
+const NODES = IMP_NODES;
 const NS = "default";
 const SENTINEL = "jit-SENTINEL-7d41c09e";
 /** Under TCG on a loaded 2-core machine a boot takes 5–30 s; everything else is quick. */

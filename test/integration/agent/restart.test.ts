@@ -10,16 +10,16 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, GROUP, IMP_VM, IMP_VM_CLASS, VERSION, installCrds, type ImpVM, type ImpVMClass } from "../../../src/api/index.ts";
+import { API_VERSION, installCrds, type ImpVM, type ImpVMClass, IMP_VMS, IMP_VM_CLASSES } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, resourceDescriptor, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, type ResourceClient } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
 import { SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
-const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
+const VMS = IMP_VMS;
 const NODE = "node-r";
 const NS = "default";
 const skip = !bootKitPresent() ? "the boot kit or guest agent is missing (run scripts/setup.sh)" : !existsSync(supervisorPath) ? "imp-supervisor is missing (run scripts/setup.d/35-supervisor.sh)" : false;
@@ -39,7 +39,7 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
     await pushImage(registry.url, "test/busybox", "1", buildImage([await busyboxLayer()]));
     image = `${registry.host}/test/busybox:1`;
     vms = createResourceClient<ImpVM>(plane.kubeConfig, VMS);
-    await createResourceClient<ImpVMClass>(plane.kubeConfig, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS })).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "256Mi", arch: "amd64" } });
+    await createResourceClient<ImpVMClass>(plane.kubeConfig, IMP_VM_CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "256Mi", arch: "amd64" } });
     stateDir = await mkdtemp(join(tmpdir(), "imp-agent-restart-"));
   });
 

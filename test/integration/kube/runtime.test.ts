@@ -3,7 +3,7 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Registry } from "prom-client";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { GROUP, IMP_VM, VERSION, installCrds, type ImpVM } from "../../../src/api/index.ts";
+import { GROUP, VERSION, installCrds, type ImpVM, IMP_VMS } from "../../../src/api/index.ts";
 import {
   CONFLICT_RETRY,
   Controller,
@@ -18,7 +18,6 @@ import {
   keyOf,
   mutateWithRetry,
   parseKey,
-  resourceDescriptor,
   type CoreEvent,
   type KubeObject,
   type ResourceClient,
@@ -32,7 +31,6 @@ type Node = KubeObject & { status?: { capacity?: Record<string, string> } };
 const CONFIG_MAPS: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
 const NAMESPACES: ResourceDescriptor = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const NODES: ResourceDescriptor = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
-const IMP_VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
 
 /**
  * Ten writers on one object is a deliberate pile-up, beyond what the shipped `CONFLICT_RETRY` (5

@@ -8,17 +8,17 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, IMP_VM_TEMPLATE, VERSION, VM_REASONS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../../src/api/index.ts";
+import { API_VERSION, VM_REASONS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, resourceDescriptor, type CoreEvent, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { NodeLossController } from "../../../src/operator/nodes/index.ts";
 import { agentLeaseName, KubeNodeTracker, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 
-const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
-const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
-const TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
+const VMS = IMP_VMS;
+const NODES = IMP_NODES;
+const CLASSES = IMP_VM_CLASSES;
+const TEMPLATES = IMP_VM_TEMPLATES;
 const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true };
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, CONDITION_TYPES, GROUP, IMP_NODE, IMP_VM, IMP_VM_CLASS, IMP_VM_TEMPLATE, LABELS, VERSION, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../../src/api/index.ts";
+import { API_VERSION, CONDITION_TYPES, LABELS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import {
   EVENT_RESOURCE,
@@ -15,7 +15,6 @@ import {
   LEASE_RESOURCE,
   createResourceClient,
   microTime,
-  resourceDescriptor,
   type CoreEvent,
   type KubeObject,
   type Lease,
@@ -24,10 +23,10 @@ import {
 import { agentLeaseName, parseReservations, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 
-const VMS = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM });
-const NODES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_NODE });
-const CLASSES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS });
-const TEMPLATES = resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE });
+const VMS = IMP_VMS;
+const NODES = IMP_NODES;
+const CLASSES = IMP_VM_CLASSES;
+const TEMPLATES = IMP_VM_TEMPLATES;
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const LEASE_NS = "imp-system";
 const NS = "default";

@@ -8,30 +8,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it, type TestContext } from "node:test";
 import { Registry } from "prom-client";
-import {
-  API_VERSION,
-  GITHUB_APP_SECRET_KEYS,
-  GROUP,
-  IMP_VM_CLASS,
-  IMP_VM_TEMPLATE,
-  VERSION,
-  type ImpVMClass,
-  type ImpVMTemplate,
-  LABELS,
-  SETUP_SEAL_SUITE,
-  SETUP_SECRET,
-  generateNodeKeyPair,
-  installCrds,
-  openSetup,
-  parseSealedSetup,
-  setupSecretName,
-  type ImpNode,
-  type ImpVM,
-  type ImpVMRunnerPool,
-  type NodeKeyPair,
-} from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMClass, type ImpVMTemplate, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, installCrds, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, resourceDescriptor, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
 import { createLogger, FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
@@ -403,14 +382,14 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     const ns = "t-full";
     const kc = plane.kubeConfig;
     await createResourceClient<KubeObject>(kc, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: DEFAULT_AGENT_LEASE_NAMESPACE } });
-    await createResourceClient<ImpVMClass>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_CLASS })).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
+    await createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
     const keyF = await generateNodeKeyPair();
     // A simulated agent: ImpNode with capacity and key, and a fresh liveness Lease.
     await publishNode("node-full", keyF);
     await nodes.patchStatus({ name: "node-full" }, { status: { arch: "amd64", kernels: ["default"], capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 4 }, allocated: { vcpu: 0, memoryMiB: 0, vmSlots: 0 } } });
     await createResourceClient<Lease>(kc, LEASE_RESOURCE).create({ apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: agentLeaseName("node-full"), namespace: DEFAULT_AGENT_LEASE_NAMESPACE }, spec: { holderIdentity: "node-full", leaseDurationSeconds: 40, renewTime: microTime(Date.now()) } });
     await isolated(t, ns, { scheduler: true, nodeLoss: true });
-    await createResourceClient<ImpVMTemplate>(kc, resourceDescriptor({ group: GROUP, version: VERSION, ...IMP_VM_TEMPLATE })).create({
+    await createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES).create({
       apiVersion: API_VERSION,
       kind: "ImpVMTemplate",
       metadata: { name: "runner", namespace: ns },
