@@ -24,9 +24,9 @@
  */
 import { fork } from "node:child_process";
 import { join } from "node:path";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, installCrds, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../src/api/index.ts";
 import { startControlPlane } from "../src/devcluster/index.ts";
-import { createResourceClient, Informer, LEASE_RESOURCE, microTime, type KubeObject, type Lease } from "../src/kube/index.ts";
+import { createResourceClient, Informer, LEASE_RESOURCE, microTime, type KubeObject, type Lease, installCrds } from "../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "../src/operator/index.ts";
 import { createLogger, waitFor } from "../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, appKeyPair } from "../test/github/harness.ts";
@@ -66,7 +66,7 @@ let child: ReturnType<typeof fork> | undefined;
 
 try {
   const kc = plane.kubeConfig;
-  await installCrds(kc);
+  await installCrds(kc, buildAllCrds());
   const namespaces = createResourceClient<KubeObject>(kc, NAMESPACES);
   for (const name of [NS, DEFAULT_AGENT_LEASE_NAMESPACE]) await namespaces.create({ apiVersion: "v1", kind: "Namespace", metadata: { name } });
   const vms = createResourceClient<ImpVM>(kc, IMP_VMS);

@@ -5,8 +5,6 @@
  */
 
 export const API_ERROR_CODES = [
-  "CrdNamesConflict",
-  "CrdRejected",
   "IllegalPhaseTransition",
   "InvalidDuration",
   "InvalidSize",

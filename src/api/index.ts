@@ -1,6 +1,6 @@
 /**
  * The Imp API (group imp.dev, version v1alpha1): TypeScript types and TypeBox schemas of every
- * kind, the CRDs generated from them, names (labels, finalizers, …) and `installCrds`.
+ * kind, the CRDs generated from them, names (labels, finalizers, …). No I/O: src/kube's `installCrds` applies the CRDs.
  * Other parts import only from here.
  */
 export * from "./constants.ts";
@@ -17,7 +17,6 @@ export { buildCrd, buildAllCrds, type CrdManifest, type CrdVersion } from "./crd
 export { CRD_DIR, crdFileName, renderCrdFiles, renderCrdYaml } from "./render.ts";
 export { REFERENCE_DOC_PATH, renderReferenceDoc } from "./reference-doc.ts";
 export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from "./structural.ts";
-export { installCrds, serverMessage, type InstallCrdsOptions, type InstalledCrd } from "./install.ts";
 export { parseDurationMs, parseSizeMiB } from "./units.ts";
 export * from "./setup-seal.ts";
 export { API_ERROR_CODES } from "./error-codes.ts";

@@ -11,6 +11,8 @@ export const KUBE_ERROR_CODES = [
   "CacheSyncTimeout",
   "ClientError",
   "Conflict",
+  "CrdNamesConflict",
+  "CrdRejected",
   "Forbidden",
   "Gone",
   "HealthServerListenFailed",

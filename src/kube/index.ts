@@ -67,3 +67,4 @@ export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType
 export { Manager, DEFAULT_SYNC_TIMEOUT_MS, type Runnable, type SyncedRunnable, type ManagerOptions } from "./manager.ts";
 export { HealthServer, DEFAULT_HEALTH_PORT, type HealthServerOptions, type Readiness, type SyncedCache } from "./health-server.ts";
 export { KUBE_ERROR_CODES } from "./error-codes.ts";
+export { installCrds, serverMessage, type CrdManifest, type InstallCrdsOptions, type InstalledCrd } from "./install-crds.ts";

@@ -9,9 +9,9 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, installCrds, LABELS, SETUP_SECRET, type ImpVM } from "../../src/api/index.ts";
+import { API_VERSION, LABELS, SETUP_SECRET, type ImpVM, buildAllCrds } from "../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../src/devcluster/index.ts";
-import { createResourceClient, type KubeObject, type ResourceClient } from "../../src/kube/index.ts";
+import { createResourceClient, type KubeObject, type ResourceClient, installCrds } from "../../src/kube/index.ts";
 import { IMP_VMS, SECRETS, type SecretObject } from "../../src/operator/index.ts";
 import { startGitHub } from "../github/harness.ts";
 import { checkInvariants, observe, type FaultWorld } from "./invariants.ts";
@@ -26,7 +26,7 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
     secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRETS);
     await createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: NS } });

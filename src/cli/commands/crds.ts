@@ -1,6 +1,7 @@
 import { KubeConfig } from "@kubernetes/client-node";
 import type { Command } from "commander";
-import { installCrds } from "../../api/index.ts";
+import { buildAllCrds } from "../../api/index.ts";
+import { installCrds } from "../../kube/index.ts";
 
 /** `imp crds install`: applies the Imp CRDs to the cluster of the current kubeconfig and waits until they are Established. */
 export function registerCrds(program: Command): void {
@@ -15,7 +16,7 @@ export function registerCrds(program: Command): void {
       const kubeConfig = new KubeConfig();
       if (opts.kubeconfig === undefined) kubeConfig.loadFromDefault();
       else kubeConfig.loadFromFile(opts.kubeconfig);
-      const installed = await installCrds(kubeConfig, { timeoutMs: Number(opts.timeout) * 1000 });
+      const installed = await installCrds(kubeConfig, buildAllCrds(), { timeoutMs: Number(opts.timeout) * 1000 });
       for (const crd of installed) process.stdout.write(`${crd.name} ${crd.action}\n`);
     });
 }

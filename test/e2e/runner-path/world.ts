@@ -15,9 +15,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { connect, createServer as createNetServer, type Socket } from "node:net";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, installCrds, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_NODES, IMP_VMS, IMP_VM_RUNNER_POOLS } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_NODES, IMP_VMS, IMP_VM_RUNNER_POOLS, buildAllCrds } from "../../../src/api/index.ts";
 import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, Informer, type KubeObject, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, Informer, type KubeObject, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
@@ -290,7 +290,7 @@ export class RunnerWorld {
     try {
       const plane = await startControlPlane({ controllerManager: true });
       cleanups.push(() => plane.stop());
-      await installCrds(plane.kubeConfig);
+      await installCrds(plane.kubeConfig, buildAllCrds());
       const operatorKubeconfigPath = join(root, "imp-operator.kubeconfig");
       const agentKubeconfigPath = join(root, "imp-agent.kubeconfig");
       const nodeNames = Array.from({ length: options.nodes ?? 2 }, (_, i) => `node-${String.fromCharCode(97 + i)}`);

@@ -9,10 +9,10 @@ import { readdir, readFile } from "node:fs/promises";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, FINALIZERS, SETUP_SECRET, installCrds, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass, IMP_NODES, IMP_VMS, IMP_VM_CLASSES } from "../../../src/api/index.ts";
+import { API_VERSION, FINALIZERS, SETUP_SECRET, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, buildAllCrds } from "../../../src/api/index.ts";
 import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, type CoreEvent, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, type CoreEvent, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { FAULT_POINTS_ENV, waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, startTestAgent, supervisorPath, type TestAgent } from "../../harness/node-agent.ts";
@@ -57,7 +57,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: true });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     registry = await startRegistry();
     await pushImage(registry.url, "test/busybox", "1", buildImage([await busyboxLayer()]));
     image = `${registry.host}/test/busybox:1`;

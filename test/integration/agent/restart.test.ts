@@ -10,9 +10,9 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, installCrds, type ImpVM, type ImpVMClass, IMP_VMS, IMP_VM_CLASSES } from "../../../src/api/index.ts";
+import { API_VERSION, type ImpVM, type ImpVMClass, IMP_VMS, IMP_VM_CLASSES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
@@ -34,7 +34,7 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     registry = await startRegistry();
     await pushImage(registry.url, "test/busybox", "1", buildImage([await busyboxLayer()]));
     image = `${registry.host}/test/busybox:1`;

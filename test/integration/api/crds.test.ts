@@ -9,7 +9,8 @@ import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 import { ApiException, ApiextensionsV1Api, CoreV1Api } from "@kubernetes/client-node";
-import { API_VERSION, buildAllCrds, installCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
+import { API_VERSION, buildAllCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
+import { installCrds } from "../../../src/kube/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { ImpError, waitFor } from "../../../src/shared/index.ts";
 import { clone, ImpClient, rejection } from "./imp-client.ts";
@@ -35,7 +36,7 @@ after(async () => {
 
 describe("installCrds()", () => {
   test("installCrds() creates every Imp CRD and waits until each is Established", async () => {
-    const results = await installCrds(cp.kubeConfig, { timeoutMs: 60_000 });
+    const results = await installCrds(cp.kubeConfig, buildAllCrds(), { timeoutMs: 60_000 });
     assert.deepEqual(results.map((r) => r.action), ["created", "created", "created", "created", "created"]);
     const ext = cp.kubeConfig.makeApiClient(ApiextensionsV1Api);
     for (const crd of buildAllCrds()) {
@@ -46,7 +47,7 @@ describe("installCrds()", () => {
   });
 
   test("installCrds() replaces existing CRDs when run again", async () => {
-    const results = await installCrds(cp.kubeConfig, { timeoutMs: 60_000 });
+    const results = await installCrds(cp.kubeConfig, buildAllCrds(), { timeoutMs: 60_000 });
     assert.deepEqual(results.map((r) => r.action), ["replaced", "replaced", "replaced", "replaced", "replaced"]);
   });
 
@@ -58,7 +59,7 @@ describe("installCrds()", () => {
     broken.spec.names = { ...broken.spec.names, kind: "Broken", listKind: "BrokenList", plural: "brokens", singular: "broken", shortNames: ["brk"] };
     // The first generated schema made this mistake: a fieldPath must name a field the schema declares.
     broken.spec.versions[0]!.schema.openAPIV3Schema["x-kubernetes-validations"] = [{ rule: "true", message: "m", fieldPath: ".spec.noSuchField" }];
-    await assert.rejects(installCrds(cp.kubeConfig, { crds: [broken], timeoutMs: 10_000 }), (err: unknown) => {
+    await assert.rejects(installCrds(cp.kubeConfig, [broken], { timeoutMs: 10_000 }), (err: unknown) => {
       assert.ok(err instanceof ImpError, String(err));
       assert.equal(err.code, "CrdRejected");
       assert.equal(err.errorClass, "terminal");

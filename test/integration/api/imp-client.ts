@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { ApiException, CustomObjectsApi, type KubeConfig } from "@kubernetes/client-node";
-import { GROUP, KIND_DEFINITIONS, serverMessage, VERSION, type KindNames } from "../../../src/api/index.ts";
+import { GROUP, KIND_DEFINITIONS, VERSION, type KindNames } from "../../../src/api/index.ts";
+import { serverMessage } from "../../../src/kube/index.ts";
 
 /** Any Imp object as plain JSON. */
 export interface AnyImpObject {

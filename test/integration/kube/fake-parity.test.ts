@@ -4,8 +4,8 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { installCrds, type CrdManifest } from "../../../src/api/index.ts";
-import { FakeResourceClient, createResourceClient, type KubeObject, type ResourceClient, type ResourceDescriptor } from "../../../src/kube/index.ts";
+import { type CrdManifest } from "../../../src/api/index.ts";
+import { FakeResourceClient, createResourceClient, type KubeObject, type ResourceClient, type ResourceDescriptor, installCrds } from "../../../src/kube/index.ts";
 import { PARITY_CASES, WIDGET_CRD, type Widget } from "./fake-parity.cases.ts";
 
 const WIDGETS: ResourceDescriptor = { group: "parity.imp.dev", version: "v1", plural: "widgets", kind: "Widget", namespaced: true };
@@ -17,7 +17,7 @@ describe("FakeResourceClient matches the real API server", () => {
   let real: ResourceClient<Widget>;
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
-    await installCrds(plane.kubeConfig, { crds: [structuredClone(WIDGET_CRD) as unknown as CrdManifest], timeoutMs: 60_000 });
+    await installCrds(plane.kubeConfig, [structuredClone(WIDGET_CRD) as unknown as CrdManifest], { timeoutMs: 60_000 });
     real = createResourceClient<Widget>(plane.kubeConfig, WIDGETS);
     const namespaces = createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES);
     for (let i = 0; i < PARITY_CASES.length; i++) await namespaces.create({ metadata: { name: namespaceOf(i) } });

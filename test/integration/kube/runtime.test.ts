@@ -3,26 +3,8 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Registry } from "prom-client";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { GROUP, VERSION, installCrds, type ImpVM, IMP_VMS } from "../../../src/api/index.ts";
-import {
-  CONFLICT_RETRY,
-  Controller,
-  EVENT_RESOURCE,
-  EventRecorder,
-  HealthServer,
-  Informer,
-  Manager,
-  createResourceClient,
-  done,
-  isGone,
-  keyOf,
-  mutateWithRetry,
-  parseKey,
-  type CoreEvent,
-  type KubeObject,
-  type ResourceClient,
-  type ResourceDescriptor,
-} from "../../../src/kube/index.ts";
+import { GROUP, VERSION, type ImpVM, IMP_VMS, buildAllCrds } from "../../../src/api/index.ts";
+import { CONFLICT_RETRY, Controller, EVENT_RESOURCE, EventRecorder, HealthServer, Informer, Manager, createResourceClient, done, isGone, keyOf, mutateWithRetry, parseKey, type CoreEvent, type KubeObject, type ResourceClient, type ResourceDescriptor, installCrds } from "../../../src/kube/index.ts";
 import { ImpError, retryableError, waitFor } from "../../../src/shared/index.ts";
 import { compactEtcd, etcdEndpoint, etcdRevision } from "./etcd.fixture.ts";
 
@@ -187,7 +169,7 @@ describe("kube runtime against a real API server", () => {
 
   describe("mutateWithRetry on the status subresource", () => {
     it("keeps all ten conditions when ten writers add one each to an ImpVM's status concurrently", async () => {
-      await installCrds(plane.kubeConfig);
+      await installCrds(plane.kubeConfig, buildAllCrds());
       const vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
       const ref = { namespace: "conflicts", name: "status-race" };
       const created = await vms.create({

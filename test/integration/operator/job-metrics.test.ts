@@ -8,24 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import {
-  API_VERSION,
-  GITHUB_APP_SECRET_KEYS,
-  LABELS,
-  SETUP_SEAL_SUITE,
-  SETUP_SECRET,
-  generateNodeKeyPair,
-  installCrds,
-  openSetup,
-  parseSealedSetup,
-  setupSecretName,
-  type ImpNode,
-  type ImpVM,
-  type ImpVMRunnerPool,
-  type NodeKeyPair,
-} from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, EVENT_RESOURCE, type CoreEvent, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, EVENT_RESOURCE, type CoreEvent, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { findReplacement, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, jobTimeline, formatJobTimeline, Operator, SECRETS, WEBHOOK_PATH, type SecretObject } from "../../../src/operator/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub } from "../../github/harness.ts";
@@ -62,7 +47,7 @@ describe("operator: a job's metrics, Events and timeline", { timeout: 600_000 },
 
   before(async () => {
     plane = await startControlPlane();
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
     events = createResourceClient<CoreEvent>(plane.kubeConfig, EVENT_RESOURCE);
     secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRETS);

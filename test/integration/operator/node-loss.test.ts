@@ -8,9 +8,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, VM_REASONS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
+import { API_VERSION, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { NodeLossController } from "../../../src/operator/nodes/index.ts";
 import { agentLeaseName, KubeNodeTracker, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
@@ -43,7 +43,7 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     const kc = plane.kubeConfig;
     vms = createResourceClient<ImpVM>(kc, VMS);
     nodes = createResourceClient<ImpNode>(kc, NODES);

@@ -7,25 +7,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import {
-  API_VERSION,
-  FINALIZERS,
-  GITHUB_APP_SECRET_KEYS,
-  LABELS,
-  SETUP_SEAL_SUITE,
-  SETUP_SECRET,
-  generateNodeKeyPair,
-  installCrds,
-  openSetup,
-  parseSealedSetup,
-  setupSecretName,
-  type ImpNode,
-  type ImpVM,
-  type ImpVMRunnerPool,
-  type NodeKeyPair,
-} from "../../../src/api/index.ts";
+import { API_VERSION, FINALIZERS, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, isNotFound, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, WEBHOOK_PATH, type SecretObject } from "../../../src/operator/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
@@ -52,7 +36,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: true });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
     pools = createResourceClient<ImpVMRunnerPool>(plane.kubeConfig, IMP_VM_RUNNER_POOLS);
     nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);

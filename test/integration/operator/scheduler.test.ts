@@ -6,20 +6,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, CONDITION_TYPES, LABELS, installCrds, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
+import { API_VERSION, CONDITION_TYPES, LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import {
-  EVENT_RESOURCE,
-  EventRecorder,
-  Informer,
-  LEASE_RESOURCE,
-  createResourceClient,
-  microTime,
-  type CoreEvent,
-  type KubeObject,
-  type Lease,
-  type ResourceClient,
-} from "../../../src/kube/index.ts";
+import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { agentLeaseName, parseReservations, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 
@@ -43,7 +32,7 @@ describe("scheduler against a real API server", { timeout: 600_000 }, () => {
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, VMS);
     nodes = createResourceClient<ImpNode>(plane.kubeConfig, NODES);
     leases = createResourceClient<Lease>(plane.kubeConfig, LEASE_RESOURCE);

@@ -8,9 +8,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it, type TestContext } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMClass, type ImpVMTemplate, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, installCrds, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMClass, type ImpVMTemplate, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, type KubeObject, type Lease, type ResourceClient } from "../../../src/kube/index.ts";
+import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
 import { createLogger, FaultPoints, parseFaultPlan, waitFor } from "../../../src/shared/index.ts";
 import { APP_ID, INSTALLATION_ID, startGitHub, type GitHubFixture } from "../../github/harness.ts";
@@ -34,7 +34,7 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: true });
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
     pools = createResourceClient<ImpVMRunnerPool>(plane.kubeConfig, IMP_VM_RUNNER_POOLS);
     nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);

@@ -14,9 +14,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
-import { API_VERSION, installCrds, LABELS, SETUP_SECRET, type ImpNode, type ImpVM } from "../../../src/api/index.ts";
+import { API_VERSION, LABELS, SETUP_SECRET, type ImpNode, type ImpVM, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, LEASE_RESOURCE, type KubeObject, type Lease } from "../../../src/kube/index.ts";
+import { createResourceClient, LEASE_RESOURCE, type KubeObject, type Lease, installCrds } from "../../../src/kube/index.ts";
 import { IMP_NODES, IMP_VMS, SECRETS, type SecretObject } from "../../../src/operator/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
 import { IMP_SYSTEM, installRbac } from "../../harness/rbac.ts";
@@ -37,7 +37,7 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
     dir = await mkdtemp(join(tmpdir(), "imp-node-restriction-"));
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     await installRbac(plane, { "imp-agent": path("unbound") }, { "node-a": path("node-a"), "node-b": path("node-b") });
     await execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, "create", "namespace", NS], { timeout: 60_000 });
   });

@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { installCrds } from "../../../src/api/index.ts";
+import { buildAllCrds } from "../../../src/api/index.ts";
+import { installCrds } from "../../../src/kube/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { IMP_SYSTEM, installRbac, type ImpAccount } from "../../harness/rbac.ts";
 
@@ -63,7 +64,7 @@ describe("deploy/rbac: least privilege, asked through each ServiceAccount's toke
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
     dir = await mkdtemp(join(tmpdir(), "imp-rbac-"));
-    await installCrds(plane.kubeConfig);
+    await installCrds(plane.kubeConfig, buildAllCrds());
     await installRbac(plane, { "imp-operator": kubeconfig("imp-operator"), "imp-agent": kubeconfig("imp-agent") });
   });
 

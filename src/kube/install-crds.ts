@@ -1,20 +1,23 @@
 /**
- * Applies the Imp CRDs to a cluster and waits until the API server serves them. Used by the CLI,
- * the demo and the integration tests. Idempotent: existing CRDs are replaced with the current
- * definition, so running it again after an upgrade updates the schemas.
+ * Applies CRDs to a cluster and waits until the API server serves them: the Imp CRDs (src/api's
+ * `buildAllCrds()`, which stays free of I/O) for the CLI, the demo and the tests. Idempotent:
+ * existing CRDs are replaced with the given definition, so running it again after an upgrade
+ * updates the schemas.
  */
 import { ApiextensionsV1Api, loadYaml, type ApiException, type KubeConfig, type V1CustomResourceDefinition } from "@kubernetes/client-node";
-import { classifyApiError, isNotFound } from "../kube/index.ts";
 import { retry, systemClock, terminalError, waitFor, type Clock, type ImpError } from "../shared/index.ts";
-import { buildAllCrds, type CrdManifest } from "./crd.ts";
+import { classifyApiError, isNotFound } from "./api-errors.ts";
+
+/** What this needs of a CRD manifest (src/api's CrdManifest is one). */
+export interface CrdManifest {
+  readonly metadata: { readonly name: string };
+}
 
 export interface InstallCrdsOptions {
   /** How long to wait for every CRD to be Established. Default 60 s. */
   readonly timeoutMs?: number;
   readonly signal?: AbortSignal;
   readonly clock?: Clock;
-  /** CRDs to apply; default every Imp CRD. */
-  readonly crds?: readonly CrdManifest[];
 }
 
 /** Result per CRD: whether it was created or replaced. */
@@ -24,22 +27,21 @@ export interface InstalledCrd {
 }
 
 /**
- * Creates or replaces each Imp CRD, then waits until all report `Established=True`. Throws a
+ * Creates or replaces each CRD, then waits until all report `Established=True`. Throws a
  * terminal error when the API server rejects a CRD (the message carries the server's reason) or
  * its names conflict with another CRD, and a retryable "Timeout" error when they are not
  * Established within `timeoutMs`.
  */
-export async function installCrds(kubeConfig: KubeConfig, options: InstallCrdsOptions = {}): Promise<InstalledCrd[]> {
+export async function installCrds(kubeConfig: KubeConfig, crds: readonly CrdManifest[], options: InstallCrdsOptions = {}): Promise<InstalledCrd[]> {
   const api = kubeConfig.makeApiClient(ApiextensionsV1Api);
   const clock = options.clock ?? systemClock;
-  const crds = options.crds ?? buildAllCrds();
   const results: InstalledCrd[] = [];
   for (const crd of crds) {
     const action = await retry(() => applyOne(api, crd), { clock, ...(options.signal ? { signal: options.signal } : {}) });
     results.push({ name: crd.metadata.name, action });
   }
   await waitFor(
-    `wait for the Imp CRDs to be Established`,
+    `wait for the CRDs to be Established`,
     async () => {
       for (const crd of crds) if (!(await isEstablished(api, crd.metadata.name))) return undefined;
       return true;

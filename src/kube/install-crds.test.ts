@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { describe, it, test } from "node:test";
 import { ApiException, dumpYaml } from "@kubernetes/client-node";
 import { parse } from "yaml";
-import { buildAllCrds } from "./crd.ts";
-import { classifyApplyError, toClientModel } from "./install.ts";
+import { buildAllCrds } from "../api/index.ts";
+import { classifyApplyError, toClientModel } from "./install-crds.ts";
 
 test("toClientModel() survives the client's serializer: what is sent equals the generated CRD", () => {
   for (const crd of buildAllCrds()) {
