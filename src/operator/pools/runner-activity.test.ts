@@ -66,20 +66,3 @@ describe("RunnerActivity demand", () => {
     assert.deepEqual(a.recentRepositories("ns/p"), []);
   });
 });
-
-describe("RunnerActivity runners", () => {
-  it("a runner once busy is never made idle again by a list; finished and forgotten end it", async () => {
-    const clock = new FakeClock();
-    const a = new RunnerActivity(clock);
-    a.runnersListed([{ name: "p-aaaaa", busy: false }, { name: "p-bbbbb", busy: true }], clock.now());
-    assert.deepEqual([a.isBusy("p-aaaaa"), a.isBusy("p-bbbbb")], [false, true]);
-    await clock.advance(30_000);
-    // Gitea lists a runner that could not report for 10 s as idle, mid-job.
-    a.runnersListed([{ name: "p-aaaaa", busy: true }, { name: "p-bbbbb", busy: false }], clock.now());
-    assert.deepEqual([a.isBusy("p-aaaaa"), a.isBusy("p-bbbbb")], [true, true], "an idle runner may become busy; a busy one stays busy");
-    a.runnerFinished("p-bbbbb");
-    assert.deepEqual([a.isBusy("p-bbbbb"), a.isFinished("p-bbbbb")], [false, true]);
-    a.forgetRunnersExcept(new Set(["p-bbbbb"]), "p-");
-    assert.equal(a.isBusy("p-aaaaa"), false, "its VM is gone: nothing is remembered about it");
-  });
-});

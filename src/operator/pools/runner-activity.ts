@@ -151,16 +151,13 @@ export class RunnerActivity {
   }
 
   /**
-   * A complete list of runners, requested at `startedAt`: it wins over anything older, except that a
-   * runner once seen busy stays busy. Imp's runners take one job each, so a busy runner never becomes
-   * idle again: a list saying otherwise is stale (Gitea's flag means "reported within 10 s", and a
-   * runner that could not reach Gitea for a while is listed idle mid-job) or its job just ended. Read
-   * as idle, it would be the first VM scaled down, its job with it.
+   * A complete list of runners, requested at `startedAt`: it wins over anything older. The forge's
+   * busy flag must be authoritative (GitHub's is; Gitea's is not, so GiteaForge derives it from the
+   * jobs in progress): a runner listed idle is scaled down first.
    */
   runnersListed(runners: ReadonlyArray<{ readonly name: string; readonly busy: boolean }>, startedAt: number): void {
     for (const r of runners) {
       const known = this.#busy.get(r.name);
-      if (known?.busy === true && !r.busy) continue;
       if (known === undefined || known.at <= startedAt) this.#busy.set(r.name, { busy: r.busy, at: startedAt });
     }
   }
