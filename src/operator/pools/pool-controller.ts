@@ -21,7 +21,6 @@
 import { Counter, type Registry } from "prom-client";
 import {
   API_VERSION,
-  CONDITION_TYPES,
   FINALIZERS,
   IMP_VM_RUNNER_POOL,
   LABELS,
@@ -51,6 +50,7 @@ import {
 import { describeError, isRetryable, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { PoolForges } from "../setup/pool-forges.ts";
 import { setCondition } from "./conditions.ts";
+import { poolConditions } from "./pool-conditions.ts";
 import { PoolExpectations } from "./expectations.ts";
 import { decidePool, DEFAULT_FAILURE_BUDGET, failureBudgetStatus, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
 import { poolTakesJob } from "./pool-scope.ts";
@@ -511,54 +511,16 @@ export class PoolController {
     const scaled = d.create > 0 || d.scaleDown.length > 0;
     const queued = this.#queuedJobs(ctx.key, pool);
     const build = (old: Readonly<ImpVMRunnerPoolStatus>, generation: number | undefined): ImpVMRunnerPoolStatus => {
-      let conditions = old.conditions;
-      if (github !== undefined) {
-        conditions = setCondition(conditions, { type: CONDITION_TYPES.pool.CredentialsValid, status: github.ok ? "True" : "False", reason: github.ok ? "RunnersListed" : "GitHubError", message: github.message }, now, generation);
-      }
       const listener = pool.spec.github?.scaleSet === undefined ? undefined : this.#o.scaleSets?.view(ctx.key);
-      // A scale-set pool whose listener cannot listen gets no jobs: not ready, and says why.
-      const deaf = listener !== undefined && listener.reason !== "Listening" && listener.reason !== "Starting";
-      const ready = github?.ok !== false && !d.budgetExhausted && !deaf;
-      conditions = setCondition(
-        conditions,
-        {
-          type: CONDITION_TYPES.pool.Ready,
-          status: ready ? "True" : "False",
-          reason: d.budgetExhausted ? "FailureBudgetExhausted" : github?.ok === false ? "GitHubError" : deaf ? "ScaleSetNotListening" : "Reconciled",
-          message: d.budgetExhausted
-            ? `${d.failures.consecutive} VMs in a row failed before their runner started; creating one VM every ${Math.round(this.#policy.capMs / 1000)} s until one starts`
-            : github?.ok === false
-              ? github.message
-              : deaf
-                ? listener.message
-                : "Pool reconciled",
-        },
-        now,
-        generation,
-      );
-      const limited = d.cappedByMaxConcurrent || d.holdUntil !== undefined;
-      conditions = setCondition(
-        conditions,
-        {
-          type: CONDITION_TYPES.pool.ScalingLimited,
-          status: limited ? "True" : "False",
-          reason: d.holdUntil !== undefined ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : "WithinLimits",
-          message: d.holdUntil !== undefined ? `Creation held back after ${d.failures.consecutive} start failure(s)` : d.cappedByMaxConcurrent ? `Demand is above maxConcurrent ${pool.spec.maxConcurrent}` : "Demand is within maxConcurrent",
-        },
-        now,
-        generation,
-      );
-      if (pool.spec.github?.scaleSet !== undefined) {
-        const listening = listener?.reason === "Listening";
-        conditions = setCondition(
-          conditions,
-          { type: CONDITION_TYPES.pool.ScaleSetListening, status: listening ? "True" : "False", reason: listener?.reason ?? "Starting", message: (listener?.message ?? "") === "" ? "Waiting for the listener" : (listener?.message ?? "") },
-          now,
-          generation,
-        );
-      } else {
-        conditions = conditions?.filter((c) => c.type !== CONDITION_TYPES.pool.ScaleSetListening);
-      }
+      const wanted = poolConditions({
+        forge: github,
+        decision: d,
+        listener: pool.spec.github?.scaleSet === undefined ? undefined : listener === undefined ? "none-yet" : { reason: listener.reason, message: listener.message },
+        maxConcurrent: pool.spec.maxConcurrent,
+        capMs: this.#policy.capMs,
+      });
+      let conditions = (old.conditions ?? []).filter((c) => !wanted.remove.includes(c.type));
+      for (const c of wanted.set) conditions = setCondition(conditions, c, now, generation);
       const { failureBudget: _previousBudget, scaleSet: previousScaleSet, ...rest } = old;
       const budget = failureBudgetStatus(d.failures, this.#policy);
       const scaleSet = scaleSetStatus(pool, listener, previousScaleSet);
