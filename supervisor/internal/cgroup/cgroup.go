@@ -257,3 +257,42 @@ func writeFile(path, value string) error {
 	}
 	return cerr
 }
+
+// Escape moves the calling process to the root cgroup of every hierarchy mounted under root (each
+// cgroup v1 controller directory and a v2 mount, at root itself or at <root>/unified), and returns
+// the cgroup.procs files it wrote.
+//
+// The supervisor plays the part containerd's shim plays for containers: it must outlive whoever
+// started it. An agent in a Pod starts supervisors from inside its container's cgroups, and a
+// container runtime stopping a container that shares the host's PID namespace (hostPID) kills every
+// process still in the container's cgroup (runc reads the v1 devices hierarchy, or the v2 cgroup).
+// Out of those cgroups, the VMM under this supervisor keeps running across an agent Pod's restart,
+// upgrade or eviction, and the next agent Pod adopts it. The supervised process then joins its own
+// memory leaf (Create); in every other hierarchy it stays at the root, where nothing limits it.
+func Escape(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	candidates := []string{filepath.Join(root, "cgroup.procs")}
+	for _, e := range entries {
+		// Symlinks (cpu -> cpu,cpuacct) name a hierarchy already listed under its real directory.
+		if e.IsDir() && e.Type()&os.ModeSymlink == 0 {
+			candidates = append(candidates, filepath.Join(root, e.Name(), "cgroup.procs"))
+		}
+	}
+	pid := strconv.Itoa(os.Getpid())
+	var moved []string
+	var errs []error
+	for _, procs := range candidates {
+		if _, err := os.Stat(procs); err != nil {
+			continue
+		}
+		if err := writeFile(procs, pid); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		moved = append(moved, procs)
+	}
+	return moved, errors.Join(errs...)
+}

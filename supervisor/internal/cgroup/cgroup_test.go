@@ -101,3 +101,36 @@ func TestCreateLimitKillRemoveOnThisMachine(t *testing.T) {
 		t.Fatalf("group directory %s left behind (%v)", cg.GroupPath, err)
 	}
 }
+
+func TestEscapeWritesOwnPidToEveryHierarchyRoot(t *testing.T) {
+	root := t.TempDir()
+	for _, dir := range []string{"memory", "cpu,cpuacct", "devices", "unified", "not-a-hierarchy"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("cpu,cpuacct", filepath.Join(root, "cpu")); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"memory", "cpu,cpuacct", "devices", "unified"} {
+		if err := os.WriteFile(filepath.Join(root, dir, "cgroup.procs"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved, err := Escape(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != 4 {
+		t.Fatalf("moved into %v, want the four hierarchies with a cgroup.procs (not the symlink, not a plain directory)", moved)
+	}
+	for _, procs := range moved {
+		b, err := os.ReadFile(procs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != strconv.Itoa(os.Getpid()) {
+			t.Fatalf("%s holds %q, want our pid", procs, b)
+		}
+	}
+}

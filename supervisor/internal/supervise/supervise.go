@@ -203,6 +203,11 @@ func Run(cfg Config) (err error) {
 	var cg *cgroup.Cgroup
 	procs := "-"
 	if cfg.Cgroup != nil {
+		// Out of the starter's cgroups first (an agent Pod's container), so that stopping the
+		// container does not stop this VM; the process inherits the roots and joins its memory leaf.
+		if _, err := cgroup.Escape(cfg.Cgroup.Root); err != nil && cfg.Logf != nil {
+			cfg.Logf("could not leave every cgroup of the process that started the supervisor (the VM may stop with it): %v", err)
+		}
 		c := *cfg.Cgroup
 		c.Group, c.Leaf = cfg.VMID, cfg.Name
 		if cg, err = cgroup.Create(c); err != nil {

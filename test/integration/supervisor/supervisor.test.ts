@@ -78,6 +78,13 @@ function supervisorsRunning(): number[] {
   return pids;
 }
 
+/** Every cgroup hierarchy's root directory under /sys/fs/cgroup: the v1 controllers (not their symlinked aliases) and a v2 mount. */
+function cgroupHierarchies(): string[] {
+  const top = "/sys/fs/cgroup";
+  if (existsSync(join(top, "cgroup.procs"))) return [top];
+  return readdirSync(top, { withFileTypes: true }).filter((e) => e.isDirectory() && existsSync(join(top, e.name, "cgroup.procs"))).map((e) => join(top, e.name));
+}
+
 function socketsUnder(dir: string): string[] {
   return readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isSocket()).map((e) => join(e.parentPath, e.name));
 }
@@ -100,10 +107,12 @@ afterEach(async () => {
 });
 
 /** Starts a stand-in agent in its own Node process; resolves with what it launched. */
-async function launchFromChildAgent(vm: { vmId: string; vmDir: string }): Promise<{ kill: () => Promise<void>; dir: string; identity: SupervisorIdentity }> {
-  const child = spawn(node, [join(import.meta.dirname, "agent-child.ts"), supervisorBinary, vm.vmDir, vm.vmId, noCgroup === undefined ? cgroupParent : "-", "sleep", "1000"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+async function launchFromChildAgent(vm: { vmId: string; vmDir: string }, inCgroups: readonly string[] = []): Promise<{ kill: () => Promise<void>; dir: string; identity: SupervisorIdentity }> {
+  const agentArgs = [join(import.meta.dirname, "agent-child.ts"), supervisorBinary, vm.vmDir, vm.vmId, noCgroup === undefined ? cgroupParent : "-", "sleep", "1000"];
+  // Joining the cgroups first, as a container runtime puts a container's first process in them.
+  const child = inCgroups.length === 0
+    ? spawn(node, agentArgs, { stdio: ["ignore", "pipe", "inherit"] })
+    : spawn("sh", ["-c", 'for f in $IMP_JOIN; do echo $$ > "$f" || exit 1; done; exec "$@"', "sh", node, ...agentArgs], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, IMP_JOIN: inCgroups.join(" ") } });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const lines = createInterface({ input: child.stdout });
   const line = await new Promise<string>((resolve, reject) => {
@@ -195,6 +204,48 @@ describe("supervisor", { skip: noBinary }, () => {
     assert.equal(exit.signal, "SIGTERM");
     assert.equal(exit.recorded, true);
     await proc.remove();
+  });
+
+  it("keeps the VM running when the agent's container is stopped the way runc stops a hostPID container", async (t: TestContext) => {
+    if (noCgroup !== undefined) return t.skip(noCgroup);
+    // A stand-in container: one cgroup in every hierarchy, as runc makes for a Pod's container.
+    const container = `imp-ctr-${process.pid}`;
+    const dirs = cgroupHierarchies().map((h) => join(h, container));
+    for (const dir of dirs) {
+      mkdirSync(dir);
+      // cpuset refuses processes until the cgroup has CPUs and memory nodes: the parent's, as runc does.
+      for (const f of ["cpuset.cpus", "cpuset.mems"]) if (existsSync(join(dir, f))) writeFileSync(join(dir, f), readFileSync(join(dir, "..", f)));
+    }
+    try {
+      const vm = newVm();
+      const agent = await launchFromChildAgent(vm, dirs.map((d) => join(d, "cgroup.procs")));
+      // runc's kill --all (and its delete of a container sharing the host's PID namespace) signals
+      // every process in the container's cgroup, until the cgroup is empty.
+      const killed: number[] = [];
+      await waitFor("the container's cgroups empty", async () => {
+        let left = 0;
+        for (const dir of dirs) {
+          for (const pid of readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter((l) => l !== "").map(Number)) {
+            left++;
+            killed.push(pid);
+            try { process.kill(pid, "SIGKILL"); } catch { /* gone meanwhile */ }
+          }
+        }
+        return left === 0 ? true : undefined;
+      }, { timeoutMs: 10_000, intervalMs: 25 });
+      await agent.kill();
+      assert.ok(killed.length > 0, "the stand-in agent was in the container's cgroups");
+      assert.ok(!killed.includes(agent.identity.supervisor.pid) && !killed.includes(agent.identity.process.pid), "neither the supervisor nor its process was left in the container's cgroups");
+      assert.equal(await liveness(agent.identity.process), "alive", "the VMM outlived the container");
+      assert.equal(await liveness(agent.identity.supervisor), "alive", "the supervisor outlived the container");
+      const proc = await adoptSupervised(agent.dir);
+      assert.equal(proc.running, true);
+      const exit = await proc.stop(5_000);
+      assert.equal(exit.recorded, true);
+      await proc.remove();
+    } finally {
+      for (const dir of dirs) await waitFor(`${dir} removed`, async () => { try { rmdirSync(dir); return true; } catch (err) { return (err as NodeJS.ErrnoException).code === "ENOENT" ? true : undefined; } }, { timeoutMs: 10_000, intervalMs: 50 });
+    }
   });
 
   it("reads back an exit that happened while no agent was connected", async () => {
