@@ -1,8 +1,9 @@
 import type { Pki } from "./pki.ts";
 
 /**
- * Command lines of the three control-plane components, as pure functions so the flags can be
- * read and tested in one place. Everything listens on 127.0.0.1 only.
+ * Command lines of the control-plane components, as pure functions so the flags can be read and
+ * tested in one place. Everything listens on 127.0.0.1 only, except an API server that serves real
+ * kubelets (`nodes`): it listens on the one address given, which the caller keeps inside a test range.
  */
 
 export interface EtcdPorts {
@@ -38,13 +39,16 @@ export interface ApiServerArgsInput {
   readonly etcdClientPort: number;
   readonly pki: Pki;
   readonly certDir: string;
+  /** Serve real kubelets: listen on this address, authorize nodes as nodes (Node + NodeRestriction). */
+  readonly nodes?: { readonly address: string };
 }
 
 export function apiServerArgs(input: ApiServerArgsInput): string[] {
   const { pki } = input;
+  const address = input.nodes?.address ?? "127.0.0.1";
   return [
-    "--bind-address=127.0.0.1",
-    "--advertise-address=127.0.0.1",
+    `--bind-address=${address}`,
+    `--advertise-address=${address}`,
     `--secure-port=${input.port}`,
     `--etcd-servers=https://127.0.0.1:${input.etcdClientPort}`,
     `--etcd-cafile=${pki.caCert}`,
@@ -54,7 +58,17 @@ export function apiServerArgs(input: ApiServerArgsInput): string[] {
     `--tls-cert-file=${pki.servingCert}`,
     `--tls-private-key-file=${pki.servingKey}`,
     `--client-ca-file=${pki.caCert}`,
-    "--authorization-mode=RBAC",
+    ...(input.nodes === undefined
+      ? ["--authorization-mode=RBAC"]
+      : [
+          // A kubelet may touch only its own Node and the Pods bound to it, as in any real cluster.
+          "--authorization-mode=Node,RBAC",
+          "--enable-admission-plugins=NodeRestriction",
+          // logs/exec reach the kubelet by its InternalIP: the node's name resolves nowhere.
+          "--kubelet-preferred-address-types=InternalIP",
+          `--kubelet-client-certificate=${pki.adminCert}`,
+          `--kubelet-client-key=${pki.adminKey}`,
+        ]),
     "--service-cluster-ip-range=10.0.0.0/24",
     `--service-account-key-file=${pki.serviceAccountPub}`,
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
@@ -65,19 +79,34 @@ export function apiServerArgs(input: ApiServerArgsInput): string[] {
   ];
 }
 
-export function controllerManagerArgs(kubeconfigPath: string, pki: Pki, port: number): string[] {
+export function controllerManagerArgs(kubeconfigPath: string, pki: Pki, port: number, nodes = false): string[] {
   return [
     `--kubeconfig=${kubeconfigPath}`,
     `--authentication-kubeconfig=${kubeconfigPath}`,
     `--authorization-kubeconfig=${kubeconfigPath}`,
-    // Only what Imp relies on: ownerReference garbage collection and namespace deletion.
-    "--controllers=garbagecollector,namespace,serviceaccount",
+    // Without nodes, only what Imp relies on: ownerReference garbage collection and namespace
+    // deletion. With nodes, every default controller: DaemonSets, Deployments, node lifecycle
+    // (else the not-ready taint stays and Pods stay Pending), EndpointSlices, the root CA ConfigMap…
+    nodes ? "--controllers=*" : "--controllers=garbagecollector,namespace,serviceaccount",
     "--leader-elect=false",
     "--bind-address=127.0.0.1",
     // Serves /healthz (always allowed without authorization) for the readiness probe.
     `--secure-port=${port}`,
     `--service-account-private-key-file=${pki.serviceAccountKey}`,
     `--root-ca-file=${pki.caCert}`,
+    "--v=1",
+  ];
+}
+
+/** kube-scheduler: Pods of a real node need binding. Health on 127.0.0.1:`port`. */
+export function schedulerArgs(kubeconfigPath: string, port: number): string[] {
+  return [
+    `--kubeconfig=${kubeconfigPath}`,
+    `--authentication-kubeconfig=${kubeconfigPath}`,
+    `--authorization-kubeconfig=${kubeconfigPath}`,
+    "--leader-elect=false",
+    "--bind-address=127.0.0.1",
+    `--secure-port=${port}`,
     "--v=1",
   ];
 }

@@ -4,11 +4,11 @@ import { join } from "node:path";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { ImpError, retryableError, terminalError, waitFor } from "../shared/index.ts";
 import { findBinaries, type ControlPlaneBinaries } from "./binaries.ts";
-import { apiServerArgs, controllerManagerArgs, etcdArgs } from "./component-args.ts";
+import { apiServerArgs, controllerManagerArgs, etcdArgs, schedulerArgs } from "./component-args.ts";
 import { renderKubeconfig } from "./kubeconfig.ts";
 import { logTail } from "./log-tail.ts";
 import { ManagedProcess } from "./managed-process.ts";
-import { createPki, type Pki } from "./pki.ts";
+import { createPki, issueClientCertificate, type Pki } from "./pki.ts";
 import { freePort } from "./ports.ts";
 import { etcdHealthy, httpsGet, loadProbeTls } from "./readiness.ts";
 
@@ -26,6 +26,13 @@ export interface ControlPlaneOptions {
   readonly signal?: AbortSignal;
   /** Binaries to run instead of the cached ones (tests use this to start components that fail). */
   readonly binaries?: ControlPlaneBinaries;
+  /**
+   * Serve real kubelets (test/e2e/real-node): the API server listens on `address` instead of
+   * 127.0.0.1 (an address of a test range that the nodes' network namespaces reach), authorizes
+   * nodes as nodes, the controller manager runs every default controller, and `kubeScheduler`
+   * binds Pods.
+   */
+  readonly nodes?: { readonly address: string; readonly kubeScheduler: string };
 }
 
 export interface ControlPlaneState {
@@ -55,6 +62,10 @@ export interface ControlPlane extends AsyncDisposable {
   /** Milliseconds from the call to "every component ready". */
   readonly startupMs: number;
   state(): ControlPlaneState;
+  /** The plane's CA certificate (PEM file). */
+  readonly caCert: string;
+  /** A client certificate for `user` in `groups`, signed by the plane's CA (a kubelet's: system:node:<name> in system:nodes). */
+  clientCertificate(name: string, user: string, groups: readonly string[]): Promise<{ cert: string; key: string }>;
   /** Creates a Node object (there is no kubelet); labels are merged onto the standard hostname label. */
   createNode(name: string, labels?: Readonly<Record<string, string>>): Promise<void>;
   /** Stops only the API server (etcd keeps the data), to break every watch. */
@@ -104,7 +115,8 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
   };
 
   try {
-    const pki = await createPki(join(dir, "certs"));
+    const nodes = options.nodes;
+    const pki = await createPki(join(dir, "certs"), nodes === undefined ? [] : [nodes.address]);
     const tls = await loadProbeTls(pki);
     // Each port is picked right before its component binds it, to keep the race window small.
     const [etcdClient, etcdPeer] = [await freePort(), await freePort()];
@@ -112,8 +124,8 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
     await waitReady(etcd, () => etcdHealthy(etcdClient, tls));
 
     const apiPort = await freePort();
-    const server = `https://127.0.0.1:${apiPort}`;
-    const apiArgs = apiServerArgs({ port: apiPort, etcdClientPort: etcdClient, pki, certDir: join(dir, "certs") });
+    const server = `https://${nodes?.address ?? "127.0.0.1"}:${apiPort}`;
+    const apiArgs = apiServerArgs({ port: apiPort, etcdClientPort: etcdClient, pki, certDir: join(dir, "certs"), ...(nodes === undefined ? {} : { nodes: { address: nodes.address } }) });
     const apiReady = async (): Promise<boolean> => (await httpsGet(`${server}/readyz`, tls))?.status === 200;
     let apiserver = spawnComponent("kube-apiserver", binaries.kubeApiserver, apiArgs);
     await waitReady(apiserver, apiReady);
@@ -123,8 +135,13 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
     let controllerManager: ManagedProcess | undefined;
     if (options.controllerManager ?? true) {
       const kcmPort = await freePort();
-      controllerManager = spawnComponent("kube-controller-manager", binaries.kubeControllerManager, controllerManagerArgs(kubeconfigPath, pki, kcmPort));
+      controllerManager = spawnComponent("kube-controller-manager", binaries.kubeControllerManager, controllerManagerArgs(kubeconfigPath, pki, kcmPort, nodes !== undefined));
       await waitReady(controllerManager, async () => (await httpsGet(`https://127.0.0.1:${kcmPort}/healthz`, "insecure"))?.status === 200);
+    }
+    if (nodes !== undefined) {
+      const schedulerPort = await freePort();
+      const scheduler = spawnComponent("kube-scheduler", nodes.kubeScheduler, schedulerArgs(kubeconfigPath, schedulerPort));
+      await waitReady(scheduler, async () => (await httpsGet(`https://127.0.0.1:${schedulerPort}/healthz`, "insecure"))?.status === 200);
     }
 
     const kubeConfig = new KubeConfig();
@@ -140,6 +157,8 @@ async function startOnce(options: ControlPlaneOptions): Promise<ControlPlane> {
       kubeConfig,
       binaries,
       startupMs,
+      caCert: pki.caCert,
+      clientCertificate: (name, user, groups) => issueClientCertificate(join(dir, "certs"), pki, name, user, groups),
       state: () => ({
         dir,
         server,

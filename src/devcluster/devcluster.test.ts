@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { ImpError } from "../shared/index.ts";
 import { ETCD_VERSION, KUBE_VERSION } from "./binaries.ts";
-import { apiServerArgs, controllerManagerArgs } from "./component-args.ts";
+import { apiServerArgs, controllerManagerArgs, schedulerArgs } from "./component-args.ts";
 import { parseStartTime } from "./detached-cluster.ts";
 import { startControlPlane } from "./control-plane.ts";
 import type { Pki } from "./pki.ts";
@@ -26,6 +26,15 @@ describe("component command lines", () => {
     for (const flag of ["--bind-address=127.0.0.1", "--secure-port=1234", "--client-ca-file=ca.crt", "--authorization-mode=RBAC"]) {
       assert.ok(args.includes(flag), flag);
     }
+  });
+  it("serve real kubelets on the one address given, with the Node authorizer and NodeRestriction", () => {
+    const args = apiServerArgs({ port: 1234, etcdClientPort: 2379, pki, certDir: "d", nodes: { address: "198.18.250.1" } });
+    for (const flag of ["--bind-address=198.18.250.1", "--advertise-address=198.18.250.1", "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--kubelet-preferred-address-types=InternalIP"]) {
+      assert.ok(args.includes(flag), flag);
+    }
+    assert.ok(!args.includes("--bind-address=127.0.0.1") && !args.includes("--authorization-mode=RBAC"));
+    assert.ok(controllerManagerArgs("kc", pki, 1, true).includes("--controllers=*"));
+    assert.deepEqual(schedulerArgs("kc", 4322).filter((a) => a.startsWith("--secure-port=") || a.startsWith("--bind-address=")), ["--bind-address=127.0.0.1", "--secure-port=4322"]);
   });
 });
 

@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
 import { writeFile } from "node:fs/promises";
+import { isIP } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
 
@@ -25,15 +26,20 @@ async function openssl(args: readonly string[], cwd: string): Promise<void> {
   await run("openssl", args, { cwd });
 }
 
-/** Creates a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate (system:masters) and a service-account key pair in `dir`. */
-export async function createPki(dir: string): Promise<Pki> {
+/**
+ * Creates a CA, a serving certificate for 127.0.0.1/localhost (and `extraAddresses`), an admin
+ * client certificate (system:masters) and a service-account key pair in `dir`.
+ */
+export async function createPki(dir: string, extraAddresses: readonly string[] = []): Promise<Pki> {
+  const notIp = extraAddresses.find((a) => isIP(a) === 0);
+  if (notIp !== undefined) throw new Error(`createPki: ${JSON.stringify(notIp)} is not an IP address`);
   const p = (name: string): string => join(dir, name);
   const days = "3650";
   await openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", days, "-subj", "/CN=imp-dev-ca"], dir);
   // clientAuth too: etcd's JSON gateway dials etcd's own gRPC port with the serving certificate.
   await writeFile(
     p("serving.ext"),
-    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    `subjectAltName=IP:127.0.0.1,${extraAddresses.map((a) => `IP:${a},`).join("")}DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n`,
   );
   await openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "serving.key", "-out", "serving.csr", "-subj", "/CN=kube-apiserver"], dir);
   await openssl(["x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "serving.crt", "-days", days, "-extfile", "serving.ext"], dir);
@@ -52,4 +58,19 @@ export async function createPki(dir: string): Promise<Pki> {
     serviceAccountKey: p("sa.key"),
     serviceAccountPub: p("sa.pub"),
   };
+}
+
+/**
+ * A client certificate and key signed by the plane's CA, for `user` in `groups` (e.g. a kubelet:
+ * `system:node:<name>` in `system:nodes`). Returns the two paths, `<name>.crt` and `<name>.key` in `dir`.
+ */
+export async function issueClientCertificate(dir: string, pki: Pki, name: string, user: string, groups: readonly string[]): Promise<{ cert: string; key: string }> {
+  if (!/^[a-z0-9][a-z0-9.-]*$/.test(name) || ![user, ...groups].every((v) => /^[A-Za-z0-9:._-]+$/.test(v))) {
+    throw new Error(`issueClientCertificate: ${JSON.stringify({ name, user, groups })} holds characters a certificate subject here may not`);
+  }
+  const subject = `${groups.map((g) => `/O=${g}`).join("")}/CN=${user}`;
+  await writeFile(join(dir, "client.ext"), "extendedKeyUsage=clientAuth\n");
+  await openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject], dir);
+  await openssl(["x509", "-req", "-in", `${name}.csr`, "-CA", pki.caCert, "-CAkey", pki.caKey, "-CAcreateserial", "-out", `${name}.crt`, "-days", "3650", "-extfile", "client.ext"], dir);
+  return { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
 }
