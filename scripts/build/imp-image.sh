@@ -22,7 +22,8 @@ vsock="$(ls "$IMP_CACHE"/vhost-device-vsock-*/bin/vhost-device-vsock 2>/dev/null
 inputs=("$node_bin" "$kernel" "$IMP_CACHE/guest/imp-guest" "$IMP_CACHE/supervisor/imp-supervisor" "$base/layer.digest")
 [[ -n "$vsock" ]] && inputs+=("$vsock")
 for f in "${inputs[@]}"; do [[ -s "$f" ]] || { echo "imp-image: missing input $f (run scripts/setup.sh)" >&2; exit 1; }; done
-key="$( { git ls-files -s src bin package.json package-lock.json; sha256sum "${inputs[@]}"; sha256sum "$0"; } | sha256sum | cut -c1-16)"
+# The files as they are in the work tree (not the index: an uncommitted change is an input too).
+key="$( { git ls-files -z src bin package.json package-lock.json | xargs -0 sha256sum; sha256sum "${inputs[@]}"; sha256sum "$0"; } | sha256sum | cut -c1-16)"
 out="$IMP_CACHE/images/imp"
 if [[ -s "$out/key" && "$(cat "$out/key")" == "$key" && -s "$out.tar" ]]; then
   echo "$ref $(cat "$out/digest") $out $out.tar"

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { nodeKeyPairFromPrivate, openSetup, parseSealedSetup, setupSecretName, SETUP_SECRET, type ImpVM } from "../../src/api/index.ts";
+import { VmDir } from "../../src/agent/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { giteaWorldUnavailable, nameOf, RunnerWorld } from "../e2e/runner-path/world.ts";
 import { GITEA_RUNNER_BIN, type GiteaJobView } from "../gitea/gitea-server.ts";
@@ -37,6 +38,20 @@ async function idleGiteaRunner(ctx: CaseContext, except: ReadonlySet<string> = n
     const idle = new Set(runners.filter((r) => r.status === "online" && !r.busy).map((r) => r.name));
     return (await ctx.world.listVms()).find((vm) => vm.metadata.namespace === ctx.namespace && !except.has(nameOf(vm)) && vm.status?.phase === "Running" && idle.has(nameOf(vm)));
   }, timeoutMs, 250);
+}
+
+/**
+ * Keeps the latest copy of a VM's serial console while a case runs: the agent removes the VM's
+ * directory when the VM ends, and a failed case needs what the runner printed to be explained.
+ */
+function consoleKeeper(ctx: CaseContext, vm: ImpVM): { text(): string; stop(): void } {
+  const node = ctx.world.nodes.find((n) => n.name === vm.status?.nodeName);
+  const path = node === undefined ? undefined : join(VmDir.of(node.stateDir, vm.metadata.uid ?? "").vmm(), "serial.log");
+  let last = path === undefined ? "(the VM's node is not in this world)" : "";
+  const timer = setInterval(() => {
+    if (path !== undefined) readFile(path, "utf8").then((t) => { last = t; }, () => undefined);
+  }, 500);
+  return { text: () => last, stop: () => clearInterval(timer) };
 }
 
 /** Pushes a workflow whose one job runs `run` on the case's runners; returns its file name. */
@@ -125,22 +140,29 @@ const cases: FaultCase[] = [
     forge: "gitea",
     async run(ctx) {
       const vm = await idleGiteaRunner(ctx);
-      await pushWorkflow(ctx, "survives", "sleep 20; echo survived");
-      await jobReaches(ctx, "survives", "in_progress", 120_000);
+      const console = consoleKeeper(ctx, vm);
+      await pushWorkflow(ctx, "survives", "echo started; sleep 20; echo survived");
+      const running = await jobReaches(ctx, "survives", "in_progress", 120_000);
       const gitea = giteaOf(ctx);
+      // In progress on Gitea is not yet running in the runner: Gitea commits the assignment before it
+      // answers FetchTask, and a crash in between loses the answer (the task then fails as a zombie,
+      // Gitea's at-most-once hand-off, which no runner controller can repair). Mid-job means the
+      // runner has the job: its first step's output has reached Gitea.
+      await waitFor("the runner's first step output on Gitea", async () => ((await gitea.jobLog("acme", ctx.pool, running.id)).includes("started") ? true : undefined), { timeoutMs: 120_000, intervalMs: 250 });
       ctx.faultNow();
       const down = Date.now();
       await gitea.crash();
       await new Promise((r) => setTimeout(r, 5_000));
       await gitea.startAgain();
       const outage = Date.now() - down;
-      const job = await jobReaches(ctx, "survives", "completed", 180_000);
+      const job = await jobReaches(ctx, "survives", "completed", 180_000).finally(() => console.stop());
       const log = await gitea.jobLog("acme", ctx.pool, job.id);
       // Gitea fails, at start, a task whose heartbeats are ZOMBIE_TASK_TIMEOUT (60 s) old: an outage
       // that long is Gitea's verdict, not the runner's; shorter ones must not lose the job.
       assert.ok(outage < 50_000, `Gitea took ${s(outage)} to come back: longer than this case can judge`);
       const said = ctx.world.operator.log().split("\n").filter((l) => l.includes(nameOf(vm))).slice(-10).join("\n");
-      assert.equal(job.conclusion, "success", `the runner reported the job once Gitea was back (down ${s(outage)}); job log: ${log.slice(-1500)}\noperator on ${nameOf(vm)}:\n${said}`);
+      const giteaSaid = gitea.log().split("\n").filter((l) => /task|runner|zombie|Register|FetchTask|UpdateTask|UpdateLog/i.test(l)).slice(-25).join("\n");
+      assert.equal(job.conclusion, "success", `the runner reported the job once Gitea was back (down ${s(outage)}); job log: ${log.slice(-1500)}\noperator on ${nameOf(vm)}:\n${said}\nGitea said:\n${giteaSaid}\nthe VM's console:\n${console.text().slice(-3000)}`);
       assert.match(log, /survived/);
       const replacement = await idleGiteaRunner(ctx, new Set([nameOf(vm)]));
       return `Gitea was down ${s(outage)} mid-job (killed, started again after 5 s); the runner in ${nameOf(vm)} retried and finished: ${job.conclusion ?? "?"}, its log on Gitea; replacement ${nameOf(replacement)} online`;

@@ -4,12 +4,13 @@
  * outlive an agent restart), and the VM network if configured.
  */
 import { arch } from "node:os";
+import { rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { describeError, terminalError, type Logger } from "../../shared/index.ts";
 import { fileDigestOf } from "../image/cache/index.ts";
 import { NodeNetwork } from "../network/index.ts";
-import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
+import { adoptAllSupervised, memoryMount, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
 import { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, FirecrackerDriver, NetnsLauncher, probeKvm, QemuDriver, readHostTscKhz, type ProcessLauncher, type VmmDriver, type VmmKind } from "../vmm/index.ts";
 import type { VmLaunchPorts, VmNetworkProvider } from "../vm/index.ts";
 import type { AgentConfig } from "./agent-config.ts";
@@ -134,6 +135,14 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       ...(nodeNetwork === undefined ? {} : { sweepNetwork: (live: Pick<ReadonlySet<string>, "has">) => (nodeNetwork as NodeNetwork).sweep(live) }),
     },
     chooseVmm,
+    releaseNodeWhenIdle: async () => {
+      await nodeNetwork?.teardown();
+      // Only the agent's own level of the parent ("imp/<node>"): "imp" may hold other agents' parents.
+      const mount = config.supervised ? await memoryMount("/sys/fs/cgroup") : undefined;
+      if (mount !== undefined) await rmdir(join(mount, config.cgroupParent)).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== "ENOENT") throw err;
+      });
+    },
     runtime: {
       stateDir: config.stateDir,
       images,

@@ -4,6 +4,7 @@
  * API writes). Owns the node's ImpNode status and liveness Lease, its finalizer on every VM it
  * touches, and the VM phases from Preparing to terminal.
  */
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
@@ -33,7 +34,7 @@ import {
 import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
-import { DEFAULT_RUNTIME_TIMEOUTS, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
+import { DEFAULT_RUNTIME_TIMEOUTS, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
@@ -61,6 +62,12 @@ export interface NodeAgentOptions {
   readonly runtime: Omit<VmRuntimeOptions, "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe" | "faults">;
   /** Which VMM boots a plan here (node config, class preference, KVM). */
   readonly chooseVmm: (plan: VmPlan) => VmmKind;
+  /**
+   * Called once the agent has stopped with no VM on the node (neither in the runtime nor a VM
+   * directory on disk): removes what the node holds only for VMs (the VM network, the cgroup
+   * parent), so an uninstalled agent leaves nothing behind. A new agent creates them again at start.
+   */
+  readonly releaseNodeWhenIdle?: () => Promise<void>;
   readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
   readonly logger: Logger;
   readonly clock?: Clock;
@@ -163,6 +170,28 @@ export class NodeAgent {
     const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) }).addServer(this.sweeper);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);
+    await this.#releaseNodeIfIdle();
+  }
+
+  /**
+   * After a stop: an agent that leaves VMs running (an upgrade, a restart) keeps their network and
+   * cgroups for the next agent to adopt; one that leaves none (an uninstall, a drained node) removes them.
+   */
+  async #releaseNodeIfIdle(): Promise<void> {
+    const release = this.#o.releaseNodeWhenIdle;
+    if (release === undefined) return;
+    const running = [...this.runtime.liveUids()].filter((uid) => this.runtime.local(uid)?.stage !== "released");
+    const onDisk = await readdir(VmDir.vmsDir(this.#o.runtime.stateDir)).catch(() => []);
+    if (running.length > 0 || onDisk.length > 0) {
+      this.#log.info({ running: running.length, vmDirectories: onDisk.length }, "VMs stay on the node for the next agent to adopt");
+      return;
+    }
+    try {
+      await release();
+      this.#log.info("no VM on the node: removed the node's VM network and cgroup parent");
+    } catch (err) {
+      this.#log.warn({ error: describeError(err) }, "cannot remove the node's VM network or cgroup parent");
+    }
   }
 
   /** VMs whose node resources must stay: bound here and not released, or held by the runtime. */

@@ -6,3 +6,4 @@ export { decideSweep, listSupervised, sweepSupervised, type SupervisedEntry, typ
 export { SUPERVISOR_FILES, type ExitRecord, type SupervisorIdentity } from "./records.ts";
 export type { ProcessRef } from "./proc.ts";
 export { MAX_LINE as SUPERVISOR_MAX_LINE, type SupervisorStatus } from "./protocol.ts";
+export { memoryMount } from "./cgroups.ts";

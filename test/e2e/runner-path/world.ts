@@ -126,7 +126,7 @@ export async function giteaWorldUnavailable(): Promise<string | undefined> {
 }
 
 /** The runner layer: the test runner program at /runner, plus `extra` entries (a case's own variant). */
-async function runnerLayer(extra: readonly LayerEntry[] = []): Promise<Awaited<ReturnType<typeof buildLayer>>> {
+export async function runnerLayer(extra: readonly LayerEntry[] = []): Promise<Awaited<ReturnType<typeof buildLayer>>> {
   return buildLayer([
     { path: "runner/", type: "directory" },
     { path: "runner/imp-test-runner", content: await readFile(testRunnerPath), mode: 0o755 },
@@ -658,7 +658,7 @@ async function removeCgroupTree(dir: string): Promise<void> {
   await rmdir(dir).catch(() => undefined);
 }
 
-function classYaml(): string {
+export function classYaml(): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMClass
 metadata:
@@ -671,7 +671,7 @@ spec:
 `;
 }
 
-function templateYaml(namespace: string, baseImage: string, runnerImage: string): string {
+export function templateYaml(namespace: string, baseImage: string, runnerImage: string): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMTemplate
 metadata:
@@ -731,13 +731,13 @@ async function dockerRunnerLayer(): Promise<Awaited<ReturnType<typeof buildLayer
   ]);
 }
 
-interface TcpForwarder {
+export interface TcpForwarder {
   readonly address: string;
   close(): Promise<void>;
 }
 
 /** A TCP forwarder on `host` (a free port) to `target`: the test registry as the VMs reach it. */
-async function forwardTcp(host: string, target: URL): Promise<TcpForwarder> {
+export async function forwardTcp(host: string, target: URL): Promise<TcpForwarder> {
   const sockets = new Set<Socket>();
   const server = createNetServer((client) => {
     const upstream = connect(Number(target.port), target.hostname);
@@ -794,7 +794,7 @@ export interface PoolShape {
   readonly docker?: boolean;
 }
 
-function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number, registryForVms: string | undefined): string {
+export function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number, registryForVms: string | undefined): string {
   const docker = spec.docker === true;
   return `apiVersion: ${API_VERSION}
 kind: ImpVMRunnerPool

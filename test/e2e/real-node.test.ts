@@ -1,0 +1,236 @@
+/**
+ * Imp installed the way a platform team installs it, on a real node: a control plane that serves
+ * kubelets, a kubelet with containerd and runc in a network namespace of its own
+ * (test/e2e/real-node/kube-node.ts), Imp's image built by the repo (scripts/build/imp-image.sh) and
+ * imported into that containerd, and `helm install` of deploy/helm/imp. Then what users do: a runner
+ * pool (scale-set mode: no inbound webhook) gets a microVM started by the agent Pod; a job runs in
+ * it; the agent DaemonSet is rolled while a job runs, and the job completes on the VM the new agent
+ * Pod adopted; then `helm uninstall`, after which nothing of Imp is left on the node.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
+import { GITHUB_APP_SECRET_KEYS, IMP_NODES, IMP_VMS, type ImpNode, type ImpVM } from "../../src/api/index.ts";
+import { startControlPlane, type ControlPlane } from "../../src/devcluster/index.ts";
+import { createResourceClient, type ResourceClient } from "../../src/kube/index.ts";
+import { waitFor } from "../../src/shared/index.ts";
+import { appKeyPair, APP_ID, INSTALLATION_ID } from "../github/harness.ts";
+import { GitHubTestServer, type TestJob } from "../github/server.ts";
+import { buildImage, busyboxLayer } from "../harness/oci-image.ts";
+import { pushImage, startRegistry, type RunningRegistry } from "../harness/registry.ts";
+import { KubeNode, kubeNodeUnavailable, NODE_BIN } from "./real-node/kube-node.ts";
+import { helloSteps } from "./runner-path/jobs.ts";
+import { SimNodes, simNodesUnavailable, type SimNodeNet } from "./runner-path/sim-nodes.ts";
+import { classYaml, forwardTcp, poolYaml, REPO, runnerLayer, templateYaml, testRunnerPath, type TcpForwarder } from "./runner-path/world.ts";
+
+const execFileAsync = promisify(execFile);
+const repoRoot = resolve(import.meta.dirname, "../..");
+const cacheDir = process.env.IMP_CACHE ?? join(repoRoot, ".cache");
+const helmBin = join(cacheDir, "bin", "helm");
+const RELEASE_NS = "imp-system";
+const NS = "ci";
+const POOL = "linux";
+const s = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+const say = (line: string): void => void process.stdout.write(`# ${line}\n`);
+
+async function unavailable(): Promise<string | undefined> {
+  const reason = (await simNodesUnavailable()) ?? (await kubeNodeUnavailable());
+  if (reason !== undefined) return reason;
+  if (!existsSync(helmBin)) return `no helm at ${helmBin} (scripts/setup.d/64-helm.sh)`;
+  if (!existsSync(testRunnerPath)) return `no test runner at ${testRunnerPath} (scripts/setup.sh)`;
+  if (!existsSync(join(cacheDir, "rootfs", "imp", "layer.tar.gz"))) return "no base layer for Imp's image (scripts/setup.d/58-runner-rootfs.sh)";
+  if (!existsSync("/dev/kvm") && !existsSync("/usr/bin/qemu-system-x86_64")) return "no QEMU";
+  return undefined;
+}
+
+const skip = await unavailable();
+if (skip !== undefined) say(`real-node test cannot run on this machine: ${skip}`);
+
+describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the agent rolled mid-job, helm uninstall", { skip, timeout: 1_800_000 }, () => {
+  const cleanups: Array<() => Promise<unknown>> = [];
+  let sim: SimNodes;
+  let net: SimNodeNet;
+  let plane: ControlPlane;
+  let node: KubeNode;
+  let registry: RunningRegistry;
+  let forwarder: TcpForwarder;
+  let github: GitHubTestServer;
+  let dir: string;
+  let stateDir: string;
+  let vms: ResourceClient<ImpVM>;
+  const kubectl = async (args: readonly string[], input?: string): Promise<string> => {
+    const child = execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, ...args], { timeout: 120_000, maxBuffer: 16 << 20 });
+    if (input !== undefined) child.child.stdin?.end(input);
+    return (await child).stdout;
+  };
+  const helm = async (args: readonly string[]): Promise<string> =>
+    (await execFileAsync(helmBin, ["--kubeconfig", plane.kubeconfigPath, ...args], { timeout: 600_000, maxBuffer: 16 << 20, env: { ...process.env, HELM_CACHE_HOME: join(dir, "helm-cache"), HELM_CONFIG_HOME: join(dir, "helm-config"), HELM_DATA_HOME: join(dir, "helm-data") } })).stdout;
+  /** What the agent Pod(s) logged, for failure messages. */
+  const agentLogs = async (): Promise<string> => (await kubectl(["-n", RELEASE_NS, "logs", "-l", "app.kubernetes.io/component=agent", "--tail=40", "--prefix"]).catch((e: unknown) => String(e))).slice(-6000);
+  const operatorLogs = async (): Promise<string> => (await kubectl(["-n", RELEASE_NS, "logs", "-l", "app.kubernetes.io/component=operator", "--tail=40"]).catch((e: unknown) => String(e))).slice(-6000);
+  const agentPods = async (): Promise<Array<{ name: string; uid: string; ready: boolean; deleting: boolean }>> => {
+    const list = JSON.parse(await kubectl(["-n", RELEASE_NS, "get", "pods", "-l", "app.kubernetes.io/component=agent", "-o", "json"])) as { items: Array<{ metadata: { name: string; uid: string; deletionTimestamp?: string }; status?: { conditions?: Array<{ type: string; status: string }> } }> };
+    return list.items.map((p) => ({ name: p.metadata.name, uid: p.metadata.uid, deleting: p.metadata.deletionTimestamp !== undefined, ready: p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") === true }));
+  };
+  const onlineRunner = async (except: ReadonlySet<string> = new Set()): Promise<ImpVM | undefined> =>
+    (await vms.list({ namespace: NS })).items.find((vm) => !except.has(vm.metadata.name ?? "") && vm.status?.phase === "Running" && github.runnerNamed(vm.metadata.name ?? "")?.status === "online");
+  const waitJob = (job: TestJob, timeoutMs: number): Promise<TestJob> =>
+    waitFor(`job ${job.name} completed`, () => (job.status === "completed" ? job : undefined), { timeoutMs, intervalMs: 200 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
+    });
+  let installedAt = 0;
+  let uninstalled = false;
+
+  before(async () => {
+    const undo = async (): Promise<void> => {
+      for (const c of cleanups.splice(0).reverse()) await c().catch((e: unknown) => say(`cleanup: ${String(e)}`));
+    };
+    try {
+      dir = await mkdtemp("/tmp/imp-rn-");
+      cleanups.push(() => rm(dir, { recursive: true, force: true }));
+      sim = new SimNodes();
+      cleanups.push(() => sim.dispose());
+      net = await sim.add("node-a");
+      plane = await startControlPlane({ nodes: { address: net.hostAddress, kubeScheduler: join(NODE_BIN, "kube-scheduler") } });
+      cleanups.push(() => plane.stop());
+      node = await KubeNode.start({ name: "node-a", dir: join(dir, "node"), netns: net.netns, nodeIp: net.uplinkAddress, plane, labels: { "imp.dev/kvm": "true" } });
+      cleanups.push(() => node.stop());
+      say(`control plane at ${plane.server}; node-a Ready ${s(node.readyMs)} after containerd started (kubelet ${NODE_BIN}, netns ${net.netns})`);
+
+      const built = Date.now();
+      const [ref, digest, , tar] = (await execFileAsync("bash", [join(repoRoot, "scripts/build/imp-image.sh")], { timeout: 900_000, maxBuffer: 16 << 20 })).stdout.trim().split(" ");
+      assert.ok(ref !== undefined && digest !== undefined && tar !== undefined);
+      const imported = Date.now();
+      await node.importImage(tar);
+      say(`${ref} (${digest}) built in ${s(imported - built)}, imported into the node's containerd in ${s(Date.now() - imported)}`);
+
+      registry = await startRegistry();
+      cleanups.push(() => registry.stop());
+      forwarder = await forwardTcp(net.hostAddress, new URL(registry.url));
+      cleanups.push(() => forwarder.close());
+      await pushImage(registry.url, "ci/base", "1", buildImage([await busyboxLayer()]));
+      await pushImage(registry.url, "ci/runner", "1", buildImage([await runnerLayer()]));
+      const keys = appKeyPair();
+      github = await new GitHubTestServer({ appId: APP_ID, installationId: INSTALLATION_ID, appPublicKey: keys.publicKey, host: net.hostAddress, actionsService: { queuePollMs: 5_000, sessionIdleMs: 20_000, reassignAfterMs: 600_000 } }).start();
+      cleanups.push(() => github.stop());
+
+      stateDir = join(dir, "imp-state");
+      await mkdir(stateDir, { recursive: true });
+      const values = {
+        image: { repository: ref.split(":")[0], tag: ref.split(":")[1], pullPolicy: "Never" },
+        operator: { logLevel: "debug" },
+        agent: {
+          stateDir,
+          logLevel: "debug",
+          config: {
+            capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 2 },
+            cgroupParent: `imp/${sim.prefix}`,
+            imageCacheMaxBytes: 2 * 1024 ** 3,
+            plainHttpRegistries: [forwarder.address],
+            sweepIntervalSeconds: 10,
+            network: { uplink: net.uplink, allowedCIDRs: [`${net.hostAddress}:${new URL(github.url).port}`, forwarder.address] },
+          },
+        },
+      };
+      await writeFile(join(dir, "values.json"), JSON.stringify(values));
+      const t0 = Date.now();
+      await helm(["install", "imp", join(repoRoot, "deploy/helm/imp"), "--namespace", RELEASE_NS, "--create-namespace", "--values", join(dir, "values.json"), "--wait", "--timeout", "10m"]).catch(async (err: unknown) => {
+        throw new Error(`helm install failed: ${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}\n${await kubectl(["get", "pods", "-A", "-o", "wide"]).catch(() => "")}`);
+      });
+      installedAt = Date.now();
+      cleanups.push(async () => (uninstalled ? undefined : helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait"])));
+      say(`helm install --wait: ${s(installedAt - t0)} (operator Deployment and agent DaemonSet ready)`);
+
+      vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
+      await kubectl(["create", "namespace", NS]);
+      const b64 = (v: string): string => Buffer.from(v).toString("base64");
+      await kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-app", namespace: NS }, data: { [GITHUB_APP_SECRET_KEYS.appId]: b64(String(APP_ID)), [GITHUB_APP_SECRET_KEYS.installationId]: b64(String(INSTALLATION_ID)), [GITHUB_APP_SECRET_KEYS.privateKey]: b64(keys.privateKey) } }));
+      await kubectl(["apply", "-f", "-"], classYaml());
+      await kubectl(["apply", "-f", "-"], templateYaml(NS, `${forwarder.address}/ci/base:1`, `${forwarder.address}/ci/runner:1`));
+    } catch (err) {
+      await undo();
+      throw err;
+    }
+  });
+
+  after(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch((e: unknown) => say(`cleanup: ${String(e)}`));
+    if (node !== undefined) {
+      const left = await node.hostChanges();
+      assert.deepEqual(left, [], "the node's world put back every host setting it changed");
+    }
+  });
+
+  it("publishes the node from the agent Pod, with its setup key", async () => {
+    const nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);
+    const published = await waitFor("ImpNode node-a with a setup key", async () => {
+      const n = await nodes.get({ name: "node-a" }).catch(() => undefined);
+      return n?.status?.setupKey !== undefined ? n : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 500 }).catch(async (err: unknown) => Promise.reject(new Error(`${String(err)}\n${await agentLogs()}`)));
+    say(`ImpNode node-a: accel ${published.status?.accel ?? "?"}, ${published.status?.kvmReason ?? ""}`.slice(0, 400));
+    const pods = await agentPods();
+    assert.equal(pods.length, 1, "one agent Pod on the one node");
+  });
+
+  it("runs a job in a microVM the agent Pod started, from a pool applied with kubectl", async () => {
+    const applied = await kubectl(["apply", "-f", "-"], poolYaml(NS, POOL, github.url, { minIdle: 1, maxConcurrent: 2, scaleSet: true }, 600, undefined));
+    assert.match(applied, /created/);
+    const vm = await waitFor("a runner VM online", () => onlineRunner(), { timeoutMs: 600_000, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nVMs: ${JSON.stringify((await vms.list({ namespace: NS })).items.map((v) => v.status))}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
+    });
+    say(`helm install → first runner online: ${s(Date.now() - installedAt)} (${vm.metadata.name ?? ""} on ${vm.status?.nodeName ?? "?"})`);
+    const job = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "hello" });
+    await waitJob(job, 300_000);
+    assert.equal(job.conclusion, "success", job.result?.log);
+    assert.equal(job.runnerName, vm.metadata.name);
+    assert.match(job.result?.log ?? "", /hello from \S+, kernel \S+/);
+  });
+
+  it("keeps a job's VM running while the agent DaemonSet is rolled; the new agent Pod adopts it and the job completes", async () => {
+    const vm = await waitFor("an idle runner online", () => onlineRunner(), { timeoutMs: 600_000, intervalMs: 500 });
+    const name = vm.metadata.name ?? "";
+    const job = github.queueJob({ repo: REPO, labels: [POOL], steps: [{ name: "long", run: "echo begun; sleep 45; echo outlived the agent" }], name: "rolled" });
+    await waitFor(`job ${job.name} running on ${name}`, () => (job.status !== "queued" ? job : undefined), { timeoutMs: 120_000, intervalMs: 200 });
+    assert.equal(job.runnerName, name);
+    const before = await agentPods();
+    const rolled = Date.now();
+    await kubectl(["-n", RELEASE_NS, "rollout", "restart", "daemonset/imp-agent"]);
+    const fresh = await waitFor("a new agent Pod Ready", async () => (await agentPods()).find((p) => p.ready && !p.deleting && !before.some((b) => b.uid === p.uid)), { timeoutMs: 300_000, intervalMs: 250 });
+    const replacedAfter = Date.now() - rolled;
+    const adopted = await waitFor(`the new agent reports ${name} Running`, async () => {
+      const logs = await kubectl(["-n", RELEASE_NS, "logs", fresh.name]).catch(() => "");
+      return /adopt/i.test(logs) && logs.includes(vm.metadata.uid ?? "-") ? logs : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 500 }).then(() => Date.now() - rolled, () => undefined);
+    await waitJob(job, 300_000);
+    assert.equal(job.conclusion, "success", job.result?.log);
+    assert.match(job.result?.log ?? "", /outlived the agent/);
+    say(`agent DaemonSet rolled mid-job: new agent Pod Ready ${s(replacedAfter)} after the restart${adopted === undefined ? "" : `, ${name} adopted ${s(adopted)} after`}; job ${job.conclusion ?? "?"} on ${name}`);
+    await waitFor(`${name} deleted after its job`, async () => ((await vms.get({ namespace: NS, name }).catch(() => undefined)) === undefined ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+  });
+
+  it("leaves nothing of Imp on the node after the pool is deleted and the release uninstalled", async () => {
+    await kubectl(["-n", NS, "delete", "impvmrunnerpool", POOL, "--wait=true", "--timeout=300s"]);
+    await waitFor("no VM left", async () => ((await vms.list({ namespace: NS })).items.length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+    await helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "5m"]);
+    uninstalled = true;
+    await waitFor("no agent or operator Pod", async () => ((await kubectl(["-n", RELEASE_NS, "get", "pods", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 180_000, intervalMs: 500 });
+    const left: string[] = [];
+    const procs = (await execFileAsync("pgrep", ["-af", stateDir]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
+    left.push(...procs.map((p) => `process ${p}`));
+    const links = JSON.parse((await execFileAsync("ip", ["-n", net.netns, "-j", "link", "show"])).stdout) as Array<{ ifname: string }>;
+    left.push(...links.map((l) => l.ifname).filter((n) => n.startsWith("imp") || n.startsWith("tap")).map((n) => `link ${n}`));
+    const tables = (await execFileAsync("ip", ["netns", "exec", net.netns, "nft", "list", "tables"])).stdout.split("\n").filter((l) => /imp/.test(l));
+    left.push(...tables.map((t) => `nftables ${t}`));
+    for (const h of ["memory", "unified", ""]) if (existsSync(join("/sys/fs/cgroup", h, "imp", sim.prefix))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", sim.prefix)}`);
+    const vmDirs = await readdir(join(stateDir, "vms")).catch(() => []);
+    left.push(...vmDirs.map((d) => `VM directory ${d}`));
+    left.push(...[...github.runners.values()].map((r) => `runner ${r.name} still registered`));
+    assert.deepEqual(left, [], "nothing of Imp on the node");
+    const log = await readFile(join(dir, "node", "kubelet.log"), "utf8").catch(() => "");
+    assert.ok(log.length > 0);
+  });
+});

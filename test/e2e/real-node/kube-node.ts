@@ -1,0 +1,334 @@
+/**
+ * A real Kubernetes node on this machine: Debian's containerd and runc, the kubelet and kube-proxy
+ * built from k8s.io/kubernetes (scripts/setup.d/26-kube-node.sh), all inside one network namespace
+ * (a simulated node's, test/e2e/runner-path/sim-nodes.ts) so the kubelet's node IP, its hostNetwork
+ * Pods, kube-proxy's rules and the Pods' bridge stay off the host's own network.
+ *
+ * What the kubelet changes on the host is put back by `stop()` and checked by `hostChanges()`:
+ * sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops), the mounts of Pod
+ * volumes under its root directory, the cgroups of its Pods (under a cgroup root of its own) and the
+ * files it and containerd keep. containerd gets its own root, state and socket under the node's
+ * directory; only the shims' sockets go to /run/containerd/s, as containerd 1.6 fixes that path.
+ */
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, readFile, readdir, rm, rmdir, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { KUBE_VERSION, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { ManagedProcess } from "../../../src/devcluster/managed-process.ts";
+import { waitFor } from "../../../src/shared/index.ts";
+
+const execFileAsync = promisify(execFile);
+const repoRoot = resolve(import.meta.dirname, "../../..");
+const cacheDir = process.env.IMP_CACHE ?? join(repoRoot, ".cache");
+export const NODE_BIN = join(cacheDir, "bin", `kube-node-${KUBE_VERSION}`);
+export const PAUSE_IMAGE = "registry.k8s.io/pause:3.10";
+const SYSCTLS = ["vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops"] as const;
+/** Pods on the node's bridge: a test range, inside the node's namespace only. */
+const POD_CIDR = "198.18.251.0/24";
+const CLUSTER_DNS = "10.0.0.10";
+
+/** Why this machine cannot run a real node, or undefined when it can. */
+export async function kubeNodeUnavailable(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return "needs root (containerd, the kubelet, network namespaces)";
+  for (const bin of ["kubelet", "kube-proxy", "kube-scheduler", "pause"]) {
+    if (!existsSync(join(NODE_BIN, bin))) return `${join(NODE_BIN, bin)} is missing (scripts/setup.d/26-kube-node.sh builds it)`;
+  }
+  for (const tool of ["containerd", "runc", "ctr", "iptables"]) {
+    try {
+      await execFileAsync("sh", ["-c", `command -v ${tool}`]);
+    } catch {
+      return `${tool} is not installed (scripts/setup.d/26-kube-node.sh installs it)`;
+    }
+  }
+  if (!existsSync("/usr/lib/cni/bridge")) return "the CNI plugins are not installed (containernetworking-plugins)";
+  return undefined;
+}
+
+export interface KubeNodeOptions {
+  readonly name: string;
+  /** Everything of the node lives under here (containerd's root, the kubelet's root, logs). */
+  readonly dir: string;
+  readonly netns: string;
+  /** The node's address (its uplink's, inside `netns`). */
+  readonly nodeIp: string;
+  readonly plane: ControlPlane;
+  readonly labels?: Readonly<Record<string, string>>;
+}
+
+export class KubeNode {
+  readonly name: string;
+  readonly dir: string;
+  readonly netns: string;
+  readonly socket: string;
+  readonly #processes: ManagedProcess[] = [];
+  readonly #sysctls = new Map<string, string>();
+  readonly #options: KubeNodeOptions;
+  /** Milliseconds from containerd's start to the Node Ready. */
+  readyMs = 0;
+  /** The cgroup (in every hierarchy) under which the kubelet puts its Pods. */
+  readonly cgroupRoot: string;
+
+  private constructor(options: KubeNodeOptions) {
+    this.#options = options;
+    this.name = options.name;
+    this.dir = options.dir;
+    this.netns = options.netns;
+    this.socket = join(options.dir, "containerd", "containerd.sock");
+    this.cgroupRoot = `imp-kube-${options.name}`;
+  }
+
+  static async start(options: KubeNodeOptions): Promise<KubeNode> {
+    const node = new KubeNode(options);
+    try {
+      await node.#start();
+      return node;
+    } catch (err) {
+      await node.stop();
+      throw err;
+    }
+  }
+
+  async #start(): Promise<void> {
+    const { dir, plane, name } = this.#options;
+    for (const key of SYSCTLS) this.#sysctls.set(key, (await execFileAsync("sysctl", ["-n", key])).stdout.trim());
+    for (const sub of ["containerd/root", "containerd/state", "cni/net.d", "cni/state", "kubelet", "pods-logs", "volume-plugins"]) await mkdir(join(dir, sub), { recursive: true });
+    await writeFile(join(dir, "containerd", "config.toml"), this.#containerdConfig());
+    await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(), null, 2));
+    // The kubelet wants its cgroup root to exist in every hierarchy; cpuset's needs CPUs and memory nodes.
+    for (const hierarchy of await cgroupHierarchies()) {
+      const root = join(hierarchy, this.cgroupRoot);
+      await mkdir(root, { recursive: true });
+      for (const f of ["cpuset.cpus", "cpuset.mems"]) if (existsSync(join(root, f))) await writeFile(join(root, f), await readFile(join(hierarchy, f)));
+    }
+    const started = Date.now();
+    const containerd = this.#spawn("containerd", "containerd", ["--config", join(dir, "containerd", "config.toml")]);
+    await waitFor("containerd serving", async () => {
+      if (!containerd.running) throw new Error(`containerd exited: ${await tail(join(dir, "containerd.log"))}`);
+      return (await this.ctr(["version"]).then(() => true, () => false)) ? true : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 200 });
+    await this.importImage(await pauseImageTar(dir));
+
+    const { cert, key } = await plane.clientCertificate(`kubelet-${name}`, `system:node:${name}`, ["system:nodes"]);
+    const kubeconfig = join(dir, "kubelet.kubeconfig");
+    await writeFile(kubeconfig, kubeconfigOf(plane.server, plane.caCert, cert, key), { mode: 0o600 });
+    await writeFile(join(dir, "kubelet.yaml"), this.#kubeletConfig());
+    this.#spawn("kubelet", join(NODE_BIN, "kubelet"), [
+      `--config=${join(dir, "kubelet.yaml")}`,
+      `--kubeconfig=${kubeconfig}`,
+      `--root-dir=${join(dir, "kubelet")}`,
+      `--node-ip=${this.#options.nodeIp}`,
+      `--hostname-override=${name}`,
+      ...(this.#options.labels === undefined ? [] : [`--node-labels=${Object.entries(this.#options.labels).map(([k, v]) => `${k}=${v}`).join(",")}`]),
+      "--v=1",
+    ]);
+    await writeFile(join(dir, "kube-proxy.yaml"), this.#proxyConfig(plane.kubeconfigPath));
+    this.#spawn("kube-proxy", join(NODE_BIN, "kube-proxy"), [`--config=${join(dir, "kube-proxy.yaml")}`, "--v=1"]);
+    await waitFor(`node ${name} Ready`, async () => {
+      for (const p of this.#processes) if (!p.running) throw new Error(`${p.name} exited: ${await tail(join(dir, `${p.name}.log`))}`);
+      const out = await execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, "get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]).then((r) => r.stdout, () => "");
+      return out === "True" ? true : undefined;
+    }, { timeoutMs: 180_000, intervalMs: 500 });
+    this.readyMs = Date.now() - started;
+  }
+
+  #spawn(name: string, command: string, args: readonly string[]): ManagedProcess {
+    // nsenter, not `ip netns exec`: that also remounts /sys for the namespace, hiding the cgroup
+    // mounts the kubelet and runc need.
+    const proc = new ManagedProcess({ name, command: "nsenter", args: [`--net=/run/netns/${this.netns}`, "--", command, ...args], logFile: join(this.dir, `${name}.log`) });
+    this.#processes.push(proc);
+    return proc;
+  }
+
+  /** `ctr` against this node's containerd, in the namespace the kubelet uses. */
+  async ctr(args: readonly string[], timeoutMs = 120_000): Promise<string> {
+    const { stdout } = await execFileAsync("ctr", ["--address", this.socket, "--namespace", "k8s.io", ...args], { timeout: timeoutMs, maxBuffer: 16 << 20 });
+    return stdout;
+  }
+
+  /** Imports an OCI image archive (a tar of an OCI layout whose index names the image). */
+  async importImage(tar: string): Promise<void> {
+    await this.ctr(["images", "import", "--no-unpack=false", tar], 600_000);
+  }
+
+  /** The log of one of the node's processes (containerd, kubelet, kube-proxy). */
+  async log(name: "containerd" | "kubelet" | "kube-proxy"): Promise<string> {
+    return readFile(join(this.dir, `${name}.log`), "utf8").catch(() => "");
+  }
+
+  /**
+   * Stops the kubelet and kube-proxy, then every container left (the kubelet does not stop Pods when
+   * it stops), then containerd; unmounts what Pods mounted under the node's directory, removes the
+   * Pods' cgroups, and puts the sysctls back. Idempotent.
+   */
+  async stop(): Promise<void> {
+    const [containerd, ...rest] = this.#processes.splice(0);
+    for (const p of rest.reverse()) await p.stop();
+    if (containerd !== undefined) {
+      if (containerd.running) {
+        const tasks = (await this.ctr(["tasks", "list", "-q"]).catch(() => "")).split("\n").filter((t) => t !== "");
+        for (const t of tasks) await this.ctr(["tasks", "kill", "--signal", "SIGKILL", t]).catch(() => undefined);
+        for (const t of tasks) await this.ctr(["tasks", "delete", "--force", t]).catch(() => undefined);
+        for (const c of (await this.ctr(["containers", "list", "-q"]).catch(() => "")).split("\n").filter((c) => c !== "")) await this.ctr(["containers", "delete", c]).catch(() => undefined);
+      }
+      await containerd.stop();
+    }
+    await unmountUnder(this.dir);
+    await removeCgroupTrees(this.cgroupRoot);
+    for (const [key, value] of this.#sysctls) await execFileAsync("sysctl", ["-q", "-w", `${key}=${value}`]).catch(() => undefined);
+    await rm(this.dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  /** What of the node is still on the host: changed sysctls, mounts under its directory, Pod cgroups, containerd shims. */
+  async hostChanges(): Promise<string[]> {
+    const out: string[] = [];
+    for (const [key, value] of this.#sysctls) {
+      const now = (await execFileAsync("sysctl", ["-n", key])).stdout.trim();
+      if (now !== value) out.push(`sysctl ${key} is ${now}, was ${value}`);
+    }
+    const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(this.dir));
+    out.push(...mounts.map((m) => `mount ${m}`));
+    for (const hierarchy of await cgroupHierarchies()) if (existsSync(join(hierarchy, this.cgroupRoot))) out.push(`cgroup ${join(hierarchy, this.cgroupRoot)}`);
+    const shims = (await execFileAsync("pgrep", ["-f", `containerd-shim.*${this.#options.dir}`]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
+    out.push(...shims.map((pid) => `containerd shim pid ${pid}`));
+    return out;
+  }
+
+  #containerdConfig(): string {
+    const d = join(this.dir, "containerd");
+    return `version = 2
+root = "${d}/root"
+state = "${d}/state"
+[grpc]
+  address = "${this.socket}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "${PAUSE_IMAGE}"
+  # Root here lacks CAP_SYS_RESOURCE: runc cannot set a negative oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "${join(this.dir, "cni", "net.d")}"
+`;
+  }
+
+  #kubeletConfig(): string {
+    return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine has cgroup v1 (and no systemd): the kubelet refuses v1 unless told.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://${this.socket}
+# Its Pods' cgroups under a root of its own: never the host's, nor another test kubelet's, kubepods.
+cgroupRoot: /${this.cgroupRoot}
+authentication:
+  anonymous: { enabled: false }
+  webhook: { enabled: true }
+  x509: { clientCAFile: ${this.#options.plane.caCert} }
+authorization: { mode: Webhook }
+clusterDNS: [${CLUSTER_DNS}]
+clusterDomain: cluster.local
+podCIDR: ${POD_CIDR}
+volumePluginDir: ${join(this.dir, "volume-plugins")}
+podLogsDir: ${join(this.dir, "pods-logs")}
+# The tests' disk is a shared /tmp: never evict for its fill level.
+evictionHard: { memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%" }
+imageGCHighThresholdPercent: 100
+failSwapOn: false
+makeIPTablesUtilChains: false
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+`;
+  }
+
+  #proxyConfig(kubeconfig: string): string {
+    return `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: { kubeconfig: ${kubeconfig} }
+mode: iptables
+hostnameOverride: ${this.name}
+clusterCIDR: ${POD_CIDR}
+# Inside the node's own network namespace: these ports are its, not the host's.
+# Its own namespace's conntrack table: leave the host's sysctls alone.
+conntrack: { maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s }
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+`;
+  }
+}
+
+function cniConfig(): object {
+  return {
+    cniVersion: "0.4.0",
+    name: "imp-test-pods",
+    plugins: [
+      { type: "bridge", bridge: "cni0", isGateway: true, ipMasq: true, ipam: { type: "host-local", ranges: [[{ subnet: POD_CIDR }]], routes: [{ dst: "0.0.0.0/0" }] } },
+      { type: "portmap", capabilities: { portMappings: true } },
+    ],
+  };
+}
+
+function kubeconfigOf(server: string, caCert: string, cert: string, key: string): string {
+  return `apiVersion: v1
+kind: Config
+clusters: [{ name: imp, cluster: { server: ${server}, certificate-authority: ${caCert} } }]
+users: [{ name: node, user: { client-certificate: ${cert}, client-key: ${key} } }]
+contexts: [{ name: imp, context: { cluster: imp, user: node } }]
+current-context: imp
+`;
+}
+
+/** The pause image as an OCI archive: Kubernetes' pause program (static), one layer. */
+async function pauseImageTar(dir: string): Promise<string> {
+  const { buildImage, buildLayer, writeOciLayout } = await import("../../harness/oci-image.ts");
+  const layer = await buildLayer([{ path: "pause", content: await readFile(join(NODE_BIN, "pause")), mode: 0o755 }]);
+  const image = buildImage([layer], { cmd: ["/pause"] });
+  const layout = join(dir, "pause-layout");
+  await writeOciLayout(layout, image, PAUSE_IMAGE);
+  // containerd names an imported image by this annotation (the OCI ref name alone is only a tag to it).
+  const index = JSON.parse(await readFile(join(layout, "index.json"), "utf8")) as { manifests: Array<{ annotations: Record<string, string> }> };
+  for (const m of index.manifests) m.annotations["io.containerd.image.name"] = PAUSE_IMAGE;
+  await writeFile(join(layout, "index.json"), JSON.stringify(index));
+  const tar = join(dir, "pause.tar");
+  await execFileAsync("tar", ["-C", layout, "-cf", tar, "."]);
+  return tar;
+}
+
+async function tail(path: string): Promise<string> {
+  return (await readFile(path, "utf8").catch(() => "")).split("\n").slice(-30).join("\n");
+}
+
+async function unmountUnder(dir: string): Promise<void> {
+  for (let round = 0; round < 5; round++) {
+    const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(dir)).sort((a, b) => b.length - a.length);
+    if (mounts.length === 0) return;
+    for (const m of mounts) await execFileAsync("umount", ["-l", m]).catch(() => undefined);
+  }
+}
+
+async function cgroupHierarchies(): Promise<string[]> {
+  const top = "/sys/fs/cgroup";
+  if (existsSync(join(top, "cgroup.procs"))) return [top];
+  return (await readdir(top, { withFileTypes: true })).filter((e) => e.isDirectory() && existsSync(join(top, e.name, "cgroup.procs"))).map((e) => join(top, e.name));
+}
+
+/** Removes the cgroup tree `name` of every hierarchy (deepest first); its processes are gone by then. */
+async function removeCgroupTrees(name: string): Promise<void> {
+  for (const hierarchy of await cgroupHierarchies()) {
+    const root = join(hierarchy, name);
+    if (!existsSync(root)) continue;
+    const dirs: string[] = [];
+    const walk = async (d: string): Promise<void> => {
+      for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await walk(join(d, e.name));
+      dirs.push(d);
+    };
+    await walk(root);
+    for (const d of dirs) await rmdir(d).catch(() => undefined);
+  }
+}
