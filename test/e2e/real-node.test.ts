@@ -76,6 +76,24 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     const list = JSON.parse(await kubectl(["-n", RELEASE_NS, "get", "pods", "-l", "app.kubernetes.io/component=agent", "-o", "json"])) as { items: Array<{ metadata: { name: string; uid: string; deletionTimestamp?: string }; status?: { conditions?: Array<{ type: string; status: string }> } }> };
     return list.items.map((p) => ({ name: p.metadata.name, uid: p.metadata.uid, deleting: p.metadata.deletionTimestamp !== undefined, ready: p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") === true }));
   };
+  /** The agent Pod's resident memory (MiB) and CPU use over `overMs` (% of one core), from its cgroups: VMs are not in them. */
+  const agentPodUsage = async (overMs = 5_000): Promise<string> => {
+    const pod = (await agentPods()).find((p) => p.ready && !p.deleting);
+    if (pod === undefined) return "no agent Pod";
+    const find = (hierarchy: string): string | undefined => {
+      const base = join("/sys/fs/cgroup", hierarchy, node.cgroupRoot, "kubepods");
+      for (const qos of ["", "burstable", "besteffort"]) if (existsSync(join(base, qos, `pod${pod.uid}`))) return join(base, qos, `pod${pod.uid}`);
+      return undefined;
+    };
+    const mem = find("memory");
+    const cpu = find("cpuacct");
+    if (mem === undefined || cpu === undefined) return "agent Pod cgroup not found";
+    const rss = Number(/^total_rss (\d+)$/m.exec(await readFile(join(mem, "memory.stat"), "utf8"))?.[1] ?? NaN);
+    const t0 = Number(await readFile(join(cpu, "cpuacct.usage"), "utf8"));
+    await new Promise((r) => setTimeout(r, overMs));
+    const t1 = Number(await readFile(join(cpu, "cpuacct.usage"), "utf8"));
+    return `agent Pod RSS ${(rss / 2 ** 20).toFixed(0)} MiB, CPU ${(((t1 - t0) / 1e6 / overMs) * 100).toFixed(1)}% of a core over ${overMs / 1000} s`;
+  };
   const onlineRunner = async (except: ReadonlySet<string> = new Set()): Promise<ImpVM | undefined> =>
     (await vms.list({ namespace: NS })).items.find((vm) => !except.has(vm.metadata.name ?? "") && vm.status?.phase === "Running" && github.runnerNamed(vm.metadata.name ?? "")?.status === "online");
   const waitJob = (job: TestJob, timeoutMs: number): Promise<TestJob> =>
@@ -174,15 +192,17 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     say(`ImpNode node-a: accel ${published.status?.accel ?? "?"}, ${published.status?.kvmReason ?? ""}`.slice(0, 400));
     const pods = await agentPods();
     assert.equal(pods.length, 1, "one agent Pod on the one node");
+    say(`idle node: ${await agentPodUsage()}`);
   });
 
   it("runs a job in a microVM the agent Pod started, from a pool applied with kubectl", async () => {
+    const appliedAt = Date.now();
     const applied = await kubectl(["apply", "-f", "-"], poolYaml(NS, POOL, github.url, { minIdle: 1, maxConcurrent: 2, scaleSet: true }, 600, undefined));
     assert.match(applied, /created/);
     const vm = await waitFor("a runner VM online", () => onlineRunner(), { timeoutMs: 600_000, intervalMs: 500 }).catch(async (err: unknown) => {
       throw new Error(`${String(err)}\nVMs: ${JSON.stringify((await vms.list({ namespace: NS })).items.map((v) => v.status))}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
     });
-    say(`helm install → first runner online: ${s(Date.now() - installedAt)} (${vm.metadata.name ?? ""} on ${vm.status?.nodeName ?? "?"})`);
+    say(`first runner online ${s(Date.now() - appliedAt)} after the pool was applied, ${s(Date.now() - installedAt)} after helm install returned (${vm.metadata.name ?? ""} on ${vm.status?.nodeName ?? "?"})`);
     const job = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "hello" });
     await waitJob(job, 300_000);
     assert.equal(job.conclusion, "success", job.result?.log);
@@ -196,9 +216,12 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     const job = github.queueJob({ repo: REPO, labels: [POOL], steps: [{ name: "long", run: "echo begun; sleep 45; echo outlived the agent" }], name: "rolled" });
     await waitFor(`job ${job.name} running on ${name}`, () => (job.status !== "queued" ? job : undefined), { timeoutMs: 120_000, intervalMs: 200 });
     assert.equal(job.runnerName, name);
+    const running = (await vms.list({ namespace: NS })).items.filter((v) => v.status?.phase === "Running").length;
+    say(`${running} VM(s) running: ${await agentPodUsage(3_000)}`);
     const before = await agentPods();
     const rolled = Date.now();
     await kubectl(["-n", RELEASE_NS, "rollout", "restart", "daemonset/imp-agent"]);
+    const oldGone = waitFor("the old agent Pod gone", async () => ((await agentPods()).some((p) => before.some((b) => b.uid === p.uid)) ? undefined : Date.now() - rolled), { timeoutMs: 300_000, intervalMs: 250 });
     const fresh = await waitFor("a new agent Pod Ready", async () => (await agentPods()).find((p) => p.ready && !p.deleting && !before.some((b) => b.uid === p.uid)), { timeoutMs: 300_000, intervalMs: 250 });
     const replacedAfter = Date.now() - rolled;
     const adopted = await waitFor(`the new agent reports ${name} Running`, async () => {
@@ -208,7 +231,8 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     await waitJob(job, 300_000);
     assert.equal(job.conclusion, "success", job.result?.log);
     assert.match(job.result?.log ?? "", /outlived the agent/);
-    say(`agent DaemonSet rolled mid-job: new agent Pod Ready ${s(replacedAfter)} after the restart${adopted === undefined ? "" : `, ${name} adopted ${s(adopted)} after`}; job ${job.conclusion ?? "?"} on ${name}`);
+    const stoppedLines = (await node.log("kubelet")).split("\n").filter((l) => /Killing container|ContainerDied|container.*agent.*(exited|finished)/i.test(l) && l.includes("agent")).slice(-4).join("\n");
+    say(`agent DaemonSet rolled mid-job: old agent Pod gone ${s(await oldGone)} after the restart, new one Ready ${s(replacedAfter)} after${adopted === undefined ? "" : `, ${name} adopted ${s(adopted)} after`}; job ${job.conclusion ?? "?"} on ${name}\n${stoppedLines}`);
     await waitFor(`${name} deleted after its job`, async () => ((await vms.get({ namespace: NS, name }).catch(() => undefined)) === undefined ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
   });
 

@@ -25,5 +25,9 @@ export function registerAgent(program: Command): void {
       logger.info({ node: config.nodeName }, "agent starting");
       await agent.start(stop.signal);
       logger.info("agent stopped");
+      // Exit now, not when the event loop drains: the connections to running VMs (their supervisors'
+      // sockets, guest channels) stay open by design, the VMs keep running, and the next agent
+      // reconnects. Waiting for them kept a stopping agent Pod alive until its grace period's SIGKILL.
+      process.exit(0);
     });
 }

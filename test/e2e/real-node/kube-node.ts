@@ -25,6 +25,7 @@ const cacheDir = process.env.IMP_CACHE ?? join(repoRoot, ".cache");
 export const NODE_BIN = join(cacheDir, "bin", `kube-node-${KUBE_VERSION}`);
 export const PAUSE_IMAGE = "registry.k8s.io/pause:3.10";
 const SYSCTLS = ["vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops"] as const;
+const SYSCTL_FILE = "/run/imp-kube-node.sysctls.json";
 /** Pods on the node's bridge: a test range, inside the node's namespace only. */
 const POD_CIDR = "198.18.251.0/24";
 const CLUSTER_DNS = "10.0.0.10";
@@ -76,7 +77,9 @@ export class KubeNode {
     this.dir = options.dir;
     this.netns = options.netns;
     this.socket = join(options.dir, "containerd", "containerd.sock");
-    this.cgroupRoot = `imp-kube-${options.name}`;
+    // Per run (the namespace is unique): a run killed before its stop leaves its Pods' cgroups, which
+    // must not be taken for this run's.
+    this.cgroupRoot = `imp-kube-${options.netns}`;
   }
 
   static async start(options: KubeNodeOptions): Promise<KubeNode> {
@@ -92,7 +95,10 @@ export class KubeNode {
 
   async #start(): Promise<void> {
     const { dir, plane, name } = this.#options;
-    for (const key of SYSCTLS) this.#sysctls.set(key, (await execFileAsync("sysctl", ["-n", key])).stdout.trim());
+    // The host's values, kept where a run killed before its stop leaves them for the next run to restore.
+    const saved = await readFile(SYSCTL_FILE, "utf8").then((t) => JSON.parse(t) as Record<string, string>, () => undefined);
+    for (const key of SYSCTLS) this.#sysctls.set(key, saved?.[key] ?? (await execFileAsync("sysctl", ["-n", key])).stdout.trim());
+    if (saved === undefined) await writeFile(SYSCTL_FILE, JSON.stringify(Object.fromEntries(this.#sysctls)));
     for (const sub of ["containerd/root", "containerd/state", "cni/net.d", "cni/state", "kubelet", "pods-logs", "volume-plugins"]) await mkdir(join(dir, sub), { recursive: true });
     await writeFile(join(dir, "containerd", "config.toml"), this.#containerdConfig());
     await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(), null, 2));
@@ -177,6 +183,7 @@ export class KubeNode {
     await unmountUnder(this.dir);
     await removeCgroupTrees(this.cgroupRoot);
     for (const [key, value] of this.#sysctls) await execFileAsync("sysctl", ["-q", "-w", `${key}=${value}`]).catch(() => undefined);
+    if (this.#sysctls.size > 0) await rm(SYSCTL_FILE, { force: true });
     await rm(this.dir, { recursive: true, force: true }).catch(() => undefined);
   }
 
