@@ -101,6 +101,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       throw new Error(`${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
     });
   let installedAt = 0;
+  let imageRef = "";
   let uninstalled = false;
 
   before(async () => {
@@ -122,6 +123,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       const built = Date.now();
       const [ref, digest, , tar] = (await execFileAsync("bash", [join(repoRoot, "scripts/build/imp-image.sh")], { timeout: 900_000, maxBuffer: 16 << 20 })).stdout.trim().split(" ");
       assert.ok(ref !== undefined && digest !== undefined && tar !== undefined);
+      imageRef = ref;
       const imported = Date.now();
       await node.importImage(tar);
       say(`${ref} (${digest}) built in ${s(imported - built)}, imported into the node's containerd in ${s(Date.now() - imported)}`);
@@ -145,7 +147,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
           stateDir,
           logLevel: "debug",
           config: {
-            capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 2 },
+            capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 3 },
             cgroupParent: `imp/${sim.prefix}`,
             imageCacheMaxBytes: 2 * 1024 ** 3,
             plainHttpRegistries: [forwarder.address],
@@ -234,6 +236,40 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     const stoppedLines = (await node.log("kubelet")).split("\n").filter((l) => /Killing container|ContainerDied|container.*agent.*(exited|finished)/i.test(l) && l.includes("agent")).slice(-4).join("\n");
     say(`agent DaemonSet rolled mid-job: old agent Pod gone ${s(await oldGone)} after the restart, new one Ready ${s(replacedAfter)} after${adopted === undefined ? "" : `, ${name} adopted ${s(adopted)} after`}; job ${job.conclusion ?? "?"} on ${name}\n${stoppedLines}`);
     await waitFor(`${name} deleted after its job`, async () => ((await vms.get({ namespace: NS, name }).catch(() => undefined)) === undefined ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+  });
+
+  it("upgrades the agent to a new image with three VMs running: the new agent Pod adopts every one, and they still take jobs", async () => {
+    await kubectl(["-n", NS, "patch", "impvmrunnerpool", POOL, "--type=merge", "-p", '{"spec":{"minIdle":3,"maxConcurrent":3}}']);
+    const three = await waitFor("three runner VMs online", async () => {
+      const online = (await vms.list({ namespace: NS })).items.filter((vm) => vm.status?.phase === "Running" && github.runnerNamed(vm.metadata.name ?? "")?.status === "online");
+      return online.length >= 3 ? online : undefined;
+    }, { timeoutMs: 600_000, intervalMs: 500 });
+    say(`3 VMs running: ${await agentPodUsage()}`);
+    // A new image, as an upgrade brings: the same content under a new tag (a new Pod spec).
+    await node.ctr(["images", "tag", "--force", `docker.io/${imageRef}`, `docker.io/${imageRef}-upgrade`]);
+    const before = await agentPods();
+    const upgraded = Date.now();
+    await helm(["upgrade", "imp", join(repoRoot, "deploy/helm/imp"), "--namespace", RELEASE_NS, "--reuse-values", "--set", `image.tag=${imageRef.split(":")[1] ?? ""}-upgrade`, "--wait", "--timeout", "5m"]);
+    const fresh = await waitFor("the upgraded agent Pod Ready", async () => (await agentPods()).find((p) => p.ready && !p.deleting && !before.some((b) => b.uid === p.uid)), { timeoutMs: 300_000, intervalMs: 250 });
+    const image = (await kubectl(["-n", RELEASE_NS, "get", "pod", fresh.name, "-o", "jsonpath={.spec.containers[0].image}"])).trim();
+    assert.match(image, /-upgrade$/);
+    const uids = three.map((vm) => vm.metadata.uid ?? "");
+    const adoptedAll = await waitFor("every VM re-adopted by the upgraded agent", async () => {
+      const logs = (await kubectl(["-n", RELEASE_NS, "logs", fresh.name]).catch(() => "")).split("\n").filter((l) => l.includes("re-adopted a running VM"));
+      return uids.every((uid) => logs.some((l) => l.includes(uid))) ? Date.now() - upgraded : undefined;
+    }, { timeoutMs: 180_000, intervalMs: 500 }).catch(async (err: unknown) => Promise.reject(new Error(`${String(err)}\n${await agentLogs()}`)));
+    for (const vm of three) {
+      const now = await vms.get({ namespace: NS, name: vm.metadata.name ?? "" });
+      assert.equal(now.status?.phase, "Running", `${vm.metadata.name ?? ""} still Running after the upgrade`);
+      assert.equal(now.metadata.uid, vm.metadata.uid);
+    }
+    const job = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "after-upgrade" });
+    await waitJob(job, 300_000);
+    assert.equal(job.conclusion, "success", job.result?.log);
+    assert.ok(uids.some((uid) => three.find((v) => v.metadata.uid === uid)?.metadata.name === job.runnerName), `a VM from before the upgrade took the job (${job.runnerName ?? "?"})`);
+    say(`helm upgrade to a new image with 3 VMs running: every VM re-adopted ${s(adoptedAll)} after the upgrade began; ${job.runnerName ?? "?"} (booted before it) ran the next job`);
+    const table = await kubectl(["get", "impvm,impvmrunnerpool", "-A"]);
+    say(`kubectl get impvm,impvmrunnerpool -A:\n${table.split("\n").map((l) => `#   ${l}`).join("\n")}`);
   });
 
   it("leaves nothing of Imp on the node after the pool is deleted and the release uninstalled", async () => {
