@@ -1,3 +1,4 @@
+import { dirname, join } from "node:path";
 import type { Pki } from "./pki.ts";
 
 /**
@@ -88,6 +89,8 @@ export function controllerManagerArgs(kubeconfigPath: string, pki: Pki, port: nu
     // deletion. With nodes, every default controller: DaemonSets, Deployments, node lifecycle
     // (else the not-ready taint stays and Pods stay Pending), EndpointSlices, the root CA ConfigMap…
     nodes ? "--controllers=*" : "--controllers=garbagecollector,namespace,serviceaccount",
+    // Its volume controllers create this directory: the plane's own, not the host's /usr/libexec/kubernetes.
+    ...(nodes ? [`--flex-volume-plugin-dir=${join(dirname(kubeconfigPath), "flexvolume")}`] : []),
     "--leader-elect=false",
     "--bind-address=127.0.0.1",
     // Serves /healthz (always allowed without authorization) for the readiness probe.

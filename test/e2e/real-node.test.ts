@@ -101,6 +101,38 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       throw new Error(`${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
     });
   let installedAt = 0;
+  let values: object = {};
+  /** `helm install --wait` of the chart with this world's values; returns how long it took. */
+  const install = async (): Promise<number> => {
+    await writeFile(join(dir, "values.json"), JSON.stringify(values));
+    const t0 = Date.now();
+    await helm(["install", "imp", join(repoRoot, "deploy/helm/imp"), "--namespace", RELEASE_NS, "--create-namespace", "--values", join(dir, "values.json"), "--wait", "--timeout", "10m"]).catch(async (err: unknown) => {
+      throw new Error(`helm install failed: ${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}\n${await kubectl(["get", "pods", "-A", "-o", "wide"]).catch(() => "")}`);
+    });
+    uninstalled = false;
+    installedAt = Date.now();
+    return installedAt - t0;
+  };
+  /** Deletes the pool, waits for its VMs to go, uninstalls the release; returns what of Imp is left on the node. */
+  const removeEverything = async (): Promise<string[]> => {
+    await kubectl(["-n", NS, "delete", "impvmrunnerpool", POOL, "--ignore-not-found", "--wait=true", "--timeout=300s"]);
+    await waitFor("no VM left", async () => ((await vms.list({ namespace: NS })).items.length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+    await helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "5m"]);
+    uninstalled = true;
+    await waitFor("no agent or operator Pod", async () => ((await kubectl(["-n", RELEASE_NS, "get", "pods", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 180_000, intervalMs: 500 });
+    const left: string[] = [];
+    const procs = (await execFileAsync("pgrep", ["-af", stateDir]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
+    left.push(...procs.map((p) => `process ${p}`));
+    const links = JSON.parse((await execFileAsync("ip", ["-n", net.netns, "-j", "link", "show"])).stdout) as Array<{ ifname: string }>;
+    left.push(...links.map((l) => l.ifname).filter((n) => n.startsWith("imp") || n.startsWith("tap")).map((n) => `link ${n}`));
+    const tables = (await execFileAsync("ip", ["netns", "exec", net.netns, "nft", "list", "tables"])).stdout.split("\n").filter((l) => /imp/.test(l));
+    left.push(...tables.map((t) => `nftables ${t}`));
+    for (const h of ["memory", "unified", ""]) if (existsSync(join("/sys/fs/cgroup", h, "imp", sim.prefix))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", sim.prefix)}`);
+    const vmDirs = await readdir(join(stateDir, "vms")).catch(() => []);
+    left.push(...vmDirs.map((d) => `VM directory ${d}`));
+    left.push(...[...github.runners.values()].map((r) => `runner ${r.name} still registered`));
+    return left;
+  };
   let imageRef = "";
   let uninstalled = false;
 
@@ -140,7 +172,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
 
       stateDir = join(dir, "imp-state");
       await mkdir(stateDir, { recursive: true });
-      const values = {
+      values = {
         image: { repository: ref.split(":")[0], tag: ref.split(":")[1], pullPolicy: "Never" },
         operator: { logLevel: "debug" },
         agent: {
@@ -156,14 +188,9 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
           },
         },
       };
-      await writeFile(join(dir, "values.json"), JSON.stringify(values));
-      const t0 = Date.now();
-      await helm(["install", "imp", join(repoRoot, "deploy/helm/imp"), "--namespace", RELEASE_NS, "--create-namespace", "--values", join(dir, "values.json"), "--wait", "--timeout", "10m"]).catch(async (err: unknown) => {
-        throw new Error(`helm install failed: ${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}\n${await kubectl(["get", "pods", "-A", "-o", "wide"]).catch(() => "")}`);
-      });
-      installedAt = Date.now();
+      const installMs = await install();
       cleanups.push(async () => (uninstalled ? undefined : helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait"])));
-      say(`helm install --wait: ${s(installedAt - t0)} (operator Deployment and agent DaemonSet ready)`);
+      say(`helm install --wait: ${s(installMs)} (operator Deployment and agent DaemonSet ready)`);
 
       vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
       await kubectl(["create", "namespace", NS]);
@@ -273,24 +300,17 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
   });
 
   it("leaves nothing of Imp on the node after the pool is deleted and the release uninstalled", async () => {
-    await kubectl(["-n", NS, "delete", "impvmrunnerpool", POOL, "--wait=true", "--timeout=300s"]);
-    await waitFor("no VM left", async () => ((await vms.list({ namespace: NS })).items.length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
-    await helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "5m"]);
-    uninstalled = true;
-    await waitFor("no agent or operator Pod", async () => ((await kubectl(["-n", RELEASE_NS, "get", "pods", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 180_000, intervalMs: 500 });
-    const left: string[] = [];
-    const procs = (await execFileAsync("pgrep", ["-af", stateDir]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
-    left.push(...procs.map((p) => `process ${p}`));
-    const links = JSON.parse((await execFileAsync("ip", ["-n", net.netns, "-j", "link", "show"])).stdout) as Array<{ ifname: string }>;
-    left.push(...links.map((l) => l.ifname).filter((n) => n.startsWith("imp") || n.startsWith("tap")).map((n) => `link ${n}`));
-    const tables = (await execFileAsync("ip", ["netns", "exec", net.netns, "nft", "list", "tables"])).stdout.split("\n").filter((l) => /imp/.test(l));
-    left.push(...tables.map((t) => `nftables ${t}`));
-    for (const h of ["memory", "unified", ""]) if (existsSync(join("/sys/fs/cgroup", h, "imp", sim.prefix))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", sim.prefix)}`);
-    const vmDirs = await readdir(join(stateDir, "vms")).catch(() => []);
-    left.push(...vmDirs.map((d) => `VM directory ${d}`));
-    left.push(...[...github.runners.values()].map((r) => `runner ${r.name} still registered`));
-    assert.deepEqual(left, [], "nothing of Imp on the node");
-    const log = await readFile(join(dir, "node", "kubelet.log"), "utf8").catch(() => "");
-    assert.ok(log.length > 0);
+    assert.deepEqual(await removeEverything(), [], "nothing of Imp on the node");
+  });
+
+  it("installs again on the same node, its image cache warm, and leaves nothing once more", async () => {
+    const installMs = await install();
+    const appliedAt = Date.now();
+    await kubectl(["apply", "-f", "-"], poolYaml(NS, POOL, github.url, { minIdle: 1, maxConcurrent: 2, scaleSet: true }, 600, undefined));
+    const vm = await waitFor("a runner VM online again", () => onlineRunner(), { timeoutMs: 600_000, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
+    });
+    say(`warm image cache: helm install --wait ${s(installMs)}, first runner online ${s(Date.now() - appliedAt)} after the pool was applied (${vm.metadata.name ?? ""})`);
+    assert.deepEqual(await removeEverything(), [], "nothing of Imp on the node after the second uninstall");
   });
 });

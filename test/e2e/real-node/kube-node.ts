@@ -7,8 +7,9 @@
  * What the kubelet changes on the host is put back by `stop()` and checked by `hostChanges()`:
  * sysctls it sets (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops), the mounts of Pod
  * volumes under its root directory, the cgroups of its Pods (under a cgroup root of its own) and the
- * files it and containerd keep. containerd gets its own root, state and socket under the node's
- * directory; only the shims' sockets go to /run/containerd/s, as containerd 1.6 fixes that path.
+ * files it and containerd keep. containerd gets its own root, state, socket, runc state and Pod
+ * network namespaces under the node's directory, the kubelet its root and certificate directory;
+ * the paths they use whatever they are told (HOST_PATHS) are removed if the node created them.
  */
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -26,6 +27,12 @@ export const NODE_BIN = join(cacheDir, "bin", `kube-node-${KUBE_VERSION}`);
 export const PAUSE_IMAGE = "registry.k8s.io/pause:3.10";
 const SYSCTLS = ["vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops"] as const;
 const SYSCTL_FILE = "/run/imp-kube-node.sysctls.json";
+/**
+ * Host paths the kubelet, containerd 1.6 and the CNI plugins use whatever their configuration says
+ * (the device-plugin socket, the CNI result cache, the container log links, the shims' sockets). A
+ * path that did not exist before the node started is removed when it stops.
+ */
+const HOST_PATHS = ["/var/lib/kubelet", "/usr/libexec/kubernetes", "/var/lib/cni", "/var/log/containers", "/var/log/pods", "/run/containerd", "/etc/cni"] as const;
 /** Pods on the node's bridge: a test range, inside the node's namespace only. */
 const POD_CIDR = "198.18.251.0/24";
 const CLUSTER_DNS = "10.0.0.10";
@@ -65,6 +72,8 @@ export class KubeNode {
   readonly socket: string;
   readonly #processes: ManagedProcess[] = [];
   readonly #sysctls = new Map<string, string>();
+  /** HOST_PATHS that did not exist before this node started. */
+  readonly #newHostPaths: string[] = [];
   readonly #options: KubeNodeOptions;
   /** Milliseconds from containerd's start to the Node Ready. */
   readyMs = 0;
@@ -99,9 +108,10 @@ export class KubeNode {
     const saved = await readFile(SYSCTL_FILE, "utf8").then((t) => JSON.parse(t) as Record<string, string>, () => undefined);
     for (const key of SYSCTLS) this.#sysctls.set(key, saved?.[key] ?? (await execFileAsync("sysctl", ["-n", key])).stdout.trim());
     if (saved === undefined) await writeFile(SYSCTL_FILE, JSON.stringify(Object.fromEntries(this.#sysctls)));
+    for (const path of HOST_PATHS) if (!existsSync(path)) this.#newHostPaths.push(path);
     for (const sub of ["containerd/root", "containerd/state", "cni/net.d", "cni/state", "kubelet", "pods-logs", "volume-plugins"]) await mkdir(join(dir, sub), { recursive: true });
     await writeFile(join(dir, "containerd", "config.toml"), this.#containerdConfig());
-    await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(), null, 2));
+    await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(join(dir, "cni", "ipam")), null, 2));
     // The kubelet wants its cgroup root to exist in every hierarchy; cpuset's needs CPUs and memory nodes.
     for (const hierarchy of await cgroupHierarchies()) {
       const root = join(hierarchy, this.cgroupRoot);
@@ -124,6 +134,7 @@ export class KubeNode {
       `--config=${join(dir, "kubelet.yaml")}`,
       `--kubeconfig=${kubeconfig}`,
       `--root-dir=${join(dir, "kubelet")}`,
+      `--cert-dir=${join(dir, "kubelet-pki")}`,
       `--node-ip=${this.#options.nodeIp}`,
       `--hostname-override=${name}`,
       ...(this.#options.labels === undefined ? [] : [`--node-labels=${Object.entries(this.#options.labels).map(([k, v]) => `${k}=${v}`).join(",")}`]),
@@ -181,6 +192,7 @@ export class KubeNode {
       await containerd.stop();
     }
     await unmountUnder(this.dir);
+    for (const path of this.#newHostPaths) await rm(path, { recursive: true, force: true }).catch(() => undefined);
     await removeCgroupTrees(this.cgroupRoot);
     for (const [key, value] of this.#sysctls) await execFileAsync("sysctl", ["-q", "-w", `${key}=${value}`]).catch(() => undefined);
     if (this.#sysctls.size > 0) await rm(SYSCTL_FILE, { force: true });
@@ -197,6 +209,7 @@ export class KubeNode {
     const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(this.dir));
     out.push(...mounts.map((m) => `mount ${m}`));
     for (const hierarchy of await cgroupHierarchies()) if (existsSync(join(hierarchy, this.cgroupRoot))) out.push(`cgroup ${join(hierarchy, this.cgroupRoot)}`);
+    out.push(...this.#newHostPaths.filter((path) => existsSync(path)).map((path) => `path ${path} (created by the node)`));
     const shims = (await execFileAsync("pgrep", ["-f", `containerd-shim.*${this.#options.dir}`]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
     out.push(...shims.map((pid) => `containerd shim pid ${pid}`));
     return out;
@@ -213,12 +226,16 @@ state = "${d}/state"
   sandbox_image = "${PAUSE_IMAGE}"
   # Root here lacks CAP_SYS_RESOURCE: runc cannot set a negative oom_score_adj.
   restrict_oom_score_adj = true
+  # Pods' network namespace files under the state directory, not /run/netns.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's state under the node's directory, not /run/containerd/runc.
+        Root = "${d}/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "${join(this.dir, "cni", "net.d")}"
@@ -270,12 +287,12 @@ healthzBindAddress: 127.0.0.1:10256
   }
 }
 
-function cniConfig(): object {
+function cniConfig(ipamDir: string): object {
   return {
     cniVersion: "0.4.0",
     name: "imp-test-pods",
     plugins: [
-      { type: "bridge", bridge: "cni0", isGateway: true, ipMasq: true, ipam: { type: "host-local", ranges: [[{ subnet: POD_CIDR }]], routes: [{ dst: "0.0.0.0/0" }] } },
+      { type: "bridge", bridge: "cni0", isGateway: true, ipMasq: true, ipam: { type: "host-local", dataDir: ipamDir, ranges: [[{ subnet: POD_CIDR }]], routes: [{ dst: "0.0.0.0/0" }] } },
       { type: "portmap", capabilities: { portMappings: true } },
     ],
   };
