@@ -17,8 +17,10 @@ import { mkdir, readFile, readdir, rm, rmdir, writeFile } from "node:fs/promises
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { KUBE_VERSION, type ControlPlane } from "../../../src/devcluster/index.ts";
+import { logTail } from "../../../src/devcluster/log-tail.ts";
 import { ManagedProcess } from "../../../src/devcluster/managed-process.ts";
 import { waitFor } from "../../../src/shared/index.ts";
+import { cgroupHierarchies, createInEveryHierarchy } from "../../harness/cgroups.ts";
 
 const execFileAsync = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../../..");
@@ -112,16 +114,12 @@ export class KubeNode {
     for (const sub of ["containerd/root", "containerd/state", "cni/net.d", "cni/state", "kubelet", "pods-logs", "volume-plugins"]) await mkdir(join(dir, sub), { recursive: true });
     await writeFile(join(dir, "containerd", "config.toml"), this.#containerdConfig());
     await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(join(dir, "cni", "ipam")), null, 2));
-    // The kubelet wants its cgroup root to exist in every hierarchy; cpuset's needs CPUs and memory nodes.
-    for (const hierarchy of await cgroupHierarchies()) {
-      const root = join(hierarchy, this.cgroupRoot);
-      await mkdir(root, { recursive: true });
-      for (const f of ["cpuset.cpus", "cpuset.mems"]) if (existsSync(join(root, f))) await writeFile(join(root, f), await readFile(join(hierarchy, f)));
-    }
+    // The kubelet wants its cgroup root to exist in every hierarchy.
+    await createInEveryHierarchy(this.cgroupRoot);
     const started = Date.now();
     const containerd = this.#spawn("containerd", "containerd", ["--config", join(dir, "containerd", "config.toml")]);
     await waitFor("containerd serving", async () => {
-      if (!containerd.running) throw new Error(`containerd exited: ${await tail(join(dir, "containerd.log"))}`);
+      if (!containerd.running) throw new Error(`containerd exited: ${await logTail(join(dir, "containerd.log"), 30)}`);
       return (await this.ctr(["version"]).then(() => true, () => false)) ? true : undefined;
     }, { timeoutMs: 60_000, intervalMs: 200 });
     await this.importImage(await pauseImageTar(dir));
@@ -143,7 +141,7 @@ export class KubeNode {
     await writeFile(join(dir, "kube-proxy.yaml"), this.#proxyConfig(plane.kubeconfigPath));
     this.#spawn("kube-proxy", join(NODE_BIN, "kube-proxy"), [`--config=${join(dir, "kube-proxy.yaml")}`, "--v=1"]);
     await waitFor(`node ${name} Ready`, async () => {
-      for (const p of this.#processes) if (!p.running) throw new Error(`${p.name} exited: ${await tail(join(dir, `${p.name}.log`))}`);
+      for (const p of this.#processes) if (!p.running) throw new Error(`${p.name} exited: ${await logTail(join(dir, `${p.name}.log`), 30)}`);
       const out = await execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, "get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]).then((r) => r.stdout, () => "");
       return out === "True" ? true : undefined;
     }, { timeoutMs: 180_000, intervalMs: 500 });
@@ -324,22 +322,12 @@ async function pauseImageTar(dir: string): Promise<string> {
   return tar;
 }
 
-async function tail(path: string): Promise<string> {
-  return (await readFile(path, "utf8").catch(() => "")).split("\n").slice(-30).join("\n");
-}
-
 async function unmountUnder(dir: string): Promise<void> {
   for (let round = 0; round < 5; round++) {
     const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(dir)).sort((a, b) => b.length - a.length);
     if (mounts.length === 0) return;
     for (const m of mounts) await execFileAsync("umount", ["-l", m]).catch(() => undefined);
   }
-}
-
-async function cgroupHierarchies(): Promise<string[]> {
-  const top = "/sys/fs/cgroup";
-  if (existsSync(join(top, "cgroup.procs"))) return [top];
-  return (await readdir(top, { withFileTypes: true })).filter((e) => e.isDirectory() && existsSync(join(top, e.name, "cgroup.procs"))).map((e) => join(top, e.name));
 }
 
 /** Removes the cgroup tree `name` of every hierarchy (deepest first); its processes are gone by then. */

@@ -16,6 +16,7 @@ import {
 import { liveness } from "../../../src/agent/supervisor/proc.ts";
 import { memoryMount } from "../../../src/agent/supervisor/cgroups.ts";
 import { ImpError, waitFor } from "../../../src/shared/index.ts";
+import { createInEveryHierarchy } from "../../harness/cgroups.ts";
 
 const root = join(import.meta.dirname, "..", "..", "..");
 const supervisorBinary = process.env.IMP_SUPERVISOR_BIN ?? join(process.env.IMP_CACHE ?? join(root, ".cache"), "supervisor", "imp-supervisor");
@@ -76,13 +77,6 @@ function supervisorsRunning(): number[] {
     }
   }
   return pids;
-}
-
-/** Every cgroup hierarchy's root directory under /sys/fs/cgroup: the v1 controllers (not their symlinked aliases) and a v2 mount. */
-function cgroupHierarchies(): string[] {
-  const top = "/sys/fs/cgroup";
-  if (existsSync(join(top, "cgroup.procs"))) return [top];
-  return readdirSync(top, { withFileTypes: true }).filter((e) => e.isDirectory() && existsSync(join(top, e.name, "cgroup.procs"))).map((e) => join(top, e.name));
 }
 
 function socketsUnder(dir: string): string[] {
@@ -210,12 +204,7 @@ describe("supervisor", { skip: noBinary }, () => {
     if (noCgroup !== undefined) return t.skip(noCgroup);
     // A stand-in container: one cgroup in every hierarchy, as runc makes for a Pod's container.
     const container = `imp-ctr-${process.pid}`;
-    const dirs = cgroupHierarchies().map((h) => join(h, container));
-    for (const dir of dirs) {
-      mkdirSync(dir);
-      // cpuset refuses processes until the cgroup has CPUs and memory nodes: the parent's, as runc does.
-      for (const f of ["cpuset.cpus", "cpuset.mems"]) if (existsSync(join(dir, f))) writeFileSync(join(dir, f), readFileSync(join(dir, "..", f)));
-    }
+    const dirs = await createInEveryHierarchy(container);
     try {
       const vm = newVm();
       const agent = await launchFromChildAgent(vm, dirs.map((d) => join(d, "cgroup.procs")));
