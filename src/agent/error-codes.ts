@@ -96,7 +96,6 @@ export const AGENT_ERROR_CODES = [
   "NetworkToolMissing",
   "NetworkVmIdInvalid",
   "NoMatchingPlatform",
-  "NoUid",
   "NoWorkload",
   "NotFound",
   "PlanInputNotFound",

@@ -21,6 +21,7 @@ export const KUBE_ERROR_CODES = [
   "InvalidLeaderElection",
   "InvalidRateLimit",
   "LeadershipLost",
+  "MalformedObject",
   "MethodNotAllowed",
   "MissingNamespace",
   "NotFound",

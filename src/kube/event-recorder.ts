@@ -31,9 +31,9 @@ interface SeenEvent {
 export type EventWrite = { readonly kind: "create" } | { readonly kind: "bump"; readonly seen: SeenEvent };
 
 /** Same object, type, reason and message: a repeat that only bumps `count` (client-go's aggregation key). */
-export function eventKey(involved: KubeObject, event: Pick<EventToRecord, "type" | "reason" | "message">): string {
+export function eventKey(involved: InvolvedObject, event: Pick<EventToRecord, "type" | "reason" | "message">): string {
   const m = involved.metadata;
-  return [involved.kind ?? "", m?.namespace ?? "", m?.name ?? "", m?.uid ?? "", event.type, event.reason, event.message].join("\u0000");
+  return [involved.kind ?? "", m.namespace ?? "", m.name, m.uid, event.type, event.reason, event.message].join("\u0000");
 }
 
 /** Pure: a repeat of a recorded event is a bump of its count, anything else a new Event. */
@@ -62,6 +62,13 @@ export interface EventRecorderOptions {
   readonly logger?: Logger;
 }
 
+/** What an Event is about: an object as stored (the API server gave it its name and uid). */
+export interface InvolvedObject {
+  readonly apiVersion?: string | undefined;
+  readonly kind?: string | undefined;
+  readonly metadata: { readonly name: string; readonly namespace?: string | undefined; readonly uid: string };
+}
+
 /**
  * Writes core/v1 Events about objects, folding repeats into one Event whose `count` and
  * `lastTimestamp` grow (as `kubectl describe` shows "x5 over 2m"). Best effort by design: `record`
@@ -80,8 +87,8 @@ export class EventRecorder {
     this.#logger = (options.logger ?? silentLogger).child({ component: options.component });
   }
 
-  /** Records `event` about `involved` (which needs kind, name and, if namespaced, namespace; uid is recommended). */
-  async record(involved: KubeObject, event: EventToRecord): Promise<void> {
+  /** Records `event` about `involved`, a stored object (kind, name, uid and, if namespaced, namespace). */
+  async record(involved: InvolvedObject, event: EventToRecord): Promise<void> {
     const { type, reason, message, signal } = event;
     const key = eventKey(involved, event);
     const now = new Date(this.#clock.now()).toISOString().replace(/\.\d{3}Z$/, "Z");
@@ -97,16 +104,16 @@ export class EventRecorder {
           if (!isNotFound(err)) throw err; // expired (events live ~1 h): start a new one
         }
       }
-      const namespace = involved.metadata?.namespace || "default";
+      const namespace = involved.metadata.namespace || "default";
       const created = await this.#options.client.create(
         {
-          metadata: { namespace, name: `${involved.metadata?.name ?? "object"}.${this.#clock.now().toString(16)}${Math.floor(Math.random() * 0xffff).toString(16)}` },
+          metadata: { namespace, name: `${involved.metadata.name}.${this.#clock.now().toString(16)}${Math.floor(Math.random() * 0xffff).toString(16)}` },
           involvedObject: {
             ...(involved.apiVersion === undefined ? {} : { apiVersion: involved.apiVersion }),
             ...(involved.kind === undefined ? {} : { kind: involved.kind }),
-            ...(involved.metadata?.name === undefined ? {} : { name: involved.metadata.name }),
-            ...(involved.metadata?.namespace === undefined ? {} : { namespace: involved.metadata.namespace }),
-            ...(involved.metadata?.uid === undefined ? {} : { uid: involved.metadata.uid }),
+            name: involved.metadata.name,
+            ...(involved.metadata.namespace === undefined ? {} : { namespace: involved.metadata.namespace }),
+            uid: involved.metadata.uid,
           },
           reason,
           message: message.slice(0, 1024),
@@ -120,9 +127,9 @@ export class EventRecorder {
         },
         signal,
       );
-      this.#remember(key, { name: created.metadata?.name ?? "", namespace, count: 1, firstTimestamp: now });
+      this.#remember(key, { name: created.metadata.name, namespace, count: 1, firstTimestamp: now });
     } catch (err) {
-      this.#logger.warn({ err: describeError(err), reason, object: `${involved.kind ?? ""} ${involved.metadata?.name ?? ""}` }, "could not record event");
+      this.#logger.warn({ err: describeError(err), reason, object: `${involved.kind ?? ""} ${involved.metadata.name}` }, "could not record event");
     }
   }
 

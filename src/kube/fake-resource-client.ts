@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { conflictError, retryableError, systemClock, terminalError, type Clock, type ImpError } from "../shared/index.ts";
 import { KubeErrorCode } from "./api-errors.ts";
 import { applyMergePatch, jsonEqual } from "./merge-patch.ts";
-import { apiVersionOf, describeObject, keyOf, type KubeObject, type ObjectMeta, type ResourceDescriptor } from "./resource.ts";
+import { apiVersionOf, describeObject, keyOf, type KubeObject, type ObjectMeta, type ResourceDescriptor, type Stored } from "./resource.ts";
 import type {
   DeleteOptions,
   ListOptions,
@@ -83,8 +83,8 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
   readonly #clock: Clock;
   readonly #random: () => number;
   readonly #fields: ReadonlyMap<string, FieldExtractor<T>>;
-  readonly #objects = new Map<string, T>();
-  readonly #log: Array<Change<T>> = [];
+  readonly #objects = new Map<string, Stored<T>>();
+  readonly #log: Array<Change<Stored<T>>> = [];
   readonly #watches = new Set<OpenWatch>();
   readonly #faults: Array<{ method: Method; error: ImpError }> = [];
   /** Calls per method, for tests that need to know a path was taken (prefer asserting state). */
@@ -121,19 +121,19 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     return this.#watches.size;
   }
 
-  async get(ref: ObjectRef, signal?: AbortSignal): Promise<T> {
+  async get(ref: ObjectRef, signal?: AbortSignal): Promise<Stored<T>> {
     this.#enter("get", signal);
     return clone(this.#require(ref));
   }
 
-  async list(options: ListOptions = {}): Promise<ListResult<T>> {
+  async list(options: ListOptions = {}): Promise<ListResult<Stored<T>>> {
     this.#enter("list", options.signal);
     const matches = this.#matcher(options);
     const items = [...this.#objects.values()].filter(matches).sort((a, b) => keyOf(a).localeCompare(keyOf(b)));
     return { items: items.map(clone), resourceVersion: String(this.#version) };
   }
 
-  async create(obj: T, signal?: AbortSignal): Promise<T> {
+  async create(obj: T, signal?: AbortSignal): Promise<Stored<T>> {
     this.#enter("create", signal);
     const name = obj.metadata?.name ?? "";
     const generateName = obj.metadata?.generateName ?? "";
@@ -143,10 +143,14 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     if (this.resource.namespaced && (obj.metadata?.namespace ?? "") === "") {
       throw terminalError("MissingNamespace", `Cannot create ${this.resource.kind} ${name}: a namespaced kind needs a namespace`);
     }
-    const stored: T = { ...clone(obj), apiVersion: apiVersionOf(this.resource), kind: this.resource.kind };
+    const { deletionTimestamp: _d, deletionGracePeriodSeconds: _g, resourceVersion: _r, ...metadata } = obj.metadata ?? {};
+    const stored: Stored<T> = {
+      ...clone(obj),
+      apiVersion: apiVersionOf(this.resource),
+      kind: this.resource.kind,
+      metadata: { ...clone(metadata), name: name === "" ? this.#generatedName(obj) : name, uid: randomUUID(), creationTimestamp: this.#timestamp(), generation: 1 },
+    };
     delete (stored as { status?: unknown }).status; // the status subresource owns it
-    const { deletionTimestamp: _d, deletionGracePeriodSeconds: _g, resourceVersion: _r, ...metadata } = stored.metadata ?? {};
-    stored.metadata = { ...metadata, name: name === "" ? this.#generatedName(obj) : name, uid: randomUUID(), creationTimestamp: this.#timestamp(), generation: 1 };
     if (!this.resource.namespaced) delete stored.metadata.namespace;
     if (this.#objects.has(keyOf(stored))) {
       throw conflictError(KubeErrorCode.AlreadyExists, `Cannot create ${describeObject(this.resource, keyOf(stored))}: it already exists`);
@@ -175,13 +179,13 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     this.#commit("MODIFIED", current, next);
   }
 
-  async patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+  async patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>> {
     this.#enter("patch", signal);
     const { status: _ignored, ...rest } = patch;
     return clone(this.#patch(ref, rest, "main"));
   }
 
-  async patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+  async patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>> {
     this.#enter("patchStatus", signal);
     const metadata = patch["metadata"] as { resourceVersion?: string } | undefined;
     const onlyStatus: Record<string, unknown> = { status: patch["status"] };
@@ -239,7 +243,7 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
       matchesFields(fields, (field) => this.#fields.get(field)?.(obj));
   }
 
-  #patch(ref: ObjectRef, patch: Record<string, unknown>, part: "main" | "status"): T {
+  #patch(ref: ObjectRef, patch: Record<string, unknown>, part: "main" | "status"): Stored<T> {
     const current = this.#require(ref);
     const wanted = (patch["metadata"] as { resourceVersion?: unknown } | undefined)?.resourceVersion;
     if (wanted !== undefined && wanted !== null && wanted !== current.metadata?.resourceVersion) {
@@ -248,15 +252,15 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
         `Cannot patch ${this.#describe(ref)}: the object has been modified; please apply your changes to the latest version and try again`,
       );
     }
-    const next = applyMergePatch(clone(current), patch) as T;
+    // Name and uid are among the owned fields put back from `current` below.
+    const next = applyMergePatch(clone(current), patch) as Stored<T>;
     // Fields the server owns: a patch cannot change them.
-    const { metadata: before = {} } = current;
+    const before: ObjectMeta = current.metadata;
     const meta: ObjectMeta = { ...next.metadata };
     for (const owned of ["name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"]) {
       if (before[owned] === undefined) delete meta[owned];
       else meta[owned] = before[owned];
     }
-    next.metadata = meta;
     if (part === "main") {
       const finalizers = meta.finalizers ?? [];
       if (before.deletionTimestamp !== undefined && finalizers.some((f) => !(before.finalizers ?? []).includes(f))) {
@@ -268,6 +272,7 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
       if (finalizers.length === 0) delete meta.finalizers;
       if (!jsonEqual(withoutMetaAndStatus(current), withoutMetaAndStatus(next))) meta.generation = (before.generation ?? 0) + 1;
     }
+    next.metadata = { ...meta, name: current.metadata.name, uid: current.metadata.uid };
     if (jsonEqual(current, next)) return current; // no change, no write
     if (before.deletionTimestamp !== undefined && (meta.finalizers ?? []).length === 0) {
       return this.#commit("DELETED", current, next); // the last finalizer is gone: the deletion completes
@@ -275,7 +280,7 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     return this.#commit("MODIFIED", current, next);
   }
 
-  #commit(type: Change<T>["type"], prev: T | undefined, obj: T): T {
+  #commit(type: Change<T>["type"], prev: Stored<T> | undefined, obj: Stored<T>): Stored<T> {
     this.#version += 1;
     const stamped = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(this.#version) } };
     if (type === "DELETED") this.#objects.delete(keyOf(stamped));
@@ -305,7 +310,7 @@ export class FakeResourceClient<T extends KubeObject> implements ResourceClient<
     return new Date(this.#clock.now()).toISOString().replace(/\.\d{3}Z$/, "Z");
   }
 
-  #require(ref: ObjectRef): T {
+  #require(ref: ObjectRef): Stored<T> {
     const key = this.resource.namespaced ? `${ref.namespace ?? ""}/${ref.name}` : ref.name;
     const obj = this.#objects.get(key);
     if (obj === undefined) throw terminalError(KubeErrorCode.NotFound, `Cannot find ${this.#describe(ref)}: it does not exist`);

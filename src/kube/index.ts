@@ -1,6 +1,6 @@
 // Public entry of the controller runtime. Everything else in src/kube is internal.
-export type { ResourceDescriptor, KubeObject, ObjectMeta, ObjectKey } from "./resource.ts";
-export { apiVersionOf, collectionPath, keyOf, parseKey, describeObject, resourceDescriptor } from "./resource.ts";
+export type { ResourceDescriptor, KubeObject, ObjectMeta, ObjectKey, Stored } from "./resource.ts";
+export { asStored, apiVersionOf, collectionPath, keyOf, parseKey, describeObject, resourceDescriptor } from "./resource.ts";
 export type {
   ResourceClient,
   ObjectRef,
@@ -26,7 +26,7 @@ export {
 export { createMergePatch, applyMergePatch, jsonEqual } from "./merge-patch.ts";
 export { mutateWithRetry, CONFLICT_RETRY, type MutateRequest } from "./mutate-with-retry.ts";
 export { hasFinalizer, addFinalizer, removeFinalizer } from "./finalizers.ts";
-export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, labelIndex, type InformerOptions, type EventHandlers, type IndexFunc } from "./informer.ts";
+export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, labelIndex, type InformerOptions, type EventHandlers, type IndexFunc, type Cached } from "./informer.ts";
 export { deepFreeze, type DeepReadonly } from "./deep-readonly.ts";
 export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";
 export { TokenBucket, DEFAULT_QUEUE_RATE_LIMIT, type RateLimit } from "./token-bucket.ts";
@@ -63,7 +63,7 @@ export {
   type LeaseObservation,
 } from "./lease-decision.ts";
 export { LeaderElector, DEFAULT_LEADER_ELECTION, type LeaderElectorOptions, type LeaderElectionTimings } from "./leader-elector.ts";
-export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventToRecord, type EventRecorderOptions } from "./event-recorder.ts";
+export { EventRecorder, EVENT_RESOURCE, eventKey, type CoreEvent, type EventType, type EventToRecord, type EventRecorderOptions, type InvolvedObject } from "./event-recorder.ts";
 export { Manager, DEFAULT_SYNC_TIMEOUT_MS, type Runnable, type SyncedRunnable, type ManagerOptions } from "./manager.ts";
 export { HealthServer, DEFAULT_HEALTH_PORT, type HealthServerOptions, type Readiness, type SyncedCache } from "./health-server.ts";
 export { KUBE_ERROR_CODES } from "./error-codes.ts";

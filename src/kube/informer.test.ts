@@ -1,9 +1,11 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { FakeClock, retryableError } from "../shared/index.ts";
+import { Writable } from "node:stream";
+import { createLogger, FakeClock, retryableError } from "../shared/index.ts";
 import { FakeResourceClient } from "./fake-resource-client.ts";
 import { Informer, labelIndex } from "./informer.ts";
 import type { KubeObject, ResourceDescriptor } from "./resource.ts";
+import type { ResourceClient } from "./resource-client.ts";
 
 const configMaps: ResourceDescriptor = { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true };
 type ConfigMap = KubeObject & { data?: Record<string, string> };
@@ -165,6 +167,31 @@ describe("Informer", () => {
       stop.abort();
       await running;
     });
+  });
+
+  it("leaves out a watched object without a name or uid, loudly, and keeps watching", async () => {
+    const inner = new FakeResourceClient<ConfigMap>(configMaps);
+    const lines: string[] = [];
+    const logger = createLogger({ level: "error", destination: new Writable({ write: (chunk: Buffer, _e, done) => (lines.push(chunk.toString()), done()) }) });
+    // A proxy that strips the uid of one object on its way through the watch.
+    const client: Pick<ResourceClient<ConfigMap>, "resource" | "list" | "watch"> = {
+      resource: configMaps,
+      list: (o) => inner.list(o),
+      watch: (o, onEvent) => inner.watch(o, (type, obj) => onEvent(type, obj.metadata?.name === "bad" ? { ...obj, metadata: { ...obj.metadata, uid: "" } } : obj)),
+    };
+    const informer = new Informer<ConfigMap>({ client, clock: new FakeClock(), backoff: policy, logger });
+    const stop = new AbortController();
+    const running = informer.start(stop.signal);
+    await informer.waitForSync(AbortSignal.timeout(5_000));
+    await until(() => inner.openWatches === 1, "the watch is open");
+    await inner.create(cm("bad"));
+    await inner.create(cm("good"));
+    await until(() => informer.get("ns/good") !== undefined, "the good object is cached");
+    assert.equal(informer.get("ns/bad"), undefined, "the object without a uid is not cached");
+    assert.deepEqual(lines.map((l) => (JSON.parse(l) as { msg: string }).msg), ["watch event without a stored object's name or uid; skipped"]);
+    assert.deepEqual({ watches: informer.stats().watches, failures: informer.stats().failures }, { watches: 1, failures: 0 }, "the watch went on");
+    stop.abort();
+    await running;
   });
 
   it("re-delivers every cached object as an update each resync period", async () => {

@@ -10,21 +10,24 @@ import {
 } from "../shared/index.ts";
 import { isGone } from "./api-errors.ts";
 import { deepFreeze, type DeepReadonly } from "./deep-readonly.ts";
-import { keyOf, type KubeObject, type ObjectKey } from "./resource.ts";
+import { asStored, keyOf, type KubeObject, type ObjectKey, type Stored } from "./resource.ts";
 import type { ResourceClient, WatchEventType } from "./resource-client.ts";
+
+/** What an informer hands out: a stored object (it has a name and uid), shared and frozen. */
+export type Cached<T extends KubeObject> = DeepReadonly<Stored<T>>;
 
 /**
  * Values an object is filed under in one index, e.g. `(vm) => [vm.status?.nodeName]`. Empty
  * strings and undefined are skipped, so objects without the field are simply not in the index.
  */
-export type IndexFunc<T> = (obj: DeepReadonly<T>) => Iterable<string | undefined>;
+export type IndexFunc<T extends KubeObject> = (obj: Cached<T>) => Iterable<string | undefined>;
 
 /** Indexes objects by the value of one label, e.g. `labelIndex("imp.dev/pool")`. */
 export const labelIndex =
   (label: string): IndexFunc<KubeObject> =>
   (obj) => [obj.metadata?.labels?.[label]];
 
-interface Index<T> {
+interface Index<T extends KubeObject> {
   readonly fn: IndexFunc<T>;
   readonly byValue: Map<string, Set<ObjectKey>>;
   readonly valuesOf: Map<ObjectKey, readonly string[]>;
@@ -82,9 +85,9 @@ export class Informer<T extends KubeObject> {
   readonly #options: InformerOptions<T>;
   readonly #clock: Clock;
   readonly #logger: Logger;
-  readonly #cache = new Map<ObjectKey, DeepReadonly<T>>();
+  readonly #cache = new Map<ObjectKey, Cached<T>>();
   readonly #indexes = new Map<string, Index<T>>();
-  readonly #handlers = new Set<EventHandlers<DeepReadonly<T>>>();
+  readonly #handlers = new Set<EventHandlers<Cached<T>>>();
   readonly #syncWaiters: Array<() => void> = [];
   #synced = false;
   #started = false;
@@ -152,12 +155,12 @@ export class Informer<T extends KubeObject> {
   }
 
   /** The cached object: shared and frozen (edit a `structuredClone`). */
-  get(key: ObjectKey): DeepReadonly<T> | undefined {
+  get(key: ObjectKey): Cached<T> | undefined {
     return this.#cache.get(key);
   }
 
   /** All cached objects (a new array of shared, frozen objects). */
-  list(): DeepReadonly<T>[] {
+  list(): Cached<T>[] {
     return [...this.#cache.values()];
   }
 
@@ -174,7 +177,7 @@ export class Informer<T extends KubeObject> {
   }
 
   /** Cached objects filed under `value` in index `name`, in key order. */
-  byIndex(name: string, value: string): DeepReadonly<T>[] {
+  byIndex(name: string, value: string): Cached<T>[] {
     return this.indexKeys(name, value).flatMap((key) => {
       const obj = this.#cache.get(key);
       return obj === undefined ? [] : [obj];
@@ -192,7 +195,7 @@ export class Informer<T extends KubeObject> {
    * Registers handlers; if already synced, the current contents are delivered as adds first.
    * Returns a function that removes them.
    */
-  addEventHandler(handlers: EventHandlers<DeepReadonly<T>>): () => void {
+  addEventHandler(handlers: EventHandlers<Cached<T>>): () => void {
     this.#handlers.add(handlers);
     if (this.#synced) for (const obj of this.#cache.values()) this.#call(handlers, "onAdd", obj);
     return () => this.#handlers.delete(handlers);
@@ -270,7 +273,7 @@ export class Informer<T extends KubeObject> {
     });
     const seen = new Set<ObjectKey>();
     for (const item of result.items) {
-      const obj = deepFreeze(withoutManagedFields(item));
+      const obj = deepFreeze(withoutManagedFields(item)) as Cached<T>;
       const key = keyOf(obj);
       seen.add(key);
       const old = this.#cache.get(key);
@@ -294,10 +297,18 @@ export class Informer<T extends KubeObject> {
 
   #apply(type: WatchEventType, item: T): void {
     this.#lastEventAt = this.#clock.now();
-    const obj = deepFreeze(withoutManagedFields(item));
-    const version = obj.metadata?.resourceVersion;
+    const version = item.metadata?.resourceVersion;
     if (version !== undefined && version !== "") this.#resourceVersion = version;
     if (type === "BOOKMARK") return;
+    let obj: Cached<T>;
+    try {
+      obj = deepFreeze(withoutManagedFields(asStored(item, this.#options.client.resource)));
+    } catch (err) {
+      // Throwing would end the watch and replay the same event forever; the object cannot be
+      // filed without a name, so it is left out, loudly.
+      this.#logger.error({ err: describeError(err), resourceVersion: version }, "watch event without a stored object's name or uid; skipped");
+      return;
+    }
     const key = keyOf(obj);
     const old = this.#cache.get(key);
     if (type === "DELETED") {
@@ -324,7 +335,7 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  #store(key: ObjectKey, obj: DeepReadonly<T>): void {
+  #store(key: ObjectKey, obj: Cached<T>): void {
     this.#cache.set(key, obj);
     for (const index of this.#indexes.values()) {
       this.#unfile(index, key);
@@ -337,7 +348,7 @@ export class Informer<T extends KubeObject> {
     for (const index of this.#indexes.values()) this.#unfile(index, key);
   }
 
-  #file(index: Index<T>, key: ObjectKey, obj: DeepReadonly<T>): void {
+  #file(index: Index<T>, key: ObjectKey, obj: Cached<T>): void {
     let values: string[];
     try {
       values = [...new Set(index.fn(obj))].filter((v): v is string => v !== undefined && v !== "");
@@ -363,13 +374,13 @@ export class Informer<T extends KubeObject> {
     index.valuesOf.delete(key);
   }
 
-  #emit(which: "onAdd" | "onDelete", obj: DeepReadonly<T>): void;
-  #emit(which: "onUpdate", old: DeepReadonly<T>, obj: DeepReadonly<T>): void;
-  #emit(which: keyof EventHandlers<T>, a: DeepReadonly<T>, b?: DeepReadonly<T>): void {
+  #emit(which: "onAdd" | "onDelete", obj: Cached<T>): void;
+  #emit(which: "onUpdate", old: Cached<T>, obj: Cached<T>): void;
+  #emit(which: keyof EventHandlers<T>, a: Cached<T>, b?: Cached<T>): void {
     for (const handlers of this.#handlers) this.#call(handlers, which, a, b);
   }
 
-  #call(handlers: EventHandlers<DeepReadonly<T>>, which: keyof EventHandlers<T>, a: DeepReadonly<T>, b?: DeepReadonly<T>): void {
+  #call(handlers: EventHandlers<Cached<T>>, which: keyof EventHandlers<T>, a: Cached<T>, b?: Cached<T>): void {
     try {
       if (which === "onUpdate") handlers.onUpdate?.(a, b ?? a);
       else handlers[which]?.(a);

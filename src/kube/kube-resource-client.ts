@@ -10,7 +10,7 @@ import {
   type ResponseContext,
 } from "@kubernetes/client-node";
 import { classifyApiError } from "./api-errors.ts";
-import { apiVersionOf, collectionPath, describeObject, type KubeObject, type ResourceDescriptor } from "./resource.ts";
+import { apiVersionOf, asStored, collectionPath, describeObject, type KubeObject, type ResourceDescriptor, type Stored } from "./resource.ts";
 import type {
   DeleteOptions,
   ListOptions,
@@ -75,16 +75,16 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     this.#pageSize = options.listPageSize ?? LIST_PAGE_SIZE;
   }
 
-  get(ref: ObjectRef, signal?: AbortSignal): Promise<T> {
-    return this.#call("get", this.#describe(ref), signal, (o) =>
+  async get(ref: ObjectRef, signal?: AbortSignal): Promise<Stored<T>> {
+    return this.#stored(await this.#call("get", this.#describe(ref), signal, (o) =>
       this.resource.namespaced
         ? this.#api.getNamespacedCustomObject({ ...this.#target(), namespace: this.#namespaceOf(ref), name: ref.name }, o)
         : this.#api.getClusterCustomObject({ ...this.#target(), name: ref.name }, o),
-    ) as Promise<T>;
+    ));
   }
 
   /** Pages through the collection (`listPageSize` per request) so huge lists do not arrive in one response. */
-  async list(options: ListOptions = {}): Promise<ListResult<T>> {
+  async list(options: ListOptions = {}): Promise<ListResult<Stored<T>>> {
     const what = `${this.resource.kind} list${options.namespace === undefined ? "" : ` in ${options.namespace}`}`;
     const query = {
       ...this.#target(),
@@ -92,7 +92,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
       ...(options.labelSelector === undefined ? {} : { labelSelector: options.labelSelector }),
       ...(options.fieldSelector === undefined ? {} : { fieldSelector: options.fieldSelector }),
     };
-    const items: T[] = [];
+    const items: Stored<T>[] = [];
     let resourceVersion = "";
     let next: string | undefined;
     do {
@@ -103,7 +103,7 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
           : this.#api.listClusterCustomObject(page, o),
       )) as { items?: T[]; metadata?: { resourceVersion?: string; continue?: string } };
       // List items carry no apiVersion/kind; fill them so cached objects look like fetched ones.
-      for (const item of body.items ?? []) items.push({ ...item, apiVersion: this.#apiVersion, kind: this.resource.kind });
+      for (const item of body.items ?? []) items.push(asStored({ ...item, apiVersion: this.#apiVersion, kind: this.resource.kind }, this.resource));
       // Every page of one list is served from the snapshot of the first; its version is the list's.
       if (resourceVersion === "") resourceVersion = body.metadata?.resourceVersion ?? "";
       next = body.metadata?.continue === "" ? undefined : body.metadata?.continue;
@@ -111,15 +111,15 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     return { items, resourceVersion };
   }
 
-  create(obj: T, signal?: AbortSignal): Promise<T> {
+  async create(obj: T, signal?: AbortSignal): Promise<Stored<T>> {
     const ref = { namespace: obj.metadata?.namespace, name: obj.metadata?.name ?? obj.metadata?.generateName ?? "" };
     const body = { ...obj, apiVersion: this.#apiVersion, kind: this.resource.kind };
     const fieldManager = this.#fieldManager;
-    return this.#call("create", this.#describe(ref), signal, (o) =>
+    return this.#stored(await this.#call("create", this.#describe(ref), signal, (o) =>
       this.resource.namespaced
         ? this.#api.createNamespacedCustomObject({ ...this.#target(), namespace: this.#namespaceOf(ref), body, fieldManager }, o)
         : this.#api.createClusterCustomObject({ ...this.#target(), body, fieldManager }, o),
-    ) as Promise<T>;
+    ));
   }
 
   async delete(ref: ObjectRef, options: DeleteOptions = {}): Promise<void> {
@@ -134,26 +134,30 @@ class KubeResourceClient<T extends KubeObject> implements ResourceClient<T> {
     );
   }
 
-  patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+  async patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>> {
     const args = { ...this.#target(), name: ref.name, body: patch, fieldManager: this.#fieldManager };
-    return this.#call("patch", this.#describe(ref), signal, (o) =>
+    return this.#stored(await this.#call("patch", this.#describe(ref), signal, (o) =>
       this.resource.namespaced
         ? this.#api.patchNamespacedCustomObject({ ...args, namespace: this.#namespaceOf(ref) }, o)
         : this.#api.patchClusterCustomObject(args, o),
-    ) as Promise<T>;
+    ));
   }
 
-  patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T> {
+  async patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>> {
     const args = { ...this.#target(), name: ref.name, body: patch, fieldManager: this.#fieldManager };
-    return this.#call("patch status of", this.#describe(ref), signal, (o) =>
+    return this.#stored(await this.#call("patch status of", this.#describe(ref), signal, (o) =>
       this.resource.namespaced
         ? this.#api.patchNamespacedCustomObjectStatus({ ...args, namespace: this.#namespaceOf(ref) }, o)
         : this.#api.patchClusterCustomObjectStatus(args, o),
-    ) as Promise<T>;
+    ));
   }
 
   watch(options: WatchOptions, onEvent: (type: WatchEventType, obj: T) => void): Promise<void> {
     return runWatch(this.#watcher, { resource: this.resource, options, onEvent: onEvent as (t: WatchEventType, o: unknown) => void });
+  }
+
+  #stored(body: unknown): Stored<T> {
+    return asStored(body as T, this.resource);
   }
 
   #target(): { group: string; version: string; plural: string } {

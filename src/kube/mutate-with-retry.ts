@@ -1,7 +1,7 @@
 import { retry, systemClock, type BackoffPolicy, type Clock, type Logger } from "../shared/index.ts";
 import { isConflict } from "./api-errors.ts";
 import { createMergePatch } from "./merge-patch.ts";
-import type { KubeObject } from "./resource.ts";
+import type { KubeObject, Stored } from "./resource.ts";
 import type { ObjectRef, ResourceClient } from "./resource-client.ts";
 
 /**
@@ -12,10 +12,10 @@ import type { ObjectRef, ResourceClient } from "./resource-client.ts";
  */
 export const CONFLICT_RETRY: BackoffPolicy = { baseMs: 20, factor: 2, capMs: 1_000, jitter: 1, maxAttempts: 5 };
 
-export interface MutateRequest<T> {
+export interface MutateRequest<T extends KubeObject> {
   readonly ref: ObjectRef;
   /** Edits the draft (a deep copy of the freshest object); returning false skips the write. Pure: it may run several times. */
-  readonly mutate: (draft: T) => void | boolean;
+  readonly mutate: (draft: Stored<T>) => void | boolean;
   /** `status` writes through the status subresource and only the status part of the change. */
   readonly subresource?: "main" | "status";
   readonly policy?: BackoffPolicy;
@@ -35,7 +35,7 @@ export interface MutateRequest<T> {
 export async function mutateWithRetry<T extends KubeObject>(
   client: Pick<ResourceClient<T>, "get" | "patch" | "patchStatus">,
   request: MutateRequest<T>,
-): Promise<T> {
+): Promise<Stored<T>> {
   const { ref, mutate, ...options } = request;
   const subresource = options.subresource ?? "main";
   return retry(

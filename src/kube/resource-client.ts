@@ -1,4 +1,4 @@
-import type { KubeObject, ResourceDescriptor } from "./resource.ts";
+import type { KubeObject, ResourceDescriptor, Stored } from "./resource.ts";
 
 /** Names one object. `namespace` is required for namespaced kinds and ignored otherwise. */
 export interface ObjectRef {
@@ -53,23 +53,24 @@ export interface DeleteOptions {
  */
 export interface ResourceClient<T extends KubeObject> {
   readonly resource: ResourceDescriptor;
-  get(ref: ObjectRef, signal?: AbortSignal): Promise<T>;
-  list(options?: ListOptions): Promise<ListResult<T>>;
+  get(ref: ObjectRef, signal?: AbortSignal): Promise<Stored<T>>;
+  list(options?: ListOptions): Promise<ListResult<Stored<T>>>;
   /** `obj.metadata.namespace` picks the namespace; apiVersion and kind are filled in. */
-  create(obj: T, signal?: AbortSignal): Promise<T>;
+  create(obj: T, signal?: AbortSignal): Promise<Stored<T>>;
   delete(ref: ObjectRef, options?: DeleteOptions): Promise<void>;
   /**
    * JSON merge patch of the main resource (status changes are ignored by kinds with a status
    * subresource). Including `metadata.resourceVersion` makes it conditional: a stale version fails
    * with a conflict instead of overwriting.
    */
-  patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T>;
+  patch(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>>;
   /** JSON merge patch of the `/status` subresource, in its own call. */
-  patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<T>;
+  patchStatus(ref: ObjectRef, patch: MergePatch, signal?: AbortSignal): Promise<Stored<T>>;
   /**
    * Streams changes after `resourceVersion` to `onEvent` until the server ends the watch (resolves)
    * or the stream fails (rejects, classified; an expired resourceVersion rejects with code `Gone`).
-   * Resolves when `signal` aborts. A throwing `onEvent` ends the watch with that error.
+   * Resolves when `signal` aborts. A throwing `onEvent` ends the watch with that error. Objects
+   * are not yet checked as `Stored`: a BOOKMARK carries only `metadata.resourceVersion`.
    */
   watch(options: WatchOptions, onEvent: (type: WatchEventType, obj: T) => void): Promise<void>;
 }

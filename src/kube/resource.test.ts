@@ -1,6 +1,9 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { apiVersionOf, collectionPath, keyOf, parseKey, resourceDescriptor } from "./resource.ts";
+import { ImpError } from "../shared/index.ts";
+import { apiVersionOf, asStored, collectionPath, keyOf, parseKey, resourceDescriptor, type ResourceDescriptor } from "./resource.ts";
+
+const pods: ResourceDescriptor = { group: "", version: "v1", plural: "pods", kind: "Pod", namespaced: true };
 
 describe("resource helpers", () => {
   const kindNames = { kind: "ImpVM", listKind: "ImpVMList", plural: "impvms", singular: "impvm", scope: "Namespaced" } as const;
@@ -23,5 +26,20 @@ describe("resource helpers", () => {
     assert.equal(keyOf({ metadata: { name: "node-a" } }), "node-a");
     assert.deepEqual(parseKey("ci/vm-1"), { namespace: "ci", name: "vm-1" });
     assert.deepEqual(parseKey("node-a"), { namespace: undefined, name: "node-a" });
+  });
+
+  it("asStored() passes an object with a name and a uid and refuses one without, naming what is missing", () => {
+    const stored = { metadata: { name: "p", namespace: "ns", uid: "u-1" } };
+    assert.equal(asStored(stored, pods), stored, "the same object, only its type narrowed");
+    const cases: Array<[unknown, RegExp]> = [
+      [{}, /Pod without metadata\.name/],
+      [{ metadata: { uid: "u" } }, /Pod without metadata\.name/],
+      [{ metadata: { name: "", uid: "u" } }, /Pod without metadata\.name/],
+      [{ metadata: { name: "p" } }, /Pod without metadata\.uid/],
+      [{ metadata: { name: "p", uid: "" } }, /Pod without metadata\.uid/],
+    ];
+    for (const [obj, message] of cases) {
+      assert.throws(() => asStored(obj as never, pods), (err: unknown) => err instanceof ImpError && err.code === "MalformedObject" && err.errorClass === "terminal" && message.test(err.message), JSON.stringify(obj));
+    }
   });
 });

@@ -1,4 +1,4 @@
-import type { ObjectMeta as WireObjectMeta } from "../shared/index.ts";
+import { terminalError, type ObjectMeta as WireObjectMeta } from "../shared/index.ts";
 
 /**
  * What the runtime needs to know about a kind, and nothing more. `src/api` builds these from its
@@ -37,6 +37,27 @@ export interface KubeObject {
   apiVersion?: string;
   kind?: string;
   metadata?: ObjectMeta;
+}
+
+/**
+ * An object as the API server returns it once stored: it always has a name (a generated one is
+ * filled in by then) and a uid. Clients and informers hand out only these, checked once where the
+ * object enters the process (`asStored`), so no reader has to invent a name for an object without
+ * one. Namespaces stay optional: cluster-scoped kinds have none.
+ */
+export type Stored<T extends KubeObject> = T & { metadata: ObjectMeta & { name: string; uid: string } };
+
+/**
+ * Checks what `Stored` promises on an object read from the API. A real API server never fails it;
+ * a broken proxy or a hand-written fake can, and then the read fails loudly instead of filing the
+ * object under an empty name.
+ */
+export function asStored<T extends KubeObject>(obj: T, resource: ResourceDescriptor): Stored<T> {
+  const meta = obj.metadata;
+  if (meta === undefined || typeof meta.name !== "string" || meta.name === "" || typeof meta.uid !== "string" || meta.uid === "") {
+    throw terminalError("MalformedObject", `The API returned a ${resource.kind} without ${meta?.name ? "metadata.uid" : "metadata.name"}; a stored object always has both (is something between Imp and the API server rewriting responses?)`);
+  }
+  return obj as Stored<T>;
 }
 
 /** `group/version`, or just `version` for the core group, as written in `apiVersion`. */

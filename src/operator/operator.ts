@@ -144,7 +144,7 @@ export class Operator {
         this.pools.onScaleSetJob(key, job);
         this.jobs.onScaleSetJob(key, job);
       },
-      onEvent: (pool, type, reason, message) => void recorder.record(pool as unknown as KubeObject, { type, reason, message }),
+      onEvent: (pool, type, reason, message) => void recorder.record(pool, { type, reason, message }),
       ownerName: options.identity ?? hostname(),
       logger: logger.child({ component: "scale-sets" }),
       clock,

@@ -30,6 +30,7 @@ import {
   hasFinalizer,
   addFinalizer,
   removeFinalizer,
+  type Stored,
 } from "../../kube/index.ts";
 import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
@@ -104,7 +105,7 @@ export class NodeAgent {
   readonly #controller: Controller;
   readonly #events: EventRecorder;
   /** Last seen object of each key, so a VM that vanished can still be released by uid, name and namespace. */
-  readonly #lastSeen = new Map<string, Readonly<ImpVM>>();
+  readonly #lastSeen = new Map<string, Readonly<Stored<ImpVM>>>();
   readonly #plans = new Map<string, VmPlan>();
   readonly #resumeTried = new Set<string>();
   readonly #setupWaitMs: number;
@@ -223,7 +224,7 @@ export class NodeAgent {
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
-    const cached = this.#cache.get(ctx.key) as Readonly<ImpVM> | undefined;
+    const cached = this.#cache.get(ctx.key) as Readonly<Stored<ImpVM>> | undefined;
     const vm = cached !== undefined && cached.status?.nodeName === this.#o.nodeName ? cached : undefined;
     if (vm !== undefined) this.#lastSeen.set(ctx.key, vm);
     const known = vm ?? this.#lastSeen.get(ctx.key);
@@ -241,9 +242,9 @@ export class NodeAgent {
     return decision.requeueAfterMs === undefined ? done : requeueAfter(Math.max(1, decision.requeueAfterMs));
   }
 
-  async #act(action: AgentAction, vm: Readonly<ImpVM> | undefined, known: Readonly<ImpVM>, ctx: ReconcileContext): Promise<void> {
-    const ref = { namespace: known.metadata.namespace, name: known.metadata.name ?? "" };
-    const uid = known.metadata.uid ?? "";
+  async #act(action: AgentAction, vm: Readonly<Stored<ImpVM>> | undefined, known: Readonly<Stored<ImpVM>>, ctx: ReconcileContext): Promise<void> {
+    const ref = { namespace: known.metadata.namespace, name: known.metadata.name };
+    const uid = known.metadata.uid;
     switch (action.type) {
       case "AddFinalizer":
         await addFinalizer(this.vms, ref, FINALIZERS.vmTeardown, ctx.signal);
@@ -291,13 +292,13 @@ export class NodeAgent {
   }
 
   /** Writes the status local knowledge implies, recomputed on the freshest object so a retry never rewinds anything. */
-  async #patchStatus(vm: Readonly<ImpVM>, decided: ImpVMStatus, local: LocalVm | undefined, signal: AbortSignal): Promise<void> {
+  async #patchStatus(vm: Readonly<Stored<ImpVM>>, decided: ImpVMStatus, local: LocalVm | undefined, signal: AbortSignal): Promise<void> {
     const before = vm.status?.phase ?? "Pending";
     let after = before;
     // Points of the job's timeline this very write adds (judged on the freshest object, so never twice).
     let gained = { booted: false, delivered: false };
     const stored = await mutateWithRetry(this.vms, {
-      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name },
       subresource: "status",
       signal,
       mutate: (d) => {
@@ -326,7 +327,7 @@ export class NodeAgent {
     }
   }
 
-  async #plan(vm: Readonly<ImpVM>, signal: AbortSignal): Promise<VmPlan> {
+  async #plan(vm: Readonly<Stored<ImpVM>>, signal: AbortSignal): Promise<VmPlan> {
     const namespace = vm.metadata.namespace ?? "default";
     const template = vm.spec.templateRef === undefined ? undefined : (await this.#templates.get({ namespace, name: vm.spec.templateRef.name }, signal).catch(notFoundAs(`template ${vm.spec.templateRef.name}`))).spec;
     const t = templateOf(vm, template);
@@ -349,8 +350,8 @@ export class NodeAgent {
    * plaintext lives only in that call and the Exec. A Secret that is not there yet (the status said
    * Minted before the Secret reached us) is retried; one that cannot be used stops the VM.
    */
-  async #deliverSetup(vm: Readonly<ImpVM>): Promise<void> {
-    const uid = vm.metadata.uid ?? "";
+  async #deliverSetup(vm: Readonly<Stored<ImpVM>>): Promise<void> {
+    const uid = vm.metadata.uid;
     let setup: string;
     try {
       const raw = await this.#readSealedSetup(vm);
@@ -369,8 +370,8 @@ export class NodeAgent {
     this.runtime.deliverSetup(uid, setup);
   }
 
-  async #readSealedSetup(vm: Readonly<ImpVM>): Promise<string | undefined> {
-    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
+  async #readSealedSetup(vm: Readonly<Stored<ImpVM>>): Promise<string | undefined> {
+    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name);
     let secret: SecretObject;
     try {
       secret = await this.#secrets.get({ namespace: vm.metadata.namespace, name });
@@ -432,12 +433,12 @@ export class NodeAgent {
   }
 }
 
-function refOf(vm: Readonly<ImpVM>): VmRef {
-  return { uid: vm.metadata.uid ?? "", name: vm.metadata.name ?? "", namespace: vm.metadata.namespace ?? "" };
+function refOf(vm: Readonly<Stored<ImpVM>>): VmRef {
+  return { uid: vm.metadata.uid, name: vm.metadata.name, namespace: vm.metadata.namespace ?? "" };
 }
 
 /** What the API says of a VM's setup handoff, as an adopted VM's local record needs it. */
-function localSetupOf(vm: Readonly<ImpVM>): LocalSetupState {
+function localSetupOf(vm: Readonly<Stored<ImpVM>>): LocalSetupState {
   const state = vm.status?.setup?.state;
   return state === "Sent" ? "sent" : state === "Delivered" ? "delivered" : "none";
 }

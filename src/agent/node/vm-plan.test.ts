@@ -1,18 +1,19 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { ImpVM, ImpVMClassSpec, ImpVMTemplateSpec } from "../../api/index.ts";
+import type { Stored } from "../../kube/index.ts";
 import { ImpError } from "../../shared/index.ts";
 import { planVm, secretsNeeded, type PlanInputs } from "./vm-plan.ts";
 
 const template: ImpVMTemplateSpec = { classRef: { name: "small" }, image: "127.0.0.1:5000/ci/base:1", extraLayers: [{ image: "127.0.0.1:5000/ci/runner:1" }], kernel: "default", expireAfter: "1h", bootArgs: "quiet loglevel=3" };
 const vmClass: ImpVMClassSpec = { vcpu: 2, memoryMiB: 1024, scratchDisk: "2Gi", arch: "amd64" };
-const vm = (patch: Partial<ImpVM["spec"]> = {}, labels?: Record<string, string>): ImpVM =>
+const vm = (patch: Partial<ImpVM["spec"]> = {}, labels?: Record<string, string>): Stored<ImpVM> =>
   ({
     apiVersion: "imp.dev/v1alpha1",
     kind: "ImpVM",
     metadata: { name: "job-1", namespace: "ci", uid: "u-1", creationTimestamp: "2026-12-02T10:00:00Z", ...(labels === undefined ? {} : { labels }) },
     spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", workload: { command: ["/bin/sh", "-c", "make test"], env: [{ name: "A", value: "1" }, { name: "TOKEN", valueFrom: { secretKeyRef: { name: "creds", key: "token" } } }], envFrom: [{ secretRef: { name: "bulk" }, prefix: "B_" }], user: "1000" }, ...patch },
-  }) as ImpVM;
+  }) as Stored<ImpVM>;
 const inputs = (over: Partial<PlanInputs> = {}): PlanInputs => ({
   vm: vm(),
   template,

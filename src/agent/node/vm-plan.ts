@@ -4,6 +4,7 @@
  * without a cluster. Secret values pass through in memory only.
  */
 import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
+import type { Stored } from "../../kube/index.ts";
 import { terminalError } from "../../shared/index.ts";
 import type { CredentialLookup } from "../image/pull/index.ts";
 import type { KernelFiles, VmBootRequest } from "../vm/index.ts";
@@ -47,7 +48,7 @@ export interface PlannedWorkload {
 }
 
 export interface PlanInputs {
-  readonly vm: Readonly<ImpVM>;
+  readonly vm: Readonly<Stored<ImpVM>>;
   /** The referenced template's spec, or undefined for an inline template. */
   readonly template: Readonly<ImpVMTemplateSpec> | undefined;
   readonly vmClass: Readonly<ImpVMClassSpec>;
@@ -62,7 +63,7 @@ const SAFE_BOOT_ARG = /^[\x21-\x7e]+$/;
 /** Kernel arguments a template may not set: they decide the root, init and the agent's own channel. */
 const RESERVED_BOOT_ARGS = /^(root|rootfstype|rootflags|init|rdinit|imp\.[a-z_.]+|console|panic|reboot)=/;
 
-export function templateOf(vm: Readonly<ImpVM>, referenced: Readonly<ImpVMTemplateSpec> | undefined): Readonly<ImpVMTemplateSpec> {
+export function templateOf(vm: Readonly<Stored<ImpVM>>, referenced: Readonly<ImpVMTemplateSpec> | undefined): Readonly<ImpVMTemplateSpec> {
   const template = vm.spec.template ?? referenced;
   if (template === undefined) {
     throw terminalError("TemplateNotFound", `Cannot plan VM ${vm.metadata.namespace}/${vm.metadata.name}: template ${vm.spec.templateRef?.name ?? "(none)"} does not exist`);
@@ -78,7 +79,7 @@ export function secretsNeeded(workload: Readonly<Workload>): string[] {
   return [...names];
 }
 
-export function workloadOf(vm: Readonly<ImpVM>, template: Readonly<ImpVMTemplateSpec>): Readonly<Workload> {
+export function workloadOf(vm: Readonly<Stored<ImpVM>>, template: Readonly<ImpVMTemplateSpec>): Readonly<Workload> {
   const workload = vm.spec.workload ?? template.workload;
   if (workload === undefined) throw terminalError("NoWorkload", `Cannot plan VM ${vm.metadata.name}: neither the VM nor its template has a workload`);
   return workload;
@@ -98,11 +99,10 @@ export function planVm(inputs: PlanInputs): VmPlan {
     if (!SAFE_BOOT_ARG.test(arg) || RESERVED_BOOT_ARGS.test(arg)) throw terminalError("BootArgRefused", `Cannot plan ${where}: boot argument "${arg}" is reserved for Imp or not printable ASCII`);
   }
   const uid = vm.metadata.uid;
-  if (uid === undefined || uid === "") throw terminalError("NoUid", `Cannot plan ${where}: it has no uid`);
   const created = Date.parse(vm.metadata.creationTimestamp ?? "");
   return {
     uid,
-    name: vm.metadata.name ?? "",
+    name: vm.metadata.name,
     namespace: vm.metadata.namespace ?? "default",
     vcpus: inputs.vmClass.vcpu,
     memoryMiB: inputs.vmClass.memoryMiB,

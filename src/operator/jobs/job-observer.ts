@@ -8,7 +8,7 @@
  */
 import { LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
-import type { DeepReadonly, EventRecorder, Informer, KubeObject } from "../../kube/index.ts";
+import type { Cached, EventRecorder, Informer, InvolvedObject } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { WebhookAudience } from "../webhook/index.ts";
 import type { Registry } from "prom-client";
@@ -35,7 +35,7 @@ export interface JobObserverOptions {
 interface KnownJob {
   readonly seen: JobSeen;
   readonly pool: PoolRef;
-  readonly vm: KubeObject;
+  readonly vm: InvolvedObject;
 }
 
 export class JobObserver {
@@ -104,7 +104,7 @@ export class JobObserver {
     await Promise.all([...this.#pending]);
   }
 
-  #record(vm: KubeObject, event: Parameters<EventRecorder["record"]>[1]): void {
+  #record(vm: InvolvedObject, event: Parameters<EventRecorder["record"]>[1]): void {
     const p = this.#o.recorder.record(vm, event).finally(() => this.#pending.delete(p));
     this.#pending.add(p);
   }
@@ -123,18 +123,18 @@ export class JobObserver {
 }
 
 /** Just what an Event needs of the VM, so a remembered job does not keep a whole VM alive. */
-function involved(vm: DeepReadonly<ImpVM>): KubeObject {
+function involved(vm: Cached<ImpVM>): InvolvedObject {
   return {
     apiVersion: vm.apiVersion,
     kind: vm.kind,
     metadata: { name: vm.metadata.name, namespace: vm.metadata.namespace, uid: vm.metadata.uid },
-  } as KubeObject;
+  };
 }
 
-function poolSample(pool: DeepReadonly<ImpVMRunnerPool>): ArcPoolSample {
+function poolSample(pool: Cached<ImpVMRunnerPool>): ArcPoolSample {
   const forge = pool.spec.github ?? pool.spec.gitea;
   const [owner, repo] = forge?.repository?.split("/") ?? [];
-  const name = pool.metadata.name ?? "";
+  const name = pool.metadata.name;
   const namespace = pool.metadata.namespace ?? "";
   const s = pool.status ?? {};
   return {

@@ -1,13 +1,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { API_VERSION, type ImpVM } from "../../api/index.ts";
+import type { Stored } from "../../kube/index.ts";
 import { findReplacement, formatJobTimeline, jobTimeline } from "./timeline.ts";
 
 const T0 = Date.UTC(2026, 11, 3, 8, 0, 0);
 const iso = (offsetMs: number): string => new Date(T0 + offsetMs).toISOString();
 
-function vm(name: string, status: ImpVM["status"]): ImpVM {
-  return { apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: "ns", creationTimestamp: iso(0).replace(/\.\d{3}Z$/, "Z") }, spec: { lifecycle: "ephemeral" }, ...(status === undefined ? {} : { status }) };
+function vm(name: string, status: ImpVM["status"]): Stored<ImpVM> {
+  return { apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: "ns", uid: `uid-${name}`, creationTimestamp: iso(0).replace(/\.\d{3}Z$/, "Z") }, spec: { lifecycle: "ephemeral" }, ...(status === undefined ? {} : { status }) };
 }
 
 const cold = vm("p-cold1", {
@@ -92,7 +93,7 @@ test("the printed timeline has one line per point and names what is missing", ()
 });
 
 test("the replacement is the first other VM of the same pool created once the job started", () => {
-  const inPool = (name: string, createdMs: number, pool = "p", namespace = "ns"): ImpVM => ({
+  const inPool = (name: string, createdMs: number, pool = "p", namespace = "ns"): Stored<ImpVM> => ({
     ...vm(name, { phaseTimestamps: { pending: iso(createdMs) } }),
     metadata: { name, namespace, uid: name, labels: { "imp.dev/pool": pool } },
   });

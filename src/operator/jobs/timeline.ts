@@ -8,7 +8,7 @@
  * negative steps; `sinceQueuedMs` says how far each point is from the job being queued.
  */
 import { LABELS, type ImpVM } from "../../api/index.ts";
-import type { DeepReadonly } from "../../kube/index.ts";
+import type { Cached, Stored } from "../../kube/index.ts";
 import { vmPoints } from "./vm-points.ts";
 
 export const TIMELINE_POINTS = [
@@ -74,7 +74,7 @@ export interface JobTimeline {
   readonly vmReadyMs: number | undefined;
 }
 
-type AnyVM = Readonly<ImpVM> | DeepReadonly<ImpVM>;
+type AnyVM = Readonly<Stored<ImpVM>> | Cached<ImpVM>;
 
 function ms(t: string | number | undefined): number | undefined {
   if (t === undefined) return undefined;
@@ -112,7 +112,7 @@ export function jobTimeline(vm: AnyVM, job?: JobTimes, replacement?: AnyVM): Job
     sinceQueuedMs: diff(queued, t),
   }));
   return {
-    vm: vm.metadata.name ?? "",
+    vm: vm.metadata.name,
     node: vm.status?.nodeName,
     points,
     missing: TIMELINE_POINTS.filter((point) => at[point] === undefined),

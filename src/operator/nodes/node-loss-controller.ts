@@ -23,11 +23,11 @@ import {
   type ReconcileContext,
   type ReconcileResult,
   type ResourceClient,
+  type Cached,
 } from "../../kube/index.ts";
 import { silentLogger, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { SecretObject } from "../pools/resources.ts";
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
-import { involvedOf } from "../scheduler/scheduler-controller.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
 import { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
 import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss } from "./decide-node-loss.ts";
@@ -93,9 +93,9 @@ export class NodeLossController {
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
     const nodeName = ctx.key;
-    const onNode = (): DeepReadonly<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName);
-    const victims = (): DeepReadonly<ImpVM>[] => onNode().filter((vm) => !isTerminalVM(vm));
-    const endedWithSecret = (): DeepReadonly<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSetupSecret(vm));
+    const onNode = (): Cached<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName);
+    const victims = (): Cached<ImpVM>[] => onNode().filter((vm) => !isTerminalVM(vm));
+    const endedWithSecret = (): Cached<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSetupSecret(vm));
     if (victims().length === 0 && endedWithSecret().length === 0) {
       this.#leaseMissingSince.delete(nodeName);
       return done;
@@ -118,14 +118,14 @@ export class NodeLossController {
   }
 
   /** As the agent does in its teardown: the Secret, then status.setup.state Deleted (the record that it is gone). */
-  async #deleteSetupSecret(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>): Promise<void> {
+  async #deleteSetupSecret(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
     const namespace = vm.metadata.namespace ?? "";
-    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name ?? "");
+    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name);
     await this.#o.secrets.delete({ namespace, name }, { signal: ctx.signal }).catch((err: unknown) => {
       if (!isNotFound(err)) throw err;
     });
     await mutateWithRetry(this.#o.vms, {
-      ref: { namespace, name: vm.metadata.name ?? "" },
+      ref: { namespace, name: vm.metadata.name },
       subresource: "status",
       signal: ctx.signal,
       mutate: (d) => {
@@ -139,12 +139,12 @@ export class NodeLossController {
   }
 
   /** Returns whether this call failed the VM (false: it had ended, moved or gone meanwhile). */
-  async #failVm(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<boolean> {
+  async #failVm(ctx: ReconcileContext, vm: Cached<ImpVM>, message: string): Promise<boolean> {
     const now = new Date(this.#clock.now()).toISOString();
     let failed = false;
     try {
       await mutateWithRetry(this.#o.vms, {
-        ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name ?? "" },
+        ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name },
         subresource: "status",
         signal: ctx.signal,
         mutate: (draft) => {
@@ -165,13 +165,13 @@ export class NodeLossController {
     }
     if (!failed) return false;
     ctx.logger.warn({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost: VM marked Failed");
-    await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: VM_REASONS.NodeLost, message, signal: ctx.signal });
+    await this.#o.recorder?.record(vm, { type: "Warning", reason: VM_REASONS.NodeLost, message, signal: ctx.signal });
     return true;
   }
 }
 
 /** A setup was minted for the VM and nobody has recorded its Secret deleted. */
-function holdsSetupSecret(vm: DeepReadonly<ImpVM>): boolean {
+function holdsSetupSecret(vm: Cached<ImpVM>): boolean {
   return vm.status?.setup !== undefined && vm.status.setup.state !== "Deleted";
 }
 

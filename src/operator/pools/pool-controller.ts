@@ -46,6 +46,7 @@ import {
   hasFinalizer,
   addFinalizer,
   removeFinalizer,
+  type Stored,
 } from "../../kube/index.ts";
 import { describeError, isRetryable, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { PoolForges } from "../setup/pool-forges.ts";
@@ -158,17 +159,17 @@ export class PoolController {
    * longer demand. `audience`: the pools the delivery's secret is trusted for (a pool's own secretRef), or all.
    */
   onWorkflowJob(event: WorkflowJobEvent, audience: ReadonlySet<string> | "all" = "all"): void {
-    const heard = (p: Readonly<ImpVMRunnerPool>): boolean => audience === "all" || audience.has(keyOf(p));
+    const heard = (p: Readonly<Stored<ImpVMRunnerPool>>): boolean => audience === "all" || audience.has(keyOf(p));
     if (event.action === "queued") {
       // One pool per job, the first by name: counting a job in several pools would over-create.
       const pool = this.#o.poolCache
         .list()
-        .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && heard(p as Readonly<ImpVMRunnerPool>) && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event))
+        .filter((p) => (p.spec.webhook?.enabled ?? false) && p.metadata.deletionTimestamp === undefined && heard(p as Readonly<Stored<ImpVMRunnerPool>>) && poolTakesJob(p as Readonly<Stored<ImpVMRunnerPool>>, event))
         .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
-      if (pool !== undefined) this.#queuedDelivery(pool as Readonly<ImpVMRunnerPool>, event);
+      if (pool !== undefined) this.#queuedDelivery(pool as Readonly<Stored<ImpVMRunnerPool>>, event);
       return;
     }
-    for (const p of this.#o.poolCache.list()) if (heard(p as Readonly<ImpVMRunnerPool>) && poolTakesJob(p as Readonly<ImpVMRunnerPool>, event)) this.activity.repositoryHeard(keyOf(p), event.repository.fullName);
+    for (const p of this.#o.poolCache.list()) if (heard(p as Readonly<Stored<ImpVMRunnerPool>>) && poolTakesJob(p as Readonly<Stored<ImpVMRunnerPool>>, event)) this.activity.repositoryHeard(keyOf(p), event.repository.fullName);
     if (event.runnerName === null) {
       // Completed without a runner: cancelled while queued. No pool waits for it any more; a
       // pool's own secret can end only that pool's demand.
@@ -179,13 +180,13 @@ export class PoolController {
     if (audience !== "all") {
       // A pool's own secret speaks only about that pool's runners.
       const runner = event.runnerName;
-      if (!this.#o.poolCache.list().some((p) => heard(p as Readonly<ImpVMRunnerPool>) && vmNamePattern(p.metadata.name ?? "").test(runner))) return;
+      if (!this.#o.poolCache.list().some((p) => heard(p as Readonly<Stored<ImpVMRunnerPool>>) && vmNamePattern(p.metadata.name).test(runner))) return;
     }
     this.activity.jobTaken(event.jobId, audience);
     if (event.action === "completed") this.activity.runnerFinished(event.runnerName);
     else this.activity.runnerBusy(event.runnerName, true);
     for (const pool of this.#o.poolCache.list()) {
-      if (heard(pool as Readonly<ImpVMRunnerPool>) && vmNamePattern(pool.metadata.name ?? "").test(event.runnerName)) this.controller.enqueue(keyOf(pool));
+      if (heard(pool as Readonly<Stored<ImpVMRunnerPool>>) && vmNamePattern(pool.metadata.name).test(event.runnerName)) this.controller.enqueue(keyOf(pool));
     }
   }
 
@@ -197,14 +198,14 @@ export class PoolController {
   onScaleSetJob(poolKey: string, job: JobMessage): void {
     if (job.messageType !== "JobStarted" && job.messageType !== "JobCompleted") return;
     const pool = this.#o.poolCache.get(poolKey);
-    if (pool === undefined || job.runnerName === "" || !vmNamePattern(pool.metadata.name ?? "").test(job.runnerName)) return;
+    if (pool === undefined || job.runnerName === "" || !vmNamePattern(pool.metadata.name).test(job.runnerName)) return;
     if (job.messageType === "JobStarted") this.activity.runnerBusy(job.runnerName, true);
     else this.activity.runnerFinished(job.runnerName);
     this.controller.enqueue(poolKey);
   }
 
   /** A verified `queued` delivery for `pool`: counted if fresh, checked with the forge if not, never if its job settled. */
-  #queuedDelivery(pool: Readonly<ImpVMRunnerPool>, event: WorkflowJobEvent): void {
+  #queuedDelivery(pool: Readonly<Stored<ImpVMRunnerPool>>, event: WorkflowJobEvent): void {
     const key = keyOf(pool);
     if (this.activity.isSettled(event.jobId, key)) {
       this.#demand.inc({ source: "webhook", result: "replayed" });
@@ -220,7 +221,7 @@ export class PoolController {
     void this.#verifyThenCount(pool, event);
   }
 
-  async #verifyThenCount(pool: Readonly<ImpVMRunnerPool>, event: WorkflowJobEvent): Promise<void> {
+  async #verifyThenCount(pool: Readonly<Stored<ImpVMRunnerPool>>, event: WorkflowJobEvent): Promise<void> {
     const key = keyOf(pool);
     try {
       const forge = await this.#o.forges.forPool(pool);
@@ -253,7 +254,7 @@ export class PoolController {
    * scope: the repositories the pool heard of within a day (at most 20); enterprise: none (see
    * docs/operator.md). A job counts in the first pool by name that takes it, as a delivery does.
    */
-  async #refreshDemand(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[]): Promise<void> {
+  async #refreshDemand(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[]): Promise<void> {
     const interval = this.#listingIntervalMs(pool);
     if (interval === undefined) return;
     const startedAt = this.#clock.now();
@@ -297,7 +298,7 @@ export class PoolController {
    * webhook pools every demandListIntervalMs (a backstop for lost deliveries), Gitea pools every
    * queueListIntervalMs (their demand comes from the listing).
    */
-  #listingIntervalMs(pool: Readonly<ImpVMRunnerPool>): number | undefined {
+  #listingIntervalMs(pool: Readonly<Stored<ImpVMRunnerPool>>): number | undefined {
     if (pool.spec.gitea !== undefined) return this.#queueListIntervalMs;
     return (pool.spec.webhook?.enabled ?? false) ? this.#demandIntervalMs : undefined;
   }
@@ -308,14 +309,14 @@ export class PoolController {
     const asDelivered = { labels: job.labels, repository: { owner, name, fullName: job.repository }, organization: owner, enterprise: undefined };
     const first = this.#o.poolCache
       .list()
-      .filter((p) => this.#listingIntervalMs(p as Readonly<ImpVMRunnerPool>) !== undefined && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<ImpVMRunnerPool>, asDelivered))
+      .filter((p) => this.#listingIntervalMs(p as Readonly<Stored<ImpVMRunnerPool>>) !== undefined && p.metadata.deletionTimestamp === undefined && poolTakesJob(p as Readonly<Stored<ImpVMRunnerPool>>, asDelivered))
       .map((p) => keyOf(p))
       .sort()[0];
     return first === poolKey;
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
-    const pool = this.#o.poolCache.get(ctx.key) as Readonly<ImpVMRunnerPool> | undefined;
+    const pool = this.#o.poolCache.get(ctx.key) as Readonly<Stored<ImpVMRunnerPool>> | undefined;
     if (pool === undefined) {
       this.expectations.forget(ctx.key);
       this.activity.forgetPool(ctx.key);
@@ -327,11 +328,11 @@ export class PoolController {
     const vms = this.#vmsOf(pool);
     if (pool.metadata.deletionTimestamp !== undefined) return this.#finalizePool(ctx, pool, vms);
     if (!hasFinalizer(pool, FINALIZERS.runnerRegistration)) {
-      await addFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" }, FINALIZERS.runnerRegistration, ctx.signal);
+      await addFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name }, FINALIZERS.runnerRegistration, ctx.signal);
     }
 
     const now = this.#clock.now();
-    const inCache = new Map(vms.map((vm) => [vm.metadata.name ?? "", { deleting: vm.metadata.deletionTimestamp !== undefined }]));
+    const inCache = new Map(vms.map((vm) => [vm.metadata.name, { deleting: vm.metadata.deletionTimestamp !== undefined }]));
     const pending = this.expectations.settle(ctx.key, inCache);
     await this.#refreshRunners(ctx, pool, vms, pending.creating);
     await this.#refreshDemand(ctx, pool, vms);
@@ -365,23 +366,23 @@ export class PoolController {
   }
 
   /** Scale sets: assigned and not yet running, as GitHub last counted; otherwise the jobs heard of or listed. */
-  #queuedJobs(key: string, pool: Readonly<ImpVMRunnerPool>): number {
+  #queuedJobs(key: string, pool: Readonly<Stored<ImpVMRunnerPool>>): number {
     if (pool.spec.github?.scaleSet === undefined) return this.activity.queuedJobs(key);
     const stats = this.#o.scaleSets?.view(key)?.statistics;
     return stats === undefined ? 0 : Math.max(0, stats.totalAssignedJobs - stats.totalRunningJobs);
   }
 
-  #vmsOf(pool: Readonly<ImpVMRunnerPool>): Readonly<ImpVM>[] {
+  #vmsOf(pool: Readonly<Stored<ImpVMRunnerPool>>): Readonly<Stored<ImpVM>>[] {
     return this.#o.vmCache
-      .byIndex(POOL_VM_INDEX, pool.metadata.name ?? "")
-      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && (vm.metadata.ownerReferences ?? []).some((o) => o.uid === pool.metadata.uid)) as Readonly<ImpVM>[];
+      .byIndex(POOL_VM_INDEX, pool.metadata.name)
+      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && (vm.metadata.ownerReferences ?? []).some((o) => o.uid === pool.metadata.uid)) as Readonly<Stored<ImpVM>>[];
   }
 
-  #view(vm: Readonly<ImpVM>): PoolVmView {
-    const name = vm.metadata.name ?? "";
+  #view(vm: Readonly<Stored<ImpVM>>): PoolVmView {
+    const name = vm.metadata.name;
     return {
       name,
-      uid: vm.metadata.uid ?? "",
+      uid: vm.metadata.uid,
       phase: vm.status?.phase,
       deleting: vm.metadata.deletionTimestamp !== undefined,
       busy: this.activity.isBusy(name),
@@ -394,17 +395,17 @@ export class PoolController {
   }
 
   /** GitHub's runner list, at most once per interval: confirms busy flags and finds orphaned registrations. */
-  async #refreshRunners(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[], creating: readonly string[]): Promise<void> {
+  async #refreshRunners(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[], creating: readonly string[]): Promise<void> {
     const last = this.#github.get(ctx.key);
     const startedAt = this.#clock.now();
     if (last !== undefined && startedAt - last.at < this.#listIntervalMs) return;
-    const ours = vmNamePattern(pool.metadata.name ?? "");
+    const ours = vmNamePattern(pool.metadata.name);
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
-      const runners = (await forge.listRunners(`${pool.metadata.name ?? ""}-`, ctx.signal)).filter((r) => ours.test(r.name));
+      const runners = (await forge.listRunners(`${pool.metadata.name}-`, ctx.signal)).filter((r) => ours.test(r.name));
       this.activity.runnersListed(runners, startedAt);
-      const known = new Set([...vms.map((vm) => vm.metadata.name ?? ""), ...creating]);
-      this.activity.forgetRunnersExcept(known, `${pool.metadata.name ?? ""}-`);
+      const known = new Set([...vms.map((vm) => vm.metadata.name), ...creating]);
+      this.activity.forgetRunnersExcept(known, `${pool.metadata.name}-`);
       // A registration named like our VMs with no VM: left by a crash before its VM was recorded,
       // or by a VM deleted behind our back. It can take no job of ours; remove it.
       for (const orphan of runners.filter((r) => !known.has(r.name) && !r.busy)) {
@@ -418,8 +419,8 @@ export class PoolController {
     }
   }
 
-  async #act(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[], d: PoolDecision, failuresBefore: number): Promise<void> {
-    const byName = new Map(vms.map((vm) => [vm.metadata.name ?? "", vm]));
+  async #act(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[], d: PoolDecision, failuresBefore: number): Promise<void> {
+    const byName = new Map(vms.map((vm) => [vm.metadata.name, vm]));
     for (const name of d.removeTerminal) {
       const vm = byName.get(name);
       if (vm !== undefined) await this.#deleteVm(ctx, vm);
@@ -447,7 +448,7 @@ export class PoolController {
     for (let i = 0; i < d.create; i++) {
       await (this.#o.faults ?? NO_FAULTS).hit("pool.before-replace", ctx.signal);
       const vm = await this.#o.vms.create(this.#newVm(pool), ctx.signal);
-      this.expectations.expectCreated(ctx.key, vm.metadata.name ?? "");
+      this.expectations.expectCreated(ctx.key, vm.metadata.name);
       created++;
     }
     if (created > 0) await this.#event(ctx, pool, "Normal", "ScaledUp", `Created ${created} runner VM(s); desired ${d.counts.desired}, idle ${d.counts.idle}, busy ${d.counts.busy}, starting ${d.counts.starting}`);
@@ -457,8 +458,8 @@ export class PoolController {
     }
   }
 
-  #newVm(pool: Readonly<ImpVMRunnerPool>): ImpVM {
-    const name = pool.metadata.name ?? "";
+  #newVm(pool: Readonly<Stored<ImpVMRunnerPool>>): ImpVM {
+    const name = pool.metadata.name;
     return {
       apiVersion: API_VERSION,
       kind: "ImpVM",
@@ -466,7 +467,7 @@ export class PoolController {
         generateName: `${name}-`,
         namespace: pool.metadata.namespace ?? "",
         labels: { [LABELS.pool]: name, [LABELS.managedBy]: "imp-operator" },
-        ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM_RUNNER_POOL.kind, name, uid: pool.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
+        ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM_RUNNER_POOL.kind, name, uid: pool.metadata.uid, controller: true, blockOwnerDeletion: true }],
         // Set at creation, so no registration can ever exist for a VM without it.
         finalizers: [FINALIZERS.runnerRegistration],
       },
@@ -480,17 +481,17 @@ export class PoolController {
     } as ImpVM;
   }
 
-  async #deleteVm(ctx: ReconcileContext, vm: Readonly<ImpVM>): Promise<void> {
+  async #deleteVm(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>): Promise<void> {
     const pool = vm.metadata.labels?.[LABELS.pool] ?? "";
     try {
-      await this.#o.vms.delete({ namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" }, { uid: vm.metadata.uid ?? "", propagationPolicy: "Background", signal: ctx.signal });
+      await this.#o.vms.delete({ namespace: vm.metadata.namespace, name: vm.metadata.name }, { uid: vm.metadata.uid, propagationPolicy: "Background", signal: ctx.signal });
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
-    this.expectations.expectDeleted(`${vm.metadata.namespace ?? ""}/${pool}`, vm.metadata.name ?? "");
+    this.expectations.expectDeleted(`${vm.metadata.namespace ?? ""}/${pool}`, vm.metadata.name);
   }
 
-  async #finalizePool(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, vms: readonly Readonly<ImpVM>[]): Promise<ReconcileResult> {
+  async #finalizePool(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[]): Promise<ReconcileResult> {
     for (const vm of vms) if (vm.metadata.deletionTimestamp === undefined) await this.#deleteVm(ctx, vm);
     if (vms.length > 0) return requeueAfter(5_000);
     try {
@@ -501,11 +502,11 @@ export class PoolController {
       if (isRetryable(err)) throw err;
       await this.#event(ctx, pool, "Warning", "ForgeCleanupFailed", `Could not remove the pool's registrations on the forge (remove them by hand): ${describeError(err).slice(0, 500)}`);
     }
-    await removeFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" }, FINALIZERS.runnerRegistration, ctx.signal);
+    await removeFinalizer(this.#o.pools, { namespace: pool.metadata.namespace, name: pool.metadata.name }, FINALIZERS.runnerRegistration, ctx.signal);
     return done;
   }
 
-  async #writeStatus(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, d: PoolDecision): Promise<void> {
+  async #writeStatus(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, d: PoolDecision): Promise<void> {
     const now = this.#clock.now();
     const github = this.#github.get(ctx.key);
     const scaled = d.create > 0 || d.scaleDown.length > 0;
@@ -542,7 +543,7 @@ export class PoolController {
     const cached = (pool.status ?? {}) as Readonly<ImpVMRunnerPoolStatus>;
     if (jsonEqual(build(cached, pool.metadata.generation), cached)) return;
     await mutateWithRetry(this.#o.pools, {
-      ref: { namespace: pool.metadata.namespace, name: pool.metadata.name ?? "" },
+      ref: { namespace: pool.metadata.namespace, name: pool.metadata.name },
       subresource: "status",
       signal: ctx.signal,
       mutate: (draft) => {
@@ -554,13 +555,13 @@ export class PoolController {
     });
   }
 
-  async #event(ctx: ReconcileContext, pool: Readonly<ImpVMRunnerPool>, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
+  async #event(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
     await this.#o.recorder.record(pool, { type, reason, message, signal: ctx.signal });
   }
 }
 
 /** status.scaleSet: the listener's latest word, else what the status said (a restarted operator keeps the recorded session until its listener opens a new one). */
-function scaleSetStatus(pool: Readonly<ImpVMRunnerPool>, view: ScaleSetPoolView | undefined, previous: ScaleSetStatus | undefined): ScaleSetStatus | undefined {
+function scaleSetStatus(pool: Readonly<Stored<ImpVMRunnerPool>>, view: ScaleSetPoolView | undefined, previous: ScaleSetStatus | undefined): ScaleSetStatus | undefined {
   const name = pool.spec.github?.scaleSet?.name;
   if (name === undefined) return undefined;
   const kept = previous?.name === name ? previous : undefined;

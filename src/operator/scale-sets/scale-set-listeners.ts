@@ -7,7 +7,7 @@
  */
 import type { ImpVMRunnerPool } from "../../api/index.ts";
 import type { JobMessage, ScaleSetStatistics } from "../../github/index.ts";
-import { keyOf, type DeepReadonly, type Informer, type Runnable } from "../../kube/index.ts";
+import { keyOf, type Cached, type Informer, type Runnable } from "../../kube/index.ts";
 import { describeError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { ListenerTimings } from "./listener-table.ts";
 import { ScaleSetListener, type ListenerClient, type ListenerSink, type ListenerSpec, type ListenerState } from "./scale-set-listener.ts";
@@ -26,7 +26,7 @@ export interface ScaleSetListenersOptions {
   readonly onChange: (poolKey: string) => void;
   /** JobStarted / JobCompleted of a pool's scale set (idempotent: a message may come again). */
   readonly onJob: (poolKey: string, job: JobMessage) => void;
-  readonly onEvent: (pool: DeepReadonly<ImpVMRunnerPool>, type: "Normal" | "Warning", reason: string, message: string) => void;
+  readonly onEvent: (pool: Cached<ImpVMRunnerPool>, type: "Normal" | "Warning", reason: string, message: string) => void;
   readonly ownerName: string;
   readonly logger: Logger;
   readonly clock?: Clock;
@@ -69,7 +69,7 @@ export class ScaleSetListeners implements Runnable {
   #sync(): void {
     const signal = this.#signal;
     if (signal === undefined || signal.aborted) return;
-    const wanted = new Map<string, { pool: DeepReadonly<ImpVMRunnerPool>; spec: ListenerSpec }>();
+    const wanted = new Map<string, { pool: Cached<ImpVMRunnerPool>; spec: ListenerSpec }>();
     for (const pool of this.#o.poolCache.list()) {
       const gh = pool.spec.github;
       const scaleSet = gh?.scaleSet;
@@ -117,7 +117,7 @@ export class ScaleSetListeners implements Runnable {
     }
   }
 
-  #sink(pool: DeepReadonly<ImpVMRunnerPool>): ListenerSink {
+  #sink(pool: Cached<ImpVMRunnerPool>): ListenerSink {
     const clock = this.#o.clock;
     return {
       statistics: (key, statistics) => {

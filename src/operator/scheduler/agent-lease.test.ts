@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { ImpNode } from "../../api/index.ts";
-import { microTime } from "../../kube/index.ts";
+import { microTime, type Stored } from "../../kube/index.ts";
 import { FakeClock } from "../../shared/index.ts";
 import { agentLeaseName, isLeaseFresh, nodeOfLease } from "./agent-lease.ts";
 import { RESERVATIONS_ANNOTATION } from "./reservations.ts";
@@ -10,9 +10,9 @@ import { nodeMayHaveRoom } from "./scheduler-controller.ts";
 describe("agent Lease", () => {
   it("maps Lease names to nodes and ignores other Leases", () => {
     assert.equal(agentLeaseName("n1"), "imp-agent-n1");
-    assert.equal(nodeOfLease({ metadata: { name: "imp-agent-n1" } }), "n1");
-    assert.equal(nodeOfLease({ metadata: { name: "imp-operator" } }), undefined);
-    assert.equal(nodeOfLease({ metadata: { name: "imp-agent-" } }), undefined);
+    assert.equal(nodeOfLease({ metadata: { name: "imp-agent-n1", uid: "u" } }), "n1");
+    assert.equal(nodeOfLease({ metadata: { name: "imp-operator", uid: "u" } }), undefined);
+    assert.equal(nodeOfLease({ metadata: { name: "imp-agent-", uid: "u" } }), undefined);
   });
 
   it("is fresh until the shorter of its duration and the max age has passed on the clock", async () => {
@@ -30,11 +30,12 @@ describe("agent Lease", () => {
 });
 
 describe("nodeMayHaveRoom", () => {
-  const node = (over: { slots?: number; reserved?: number; allocated?: number; unschedulable?: boolean }): ImpNode => ({
+  const node = (over: { slots?: number; reserved?: number; allocated?: number; unschedulable?: boolean }): Stored<ImpNode> => ({
     apiVersion: "imp.dev/v1alpha1",
     kind: "ImpNode",
     metadata: {
       name: "n",
+      uid: "u-n",
       annotations: { [RESERVATIONS_ANNOTATION]: JSON.stringify(Object.fromEntries(Array.from({ length: over.reserved ?? 0 }, (_, i) => [`u${i}`, { namespace: "ns", name: `v${i}`, vcpu: 1, memoryMiB: 1 }]))) },
     },
     spec: { unschedulable: over.unschedulable ?? false },

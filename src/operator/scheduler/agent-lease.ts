@@ -5,15 +5,15 @@
  * (src/agent/node/node-reporter.ts): the operator may not import the agent, so the prefix is
  * repeated here.
  */
-import type { DeepReadonly, Lease } from "../../kube/index.ts";
+import type { DeepReadonly, Lease, Cached } from "../../kube/index.ts";
 
 export const AGENT_LEASE_PREFIX = "imp-agent-";
 
 export const agentLeaseName = (nodeName: string): string => `${AGENT_LEASE_PREFIX}${nodeName}`;
 
 /** The node a Lease speaks for, or undefined when it is not an agent Lease (e.g. the operator's own). */
-export function nodeOfLease(lease: DeepReadonly<Lease>): string | undefined {
-  const name = lease.metadata?.name ?? "";
+export function nodeOfLease(lease: Cached<Lease>): string | undefined {
+  const name = lease.metadata.name;
   return name.startsWith(AGENT_LEASE_PREFIX) && name.length > AGENT_LEASE_PREFIX.length ? name.slice(AGENT_LEASE_PREFIX.length) : undefined;
 }
 

@@ -1,13 +1,13 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { type ImpNode, type ImpVM, IMP_NODES, IMP_VMS } from "../../api/index.ts";
-import { FakeResourceClient } from "../../kube/index.ts";
+import { FakeResourceClient, type Stored } from "../../kube/index.ts";
 import { bindVm, fateOf, markUnschedulable, release, RELEASABLE, reserve } from "./bind-protocol.ts";
 import { parseReservations } from "./reservations.ts";
 import type { VmRequest } from "./vm-request.ts";
 
 const request: VmRequest = { vcpu: 1, memoryMiB: 256, vmSlots: 1, arch: "amd64", kernel: "default", needsSetupKey: false };
-const vm = (name: string, status?: ImpVM["status"], extra: Partial<ImpVM["metadata"]> = {}): ImpVM => ({
+const vm = (name: string, status?: ImpVM["status"], extra: Partial<ImpVM["metadata"]> = {}): Stored<ImpVM> => ({
   apiVersion: "imp.dev/v1alpha1",
   kind: "ImpVM",
   metadata: { name, namespace: "ns", uid: `uid-${name}`, ...extra },
@@ -50,7 +50,7 @@ describe("bind protocol", () => {
   });
 
   it("only releases reservations of VMs that can never be bound to the node again", () => {
-    const cases: [ImpVM | undefined, string][] = [
+    const cases: [Stored<ImpVM> | undefined, string][] = [
       [vm("a"), "pending"],
       [vm("a", { phase: "Pending" }), "pending"],
       [vm("a", { phase: "Scheduled", nodeName: "n" }), "boundHere"],

@@ -30,7 +30,7 @@
  * as NodeLost) rather than placed elsewhere.
  */
 import { CONDITION_TYPES, LABELS, type Condition, type ImpNode, type ImpVM } from "../../api/index.ts";
-import { isNotFound, mutateWithRetry, type DeepReadonly, type ResourceClient } from "../../kube/index.ts";
+import { isNotFound, mutateWithRetry, type ResourceClient, type Cached } from "../../kube/index.ts";
 import { isTerminalVM } from "./indexes.ts";
 import { nodeUsage, shortfall, type BoundVm } from "./decide-placement.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION, serializeReservations, withoutReservations, withReservation } from "./reservations.ts";
@@ -46,7 +46,7 @@ export type ReservedVmFate =
   | "gone"
   | "unknown"; // not in the cache: ask the API before deciding
 
-export function fateOf(vm: DeepReadonly<ImpVM> | undefined, uid: string, nodeName: string): ReservedVmFate {
+export function fateOf(vm: Cached<ImpVM> | undefined, uid: string, nodeName: string): ReservedVmFate {
   if (vm === undefined || vm.metadata.uid !== uid) return "unknown";
   if (isTerminalVM(vm)) return "terminal";
   const boundTo = vm.status?.nodeName;
@@ -66,9 +66,9 @@ export type ReserveOutcome = "reserved" | "alreadyReserved" | "noFit" | "unreada
  */
 export async function reserve(
   nodes: Pick<ResourceClient<ImpNode>, "get" | "patch" | "patchStatus">,
-  args: { readonly nodeName: string; readonly vm: DeepReadonly<ImpVM>; readonly request: VmRequest; readonly bound: readonly BoundVm[]; readonly signal?: AbortSignal },
+  args: { readonly nodeName: string; readonly vm: Cached<ImpVM>; readonly request: VmRequest; readonly bound: readonly BoundVm[]; readonly signal?: AbortSignal },
 ): Promise<{ readonly outcome: ReserveOutcome; readonly detail: string }> {
-  const uid = args.vm.metadata.uid ?? "";
+  const uid = args.vm.metadata.uid;
   let outcome: ReserveOutcome = "noFit";
   let detail = "";
   await mutateWithRetry(nodes, {
@@ -99,7 +99,7 @@ export async function reserve(
       }
       const next = withReservation(parsed.record, uid, {
         namespace: args.vm.metadata.namespace ?? "",
-        name: args.vm.metadata.name ?? "",
+        name: args.vm.metadata.name,
         vcpu: args.request.vcpu,
         memoryMiB: args.request.memoryMiB,
       });
@@ -147,14 +147,14 @@ export function withScheduledCondition(conditions: readonly Condition[] | undefi
 /** Step 2: the VM's status, only if it is still the same VM, unbound, pending and not being deleted. */
 export async function bindVm(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
-  args: { readonly vm: DeepReadonly<ImpVM>; readonly nodeName: string; readonly nowMs: number; readonly signal?: AbortSignal },
+  args: { readonly vm: Cached<ImpVM>; readonly nodeName: string; readonly nowMs: number; readonly signal?: AbortSignal },
 ): Promise<BindOutcome> {
   const uid = args.vm.metadata.uid;
   const now = new Date(args.nowMs).toISOString();
   let outcome: BindOutcome = "gone";
   try {
     await mutateWithRetry(vms, {
-      ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name ?? "" },
+      ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name },
       subresource: "status",
       ...(args.signal === undefined ? {} : { signal: args.signal }),
       mutate: (draft) => {
@@ -185,13 +185,13 @@ export async function bindVm(
 /** Step 3: imp.dev/node on the VM's main resource, so `kubectl get -l imp.dev/node=N` works. */
 export async function labelVm(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
-  vm: DeepReadonly<ImpVM>,
+  vm: Cached<ImpVM>,
   nodeName: string,
   signal?: AbortSignal,
 ): Promise<void> {
   try {
     await mutateWithRetry(vms, {
-      ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name ?? "" },
+      ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name },
       ...(signal === undefined ? {} : { signal }),
       mutate: (draft) => {
         if (draft.metadata.uid !== vm.metadata.uid || draft.metadata.labels?.[LABELS.node] === nodeName) return false;
@@ -206,14 +206,14 @@ export async function labelVm(
 /** Step for a VM no node fits: condition Scheduled=False/Unschedulable, written only when it changes; returns whether it did. */
 export async function markUnschedulable(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
-  args: { readonly vm: DeepReadonly<ImpVM>; readonly message: string; readonly nowMs: number; readonly signal?: AbortSignal },
+  args: { readonly vm: Cached<ImpVM>; readonly message: string; readonly nowMs: number; readonly signal?: AbortSignal },
 ): Promise<boolean> {
   const now = new Date(args.nowMs).toISOString();
   const message = args.message.slice(0, 4096);
   let changed = false;
   try {
     await mutateWithRetry(vms, {
-      ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name ?? "" },
+      ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name },
       subresource: "status",
       ...(args.signal === undefined ? {} : { signal: args.signal }),
       mutate: (draft) => {

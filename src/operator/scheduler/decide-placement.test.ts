@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { ImpNode } from "../../api/index.ts";
-import { microTime, type Lease } from "../../kube/index.ts";
+import { microTime, type Lease, type Stored } from "../../kube/index.ts";
 import { FakeClock } from "../../shared/index.ts";
 import { decidePlacement, nodeUsage, type BoundVm, type PlacementInput } from "./decide-placement.ts";
 import { RESERVATIONS_ANNOTATION, serializeReservations } from "./reservations.ts";
@@ -10,12 +10,12 @@ import type { VmRequest } from "./vm-request.ts";
 const clock = new FakeClock();
 const request: VmRequest = { vcpu: 2, memoryMiB: 1024, vmSlots: 1, arch: "amd64", kernel: "default", needsSetupKey: false };
 
-function node(name: string, over: { cap?: [number, number, number]; unschedulable?: boolean; arch?: "amd64" | "arm64"; kernels?: string[]; reservations?: string; setupKey?: boolean } = {}): ImpNode {
+function node(name: string, over: { cap?: [number, number, number]; unschedulable?: boolean; arch?: "amd64" | "arm64"; kernels?: string[]; reservations?: string; setupKey?: boolean } = {}): Stored<ImpNode> {
   const [vcpu, memoryMiB, vmSlots] = over.cap ?? [8, 8192, 4];
   return {
     apiVersion: "imp.dev/v1alpha1",
     kind: "ImpNode",
-    metadata: { name, ...(over.reservations === undefined ? {} : { annotations: { [RESERVATIONS_ANNOTATION]: over.reservations } }) },
+    metadata: { name, uid: `uid-${name}`, ...(over.reservations === undefined ? {} : { annotations: { [RESERVATIONS_ANNOTATION]: over.reservations } }) },
     spec: { unschedulable: over.unschedulable ?? false },
     status: {
       capacity: { vcpu, memoryMiB, vmSlots },
@@ -28,8 +28,8 @@ function node(name: string, over: { cap?: [number, number, number]; unschedulabl
 const lease = (renewedAgoMs: number, durationS = 40): Lease => ({ spec: { holderIdentity: "n", leaseDurationSeconds: durationS, renewTime: microTime(clock.now() - renewedAgoMs) } });
 const bound = (uid: string, vcpu: number, phase: BoundVm["phase"] = "Running"): BoundVm => ({ uid, phase, resources: { vcpu, memoryMiB: 1024, vmSlots: 1 } });
 
-function input(nodes: ImpNode[], over: Partial<PlacementInput> = {}): PlacementInput {
-  const leases = new Map(nodes.map((n) => [n.metadata.name ?? "", lease(1_000)]));
+function input(nodes: Stored<ImpNode>[], over: Partial<PlacementInput> = {}): PlacementInput {
+  const leases = new Map(nodes.map((n) => [n.metadata.name, lease(1_000)]));
   return { vmUid: "vm-uid", request, pinnedNode: undefined, nodes, leases, bound: new Map(), nowMs: clock.now(), ...over };
 }
 

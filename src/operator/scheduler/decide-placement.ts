@@ -15,7 +15,7 @@
  * the same state picks the same node.
  */
 import { isTerminalVMPhase, type ImpNode, type VMPhase } from "../../api/index.ts";
-import type { DeepReadonly, Lease } from "../../kube/index.ts";
+import type { DeepReadonly, Lease, Cached } from "../../kube/index.ts";
 import { isLeaseFresh } from "./agent-lease.ts";
 import { parseReservations, reservedTotal, type ReservationRecord } from "./reservations.ts";
 import type { Resources, VmRequest } from "./vm-request.ts";
@@ -33,7 +33,7 @@ export interface PlacementInput {
   readonly request: VmRequest;
   /** spec.nodeName: only this node is considered. */
   readonly pinnedNode: string | undefined;
-  readonly nodes: readonly DeepReadonly<ImpNode>[];
+  readonly nodes: readonly Cached<ImpNode>[];
   /** Agent Lease per node name. */
   readonly leases: ReadonlyMap<string, DeepReadonly<Lease>>;
   /** VMs whose status.nodeName is the key. */
@@ -88,7 +88,7 @@ type Verdict = { readonly fits: true; readonly score: number } | { readonly fits
 
 /** Whether `node` can take `request` now; the first failing filter is the reason. */
 export function judgeNode(
-  node: DeepReadonly<ImpNode>,
+  node: Cached<ImpNode>,
   request: VmRequest,
   lease: DeepReadonly<Lease> | undefined,
   bound: readonly BoundVm[],
@@ -120,7 +120,7 @@ export const describeRequest = (r: Resources): string => `${r.vcpu} vCPU, ${r.me
 
 export function decidePlacement(input: PlacementInput): Placement {
   const { request, pinnedNode, nowMs } = input;
-  const byName = [...input.nodes].sort((a, b) => (a.metadata.name ?? "").localeCompare(b.metadata.name ?? ""));
+  const byName = [...input.nodes].sort((a, b) => (a.metadata.name).localeCompare(b.metadata.name));
 
   const reservedOn = byName.filter((n) => {
     const parsed = parseReservations(n);
@@ -138,7 +138,7 @@ export function decidePlacement(input: PlacementInput): Placement {
   let best: { name: string; score: number } | undefined;
   const reasons: string[] = [];
   for (const node of candidates) {
-    const name = node.metadata.name ?? "";
+    const name = node.metadata.name;
     const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs, input.deletedKubeNodes?.has(name) ?? false);
     if (!verdict.fits) {
       reasons.push(`${name}: ${verdict.why}`);

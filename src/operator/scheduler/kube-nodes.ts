@@ -18,10 +18,10 @@ export class KubeNodeTracker {
   constructor(informer?: Informer<KubeObject>) {
     this.#informer = informer;
     informer?.addEventHandler({
-      onAdd: (n) => this.#seen.add(n.metadata?.name ?? ""),
-      onUpdate: (_old, n) => this.#seen.add(n.metadata?.name ?? ""),
+      onAdd: (n) => this.#seen.add(n.metadata.name),
+      onUpdate: (_old, n) => this.#seen.add(n.metadata.name),
       onDelete: (n) => {
-        const name = n.metadata?.name ?? "";
+        const name = n.metadata.name;
         this.#seen.add(name);
         for (const f of this.#onDeleted) f(name);
       },

@@ -14,11 +14,11 @@ import {
   type DeepReadonly,
   type EventRecorder,
   type Informer,
-  type KubeObject,
   type Lease,
   type ReconcileContext,
   type ReconcileResult,
   type ResourceClient,
+  type Cached,
 } from "../../kube/index.ts";
 import { backoffDelay, conflictError, NO_FAULTS, silentLogger, systemClock, type BackoffPolicy, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { agentLeaseName, isLeaseFresh, nodeOfLease } from "./agent-lease.ts";
@@ -111,7 +111,7 @@ export class SchedulerController {
     templateInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
 
     this.#pruning.watch(nodeInformer, { updateMatters: (old, obj) => old.metadata.annotations?.[RESERVATIONS_ANNOTATION] !== obj.metadata.annotations?.[RESERVATIONS_ANNOTATION] });
-    const toReservingNodes = (vm: DeepReadonly<ImpVM>): void => {
+    const toReservingNodes = (vm: Cached<ImpVM>): void => {
       const uid = vm.metadata.uid;
       if (uid !== undefined) for (const node of nodeInformer.indexKeys(NODES_BY_RESERVED_UID, uid)) this.#pruning.enqueue(node);
     };
@@ -126,7 +126,7 @@ export class SchedulerController {
   #boundVms(nodeName: string): BoundVm[] {
     return this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName).map((vm) => {
       const r = resolveRequest(vm, this.#lookups);
-      return { uid: vm.metadata.uid ?? "", phase: vm.status?.phase, resources: r.ok ? r.request : undefined };
+      return { uid: vm.metadata.uid, phase: vm.status?.phase, resources: r.ok ? r.request : undefined };
     });
   }
 
@@ -147,12 +147,12 @@ export class SchedulerController {
     const leases = new Map<string, DeepReadonly<Lease>>();
     const bound = new Map<string, BoundVm[]>();
     for (const node of nodes) {
-      const name = node.metadata.name ?? "";
+      const name = node.metadata.name;
       const lease = this.#o.leaseInformer.get(`${this.#o.leaseNamespace}/${agentLeaseName(name)}`);
       if (lease !== undefined) leases.set(name, lease);
       bound.set(name, this.#boundVms(name));
     }
-    const placement = decidePlacement({ vmUid: vm.metadata.uid ?? "", request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name ?? "")) }) });
+    const placement = decidePlacement({ vmUid: vm.metadata.uid, request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name)) }) });
     if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
 
     const { nodeName } = placement;
@@ -171,21 +171,21 @@ export class SchedulerController {
       await labelVm(this.#o.vms, vm, nodeName, ctx.signal);
       if (outcome === "bound") {
         ctx.logger.info({ node: nodeName, rollForward: placement.rollForward }, "bound VM to node");
-        await this.#o.recorder?.record(involvedOf(vm), { type: "Normal", reason: "Scheduled", message: `Bound to node ${nodeName} (${describeRequest(request)})`, signal: ctx.signal });
+        await this.#o.recorder?.record(vm, { type: "Normal", reason: "Scheduled", message: `Bound to node ${nodeName} (${describeRequest(request)})`, signal: ctx.signal });
       }
       return done;
     }
     // The VM can never be bound to this node now (see bind-protocol.ts): give the room back.
-    await release(this.#o.nodes, nodeName, [vm.metadata.uid ?? ""], ctx.signal);
+    await release(this.#o.nodes, nodeName, [vm.metadata.uid], ctx.signal);
     return done;
   }
 
-  async #unschedulable(ctx: ReconcileContext, vm: DeepReadonly<ImpVM>, message: string): Promise<ReconcileResult> {
+  async #unschedulable(ctx: ReconcileContext, vm: Cached<ImpVM>, message: string): Promise<ReconcileResult> {
     const attempts = (this.#unschedulableAttempts.get(ctx.key) ?? 0) + 1;
     this.#unschedulableAttempts.set(ctx.key, attempts);
     // One event per new reason, not per retry: retries of an unchanged situation would only bump its count.
     const changed = await markUnschedulable(this.#o.vms, { vm, message, nowMs: this.#clock.now(), signal: ctx.signal });
-    if (changed) await this.#o.recorder?.record(involvedOf(vm), { type: "Warning", reason: "FailedScheduling", message, signal: ctx.signal });
+    if (changed) await this.#o.recorder?.record(vm, { type: "Warning", reason: "FailedScheduling", message, signal: ctx.signal });
     return requeueAfter(backoffDelay(UNSCHEDULABLE_RETRY, attempts));
   }
 
@@ -222,23 +222,13 @@ export class SchedulerController {
 }
 
 /** Room may have appeared: capacity, cordon, facts or setup key changed, or the record shrank. */
-export function nodeMayHaveRoom(old: DeepReadonly<ImpNode>, obj: DeepReadonly<ImpNode>): boolean {
-  const facts = (n: DeepReadonly<ImpNode>): string =>
+export function nodeMayHaveRoom(old: Cached<ImpNode>, obj: Cached<ImpNode>): boolean {
+  const facts = (n: Cached<ImpNode>): string =>
     JSON.stringify([n.spec?.unschedulable, n.status?.capacity, n.status?.arch, n.status?.kernels, n.status?.setupKey?.keyId]);
   if (facts(old) !== facts(obj)) return true;
-  const count = (n: DeepReadonly<ImpNode>): number => {
+  const count = (n: Cached<ImpNode>): number => {
     const p = parseReservations(n);
     return p.ok ? Object.keys(p.record).length : Infinity;
   };
   return count(obj) < count(old);
-}
-
-/** The fields an Event's involvedObject needs, as a plain (mutable-typed) object. */
-export function involvedOf(obj: DeepReadonly<{ apiVersion?: string; kind?: string; metadata?: { name?: string; namespace?: string; uid?: string } }>): KubeObject {
-  const { name, namespace, uid } = obj.metadata ?? {};
-  return {
-    ...(obj.apiVersion === undefined ? {} : { apiVersion: obj.apiVersion }),
-    ...(obj.kind === undefined ? {} : { kind: obj.kind }),
-    metadata: { ...(name === undefined ? {} : { name }), ...(namespace === undefined ? {} : { namespace }), ...(uid === undefined ? {} : { uid }) },
-  };
 }

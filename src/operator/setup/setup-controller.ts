@@ -44,6 +44,7 @@ import {
   hasFinalizer,
   addFinalizer,
   removeFinalizer,
+  type Stored,
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
@@ -75,7 +76,7 @@ export interface SetupControllerOptions {
   readonly faults?: FaultPoints;
 }
 
-const isTerminal = (vm: Readonly<ImpVM>): boolean => vm.status?.phase === "Succeeded" || vm.status?.phase === "Failed";
+const isTerminal = (vm: Readonly<Stored<ImpVM>>): boolean => vm.status?.phase === "Succeeded" || vm.status?.phase === "Failed";
 
 export class SetupController {
   readonly controller: Controller;
@@ -83,7 +84,7 @@ export class SetupController {
   readonly #clock: Clock;
   readonly #faults: FaultPoints;
   /** Pools seen deleted, so VMs that outlive their pool can still be deregistered. */
-  readonly #gonePools = new Map<string, Readonly<ImpVMRunnerPool>>();
+  readonly #gonePools = new Map<string, Readonly<Stored<ImpVMRunnerPool>>>();
 
   constructor(options: SetupControllerOptions) {
     this.#o = options;
@@ -102,25 +103,25 @@ export class SetupController {
     });
     this.controller.watch(options.vmCache);
     this.controller.watch(options.nodeCache, {
-      toKeys: (node) => options.vmCache.byIndex(VM_NODE_INDEX, node.metadata?.name ?? "").filter((vm) => vm.status?.setup === undefined).map((vm) => keyOf(vm)),
+      toKeys: (node) => options.vmCache.byIndex(VM_NODE_INDEX, node.metadata.name).filter((vm) => vm.status?.setup === undefined).map((vm) => keyOf(vm)),
       updateMatters: (old, obj) => old.status?.setupKey?.keyId !== obj.status?.setupKey?.keyId,
     });
     options.poolCache.addEventHandler({
       onAdd: (pool) => this.#gonePools.delete(keyOf(pool)),
       onDelete: (pool) => {
-        this.#gonePools.set(keyOf(pool), pool as Readonly<ImpVMRunnerPool>);
+        this.#gonePools.set(keyOf(pool), pool as Readonly<Stored<ImpVMRunnerPool>>);
         if (this.#gonePools.size > 1000) this.#gonePools.delete(this.#gonePools.keys().next().value ?? "");
       },
     });
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
-    const vm = this.#o.vmCache.get(ctx.key) as Readonly<ImpVM> | undefined;
+    const vm = this.#o.vmCache.get(ctx.key) as Readonly<Stored<ImpVM>> | undefined;
     if (vm === undefined) return done;
     const poolName = vm.metadata.labels?.[LABELS.pool];
     if (poolName === undefined) return done;
     const poolKey = `${vm.metadata.namespace ?? ""}/${poolName}`;
-    const pool = (this.#o.poolCache.get(poolKey) as Readonly<ImpVMRunnerPool> | undefined) ?? this.#gonePools.get(poolKey);
+    const pool = (this.#o.poolCache.get(poolKey) as Readonly<Stored<ImpVMRunnerPool>> | undefined) ?? this.#gonePools.get(poolKey);
     const finalized = hasFinalizer(vm, FINALIZERS.runnerRegistration);
 
     if (vm.metadata.deletionTimestamp !== undefined || isTerminal(vm)) {
@@ -136,10 +137,10 @@ export class SetupController {
     return this.#setUp(ctx, vm, pool);
   }
 
-  async #setUp(ctx: ReconcileContext, vm: Readonly<ImpVM>, pool: Readonly<ImpVMRunnerPool>): Promise<ReconcileResult> {
+  async #setUp(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
     const namespace = vm.metadata.namespace ?? "";
-    const name = vm.metadata.name ?? "";
-    const uid = vm.metadata.uid ?? "";
+    const name = vm.metadata.name;
+    const uid = vm.metadata.uid;
     const secretName = setupSecretName(name);
     const existing = await this.#o.secrets.get({ namespace, name: secretName }, ctx.signal).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
     if (existing !== undefined) {
@@ -154,7 +155,7 @@ export class SetupController {
       return done;
     }
     const nodeName = vm.status?.nodeName ?? "";
-    const key = (this.#o.nodeCache.get(nodeName) as Readonly<ImpNode> | undefined)?.status?.setupKey;
+    const key = (this.#o.nodeCache.get(nodeName) as Readonly<Stored<ImpNode>> | undefined)?.status?.setupKey;
     if (key === undefined) {
       ctx.logger.debug({ node: nodeName }, "waiting for the node to publish its setup key");
       return requeueAfter(NODE_KEY_WAIT_MS);
@@ -173,7 +174,7 @@ export class SetupController {
           metadata: {
             name: secretName,
             namespace,
-            labels: { [LABELS.vm]: name, [LABELS.pool]: pool.metadata.name ?? "", [LABELS.node]: nodeName, [LABELS.managedBy]: "imp-operator" },
+            labels: { [LABELS.vm]: name, [LABELS.pool]: pool.metadata.name, [LABELS.node]: nodeName, [LABELS.managedBy]: "imp-operator" },
             ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM.kind, name, uid, controller: true, blockOwnerDeletion: true }],
           },
           type: SETUP_SECRET.type,
@@ -197,10 +198,10 @@ export class SetupController {
     return done;
   }
 
-  async #recordMinted(ctx: ReconcileContext, vm: Readonly<ImpVM>, secretName: string, runnerId: number | undefined, mintedAt: number): Promise<void> {
+  async #recordMinted(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, secretName: string, runnerId: number | undefined, mintedAt: number): Promise<void> {
     const now = this.#clock.now();
     await mutateWithRetry(this.#o.vms, {
-      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" },
+      ref: { namespace: vm.metadata.namespace, name: vm.metadata.name },
       subresource: "status",
       signal: ctx.signal,
       mutate: (draft) => {
@@ -208,7 +209,7 @@ export class SetupController {
         if (status.setup !== undefined) return false;
         draft.status = {
           ...status,
-          ...(status.runner === undefined && runnerId !== undefined ? { runner: { id: runnerId, name: draft.metadata.name ?? "" } } : {}),
+          ...(status.runner === undefined && runnerId !== undefined ? { runner: { id: runnerId, name: draft.metadata.name } } : {}),
           setup: { state: "Minted", secretName, ...(Number.isFinite(mintedAt) ? { mintedAt: new Date(mintedAt).toISOString() } : {}) },
           conditions: setCondition(status.conditions, { type: CONDITION_TYPES.vm.SetupReady, status: "True", reason: "Minted", message: `Setup Secret ${secretName} holds the sealed one-time runner setup` }, now),
         };
@@ -216,8 +217,8 @@ export class SetupController {
     });
   }
 
-  async #deregister(ctx: ReconcileContext, vm: Readonly<ImpVM>, pool: Readonly<ImpVMRunnerPool> | undefined): Promise<ReconcileResult> {
-    const name = vm.metadata.name ?? "";
+  async #deregister(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>> | undefined): Promise<ReconcileResult> {
+    const name = vm.metadata.name;
     await this.#faults.hit("teardown.before-deregister", ctx.signal);
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its GitHub registration (if any) cannot be looked up and is left to GitHub's cleanup of offline runners`, signal: ctx.signal });
@@ -234,8 +235,8 @@ export class SetupController {
     return done;
   }
 
-  async #finalizer(ctx: ReconcileContext, vm: Readonly<ImpVM>, change: "add" | "remove"): Promise<void> {
-    const ref = { namespace: vm.metadata.namespace, name: vm.metadata.name ?? "" };
+  async #finalizer(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, change: "add" | "remove"): Promise<void> {
+    const ref = { namespace: vm.metadata.namespace, name: vm.metadata.name };
     try {
       if (change === "add") await addFinalizer(this.#o.vms, ref, FINALIZERS.runnerRegistration, ctx.signal);
       else await removeFinalizer(this.#o.vms, ref, FINALIZERS.runnerRegistration, ctx.signal);

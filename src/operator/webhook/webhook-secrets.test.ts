@@ -4,7 +4,7 @@ import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
 import { API_VERSION, type ImpVMRunnerPool, type WebhookSettings } from "../../api/index.ts";
 import type { WorkflowJobEvent } from "../../github/index.ts";
-import { FakeResourceClient, keyOf } from "../../kube/index.ts";
+import { FakeResourceClient, keyOf, type Stored } from "../../kube/index.ts";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
 import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../pools/resources.ts";
 import { PoolWebhookSecrets, type WebhookAudience } from "./webhook-secrets.ts";
@@ -18,7 +18,7 @@ const payload = JSON.stringify({
   repository: { name: "web", full_name: "acme/web", owner: { login: "acme" } },
 });
 
-function pool(name: string, webhook: WebhookSettings): ImpVMRunnerPool {
+function pool(name: string, webhook: WebhookSettings): Stored<ImpVMRunnerPool> {
   return {
     apiVersion: API_VERSION,
     kind: IMP_VM_RUNNER_POOLS.kind as "ImpVMRunnerPool",
@@ -38,7 +38,7 @@ function pool(name: string, webhook: WebhookSettings): ImpVMRunnerPool {
 describe("webhook secrets from the pools' Secrets", () => {
   const clock = new FakeClock(1_700_000_000_000);
   const secrets = new FakeResourceClient<SecretObject>(SECRETS);
-  let pools: ImpVMRunnerPool[] = [];
+  let pools: Stored<ImpVMRunnerPool>[] = [];
   const received: Array<{ event: WorkflowJobEvent; audience: WebhookAudience }> = [];
   const stop = new AbortController();
   let running: Promise<void>;
@@ -76,11 +76,11 @@ describe("webhook secrets from the pools' Secrets", () => {
   it("rotation: the new and the previous secret are both accepted until previousSecretRef goes, with no restart", async () => {
     const old = await secrets.get({ namespace: "ns", name: "hook-a" });
     await secrets.patch({ namespace: "ns", name: "hook-a" }, { data: { secret: b64("secret-a-2"), previous: old.data?.["secret"] ?? "" } });
-    pools = [pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" }, previousSecretRef: { name: "hook-a", key: "previous" } }), pools[1] as ImpVMRunnerPool];
+    pools = [pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" }, previousSecretRef: { name: "hook-a", key: "previous" } }), pools[1] as Stored<ImpVMRunnerPool>];
     await clock.advance(10_000); // the Secret is read again once its cached copy is 10 s old
     assert.deepEqual(await post("secret-a-2"), { status: 202, audience: ["ns/a"] }, "the new secret works");
     assert.deepEqual(await post("secret-a-1"), { status: 202, audience: ["ns/a"] }, "and so does the one being replaced");
-    pools = [pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" } }), pools[1] as ImpVMRunnerPool];
+    pools = [pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" } }), pools[1] as Stored<ImpVMRunnerPool>];
     assert.deepEqual(await post("secret-a-1"), { status: 401, audience: undefined }, "dropping previousSecretRef ends the old secret at once");
     assert.deepEqual(await post("secret-a-2"), { status: 202, audience: ["ns/a"] });
   });

@@ -7,6 +7,7 @@
 import { setupSecretName, type ImpVM } from "../../../src/api/index.ts";
 import { formatJobTimeline, jobTimeline, type JobTimeline } from "../../../src/operator/index.ts";
 import type { TestJob } from "../../github/server.ts";
+import type { Stored } from "../../../src/kube/index.ts";
 import { helloSteps, isolationSteps, parseIsolation } from "./jobs.ts";
 import { NAMESPACE, nameOf, type RunnerWorld } from "./world.ts";
 
@@ -94,7 +95,7 @@ export async function vmCleanedUp(world: RunnerWorld, vm: ImpVM, check: Checks):
 }
 
 /** Step 4: a replacement VM boots and its runner comes online. */
-export async function replacementOnline(world: RunnerWorld, first: ImpVM, check: Checks): Promise<ImpVM> {
+export async function replacementOnline(world: RunnerWorld, first: ImpVM, check: Checks): Promise<Stored<ImpVM>> {
   const replacement = await world.waitForVm("a replacement runner online", (vms) => onlineRunner(world, vms, new Set([nameOf(first)])));
   check(replacement.metadata.uid !== first.metadata.uid, `replacement ${nameOf(replacement)} is online on ${replacement.status?.nodeName ?? "?"}`);
   return replacement;
@@ -130,7 +131,7 @@ export async function isolatedJobs(world: RunnerWorld, check: Checks): Promise<I
 }
 
 /** The timeline of a job that ran on `vm`, `replacement` the VM that took its place. */
-export function timelineOf(world: RunnerWorld, job: TestJob, vmName: string, replacement?: ImpVM): JobTimeline {
+export function timelineOf(world: RunnerWorld, job: TestJob, vmName: string, replacement?: Stored<ImpVM>): JobTimeline {
   const vm = world.history(vmName)?.last;
   if (vm === undefined) throw new Error(`VM ${vmName} was never seen`);
   return jobTimeline(vm, { queuedAt: job.queuedAt, startedAt: job.startedAt, completedAt: job.completedAt }, replacement);

@@ -17,7 +17,7 @@ import { promisify } from "node:util";
 import { connect, createServer as createNetServer, type Socket } from "node:net";
 import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_NODES, IMP_VMS, IMP_VM_RUNNER_POOLS, buildAllCrds } from "../../../src/api/index.ts";
 import { freePort, startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, Informer, type KubeObject, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
+import { createResourceClient, Informer, type KubeObject, type ResourceClient, type Stored, asStored, installCrds } from "../../../src/kube/index.ts";
 import { createLogger, waitFor } from "../../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../../github/harness.ts";
 import { GitHubTestServer, type JobStep, type TestJob } from "../../github/server.ts";
@@ -147,7 +147,7 @@ async function kernelConfig(): Promise<{ kernel: string; initrd?: string; args: 
 export interface VmHistory {
   /** Phases in the order they were first seen. */
   readonly phases: string[];
-  last: ImpVM;
+  last: Stored<ImpVM>;
   readonly firstSeenAt: number;
   goneAt: number | undefined;
 }
@@ -254,7 +254,7 @@ export class RunnerWorld {
 
   /** Follows every VM through a watch (an informer), so no phase is missed, however short. */
   #watch(): void {
-    const record = (vm: ImpVM): void => {
+    const record = (vm: Stored<ImpVM>): void => {
       const name = nameOf(vm);
       const h = this.#seen.get(name) ?? { phases: [], last: vm, firstSeenAt: Date.now(), goneAt: undefined };
       const phase = vm.status?.phase ?? "";
@@ -264,11 +264,11 @@ export class RunnerWorld {
     };
     const informer = new Informer<ImpVM>({ client: this.vms, logger: createLogger({ level: "silent" }) });
     informer.addEventHandler({
-      onAdd: (vm) => record(vm as ImpVM),
-      onUpdate: (_old, vm) => record(vm as ImpVM),
+      onAdd: (vm) => record(vm as Stored<ImpVM>),
+      onUpdate: (_old, vm) => record(vm as Stored<ImpVM>),
       onDelete: (vm) => {
-        record(vm as ImpVM);
-        const h = this.#seen.get(nameOf(vm as ImpVM));
+        record(vm as Stored<ImpVM>);
+        const h = this.#seen.get(nameOf(vm as Stored<ImpVM>));
         if (h !== undefined) h.goneAt ??= Date.now();
       },
     });
@@ -482,20 +482,21 @@ export class RunnerWorld {
   }
 
   /** VMs of every namespace (or of one pool). */
-  async listVms(pool?: string): Promise<ImpVM[]> {
+  async listVms(pool?: string): Promise<Stored<ImpVM>[]> {
     const all = (await this.vms.list()).items;
     return pool === undefined ? [...all] : all.filter((vm) => vm.metadata.labels?.["imp.dev/pool"] === pool || vm.metadata.ownerReferences?.some((o) => o.kind === "ImpVMRunnerPool" && o.name === pool));
   }
 
-  getVm(name: string, namespace = NAMESPACE): Promise<ImpVM | undefined> {
+  getVm(name: string, namespace = NAMESPACE): Promise<Stored<ImpVM> | undefined> {
     return this.vms.get({ namespace, name }).catch(() => undefined);
   }
 
   /** Waits until `check` holds for some VM; fails early, with the logs, if a part of the world died. */
-  async waitForVm(what: string, check: (vms: ImpVM[]) => ImpVM | undefined, timeoutMs = 300_000): Promise<ImpVM> {
+  async waitForVm(what: string, check: (vms: Stored<ImpVM>[]) => ImpVM | undefined, timeoutMs = 300_000): Promise<Stored<ImpVM>> {
     return waitFor(what, async () => {
       this.#assertAlive();
-      return check(await this.listVms());
+      const found = check(await this.listVms());
+      return found === undefined ? undefined : asStored(found, VMS);
     }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) => Promise.reject(this.#withLogs(err)));
   }
 
