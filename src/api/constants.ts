@@ -72,6 +72,14 @@ export const ANNOTATIONS = {
   execId: "imp.dev/exec-id",
   /** On ImpVMs: the reason a controller asked for termination (for `kubectl describe`). */
   terminationReason: "imp.dev/termination-reason",
+  /**
+   * On ImpNodes: Imp is being uninstalled (the chart's pre-delete hook, `imp decommission`); the
+   * value is when that was asked (RFC 3339). An agent with no VM left removes its state directory,
+   * its Lease and its ImpNode, and stops reporting.
+   */
+  decommission: "imp.dev/decommission",
+  /** On ImpNodes, beside `decommission`: "true" keeps the state directory (image cache, setup key) for a later install. */
+  decommissionKeepState: "imp.dev/decommission-keep-state",
 } as const;
 
 /** Finalizers: one per external system that must be cleaned up before the object may go. */

@@ -7,6 +7,7 @@
 export const OPERATOR_ERROR_CODES = [
   "CredentialsSecretInvalid",
   "CredentialsSecretMissing",
+  "DecommissionTimedOut",
   "ListenerError",
   "PoolSpecInvalid",
   "ReservationRefused",

@@ -10,4 +10,5 @@ export * from "./scheduler/index.ts";
 export * from "./nodes/index.ts";
 export * from "./jobs/index.ts";
 export * from "./scale-sets/index.ts";
+export * from "./uninstall/index.ts";
 export { OPERATOR_ERROR_CODES } from "./error-codes.ts";

@@ -4,7 +4,7 @@
  * outlive an agent restart), and the VM network if configured.
  */
 import { arch } from "node:os";
-import { rmdir } from "node:fs/promises";
+import { readdir, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { describeError, terminalError, type Logger } from "../../shared/index.ts";
@@ -142,6 +142,10 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       if (mount !== undefined) await rmdir(join(mount, config.cgroupParent)).catch((err: NodeJS.ErrnoException) => {
         if (err.code !== "ENOENT") throw err;
       });
+    },
+    // The directory itself is the Pod's hostPath mount point, so its contents go, not it.
+    removeNodeState: async () => {
+      for (const entry of await readdir(config.stateDir)) await rm(join(config.stateDir, entry), { recursive: true, force: true });
     },
     runtime: {
       stateDir: config.stateDir,

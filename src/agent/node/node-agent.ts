@@ -38,7 +38,8 @@ import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
-import { NodeReporter, type NodeFacts } from "./node-reporter.ts";
+import { decideDecommission, type DecommissionRequest } from "./decide-decommission.ts";
+import { NodeReporter, type DecommissionOutcome, type NodeFacts } from "./node-reporter.ts";
 import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
 import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
 import { bootRequestOf, planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
@@ -69,6 +70,11 @@ export interface NodeAgentOptions {
    * parent), so an uninstalled agent leaves nothing behind. A new agent creates them again at start.
    */
   readonly releaseNodeWhenIdle?: () => Promise<void>;
+  /**
+   * Removes everything in the state directory (image cache, setup key, VM directories): what an
+   * uninstall asks of a node with no VM left, unless it keeps the state for a later install.
+   */
+  readonly removeNodeState?: () => Promise<void>;
   readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
   readonly logger: Logger;
   readonly clock?: Clock;
@@ -109,10 +115,14 @@ export class NodeAgent {
   readonly #plans = new Map<string, VmPlan>();
   readonly #resumeTried = new Set<string>();
   readonly #setupWaitMs: number;
+  readonly #startedAtMs: number;
+  /** The decommission request last logged as ignored, so a leftover is logged once, not every round. */
+  #ignoredRequestAt: number | undefined;
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
+    this.#startedAtMs = this.#clock.now();
     this.#log = options.logger.child({ node: options.nodeName });
     this.registry = options.registry ?? new Registry();
     this.metrics = new AgentMetrics(this.registry);
@@ -149,6 +159,7 @@ export class NodeAgent {
       clock: this.#clock,
       logger: this.#log,
       ...(options.renewIntervalMs === undefined ? {} : { renewIntervalMs: options.renewIntervalMs }),
+      decommission: (request) => this.#decommission(request),
     });
     this.sweeper = new NodeSweeper({
       vmsDir: join(options.runtime.stateDir, "vms"),
@@ -181,10 +192,9 @@ export class NodeAgent {
   async #releaseNodeIfIdle(): Promise<void> {
     const release = this.#o.releaseNodeWhenIdle;
     if (release === undefined) return;
-    const running = [...this.runtime.liveUids()].filter((uid) => this.runtime.local(uid)?.stage !== "released");
-    const onDisk = await readdir(VmDir.vmsDir(this.#o.runtime.stateDir)).catch(() => []);
-    if (running.length > 0 || onDisk.length > 0) {
-      this.#log.info({ running: running.length, vmDirectories: onDisk.length }, "VMs stay on the node for the next agent to adopt");
+    const { running, onDisk } = await this.#vmsOnNode();
+    if (running > 0 || onDisk > 0) {
+      this.#log.info({ running, vmDirectories: onDisk }, "VMs stay on the node for the next agent to adopt");
       return;
     }
     try {
@@ -192,6 +202,32 @@ export class NodeAgent {
       this.#log.info("no VM on the node: removed the node's VM network and cgroup parent");
     } catch (err) {
       this.#log.warn({ error: describeError(err) }, "cannot remove the node's VM network or cgroup parent");
+    }
+  }
+
+  /** VMs the node still holds: running in the runtime (not yet released) and VM directories on disk. */
+  async #vmsOnNode(): Promise<{ readonly running: number; readonly onDisk: number }> {
+    const running = [...this.runtime.liveUids()].filter((uid) => this.runtime.local(uid)?.stage !== "released").length;
+    const onDisk = (await readdir(VmDir.vmsDir(this.#o.runtime.stateDir)).catch(() => [])).length;
+    return { running, onDisk };
+  }
+
+  /** An uninstall asked this node to go (its ImpNode's annotation): decide, then remove the state directory if told to. */
+  async #decommission(request: DecommissionRequest): Promise<DecommissionOutcome> {
+    const { running, onDisk } = await this.#vmsOnNode();
+    const decision = decideDecommission({ request, agentStartedAtMs: this.#startedAtMs, vmsOnNode: Math.max(running, onDisk) });
+    switch (decision.kind) {
+      case "ignore":
+        if (this.#ignoredRequestAt !== request.requestedAtMs) this.#log.info({ why: decision.why }, "decommission request ignored");
+        this.#ignoredRequestAt = request.requestedAtMs;
+        return "ignored";
+      case "wait":
+        this.#log.info({ vms: decision.vms }, "decommission asked: waiting for the node's VMs to end");
+        return "waiting";
+      case "retire":
+        if (decision.wipeState) await this.#o.removeNodeState?.();
+        this.#log.info({ stateRemoved: decision.wipeState && this.#o.removeNodeState !== undefined }, "decommissioned: no VM on the node");
+        return "retired";
     }
   }
 

@@ -6,6 +6,10 @@
 import { API_VERSION, IMP_NODE, SETUP_SEAL_SUITE, type ImpNode, type ImpNodeStatus, type NodeKeyPair } from "../../api/index.ts";
 import { isAlreadyExists, isNotFound, microTime, mutateWithRetry, type Lease, type ResourceClient } from "../../kube/index.ts";
 import { describeError, type Clock, type Logger } from "../../shared/index.ts";
+import { decommissionRequestOf, type DecommissionRequest } from "./decide-decommission.ts";
+
+/** What the agent did with a decommission request: ignored it (stale), is waiting for its VMs, or has retired the node. */
+export type DecommissionOutcome = "ignored" | "waiting" | "retired";
 
 export const DEFAULT_LEASE_DURATION_SECONDS = 40;
 export const DEFAULT_RENEW_INTERVAL_MS = 5_000;
@@ -35,6 +39,11 @@ export interface NodeReporterOptions {
   readonly logger: Logger;
   readonly leaseDurationSeconds?: number;
   readonly renewIntervalMs?: number;
+  /**
+   * Asked each round while the ImpNode carries a decommission request (an uninstall). "retired":
+   * the node is clean; the reporter deletes the Lease and the ImpNode and reports no more.
+   */
+  readonly decommission?: (request: DecommissionRequest) => Promise<DecommissionOutcome>;
 }
 
 export const leaseNameOf = (nodeName: string): string => `imp-agent-${nodeName}`;
@@ -42,6 +51,7 @@ export const leaseNameOf = (nodeName: string): string => `imp-agent-${nodeName}`
 export class NodeReporter {
   readonly #o: NodeReporterOptions;
   #lastStatus = "";
+  #retired = false;
 
   constructor(options: NodeReporterOptions) {
     this.#o = options;
@@ -50,15 +60,44 @@ export class NodeReporter {
   /** Renews the Lease and refreshes the ImpNode every interval until `signal` aborts. Errors are logged and retried next round. */
   async start(signal: AbortSignal): Promise<void> {
     const interval = this.#o.renewIntervalMs ?? DEFAULT_RENEW_INTERVAL_MS;
+    // A retired reporter stays in the loop, idle: ending would end the agent, and a restarted agent
+    // would register the node again in the middle of the uninstall.
     while (!signal.aborted) {
       await this.reportOnce(signal).catch((err: unknown) => this.#o.logger.warn({ error: describeError(err) }, "node report failed; retrying next round"));
       await this.#o.clock.sleep(interval, signal).catch(() => undefined);
     }
   }
 
+  /** True once the node was decommissioned: its ImpNode and Lease are deleted and nothing more is reported. */
+  get retired(): boolean {
+    return this.#retired;
+  }
+
   async reportOnce(signal?: AbortSignal): Promise<void> {
+    if (this.#retired) return;
+    if (this.#o.decommission !== undefined && (await this.#decommissionIfAsked(this.#o.decommission, signal))) return;
     await this.renewLease(signal);
     await this.writeStatus(signal);
+  }
+
+  /** One GET of the ImpNode a round: the uninstall's request arrives as its annotation. True once retired. */
+  async #decommissionIfAsked(decommission: NonNullable<NodeReporterOptions["decommission"]>, signal?: AbortSignal): Promise<boolean> {
+    const { nodes, leases, nodeName, leaseNamespace } = this.#o;
+    const node = await nodes.get({ name: nodeName }, signal).catch((err: unknown) => {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    });
+    const request = decommissionRequestOf(node?.metadata.annotations);
+    if (request === undefined || (await decommission(request)) !== "retired") return false;
+    // The Lease first: a node whose Lease is gone gets no new VM, even before the ImpNode goes.
+    for (const remove of [() => leases.delete({ namespace: leaseNamespace, name: leaseNameOf(nodeName) }, { ...(signal === undefined ? {} : { signal }) }), () => nodes.delete({ name: nodeName }, { ...(signal === undefined ? {} : { signal }) })]) {
+      await remove().catch((err: unknown) => {
+        if (!isNotFound(err)) throw err;
+      });
+    }
+    this.#retired = true;
+    this.#o.logger.info({ keepState: request.keepState }, "node decommissioned: its Lease and ImpNode are deleted; reporting stops");
+    return true;
   }
 
   status(cache: Awaited<ReturnType<NodeReporterOptions["imageCache"]>>): ImpNodeStatus {

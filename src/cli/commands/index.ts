@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { registerAgent } from "./agent.ts";
 import { registerCrds } from "./crds.ts";
+import { registerDecommission } from "./decommission.ts";
 import { registerDev } from "./dev.ts";
 import { registerImage } from "./image.ts";
 import { registerRun } from "./run.ts";
@@ -10,6 +11,7 @@ import { registerOperator } from "./operator.ts";
 export function registerCommands(program: Command): void {
   registerAgent(program);
   registerCrds(program);
+  registerDecommission(program);
   registerDev(program);
   registerImage(program);
   registerRun(program);

@@ -1,0 +1,1 @@
+export { decommission, type DecommissionOptions, type DecommissionReport } from "./decommission.ts";
