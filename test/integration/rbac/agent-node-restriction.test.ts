@@ -106,16 +106,24 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
       "patch status of a VM on node B": await attempt(() => vmsA.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Failed", reason: "NodeLost" } })),
       "patch a VM on node B (its finalizer)": await attempt(() => vmsA.patch({ namespace: NS, name: "vm-b" }, { metadata: { finalizers: ["imp.dev/teardown"] } })),
       "delete the setup Secret of a VM on node B": await attempt(() => secretsA.delete({ namespace: NS, name: "vm-b-setup" })),
+      "delete ImpNode node-b": await attempt(() => nodesA.delete({ name: "node-b" })),
+      "delete node B's Lease": await attempt(() => leasesA.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })),
     };
     for (const [what, outcome] of Object.entries(refusedToA)) assert.notEqual(outcome, "allowed", `agent A was allowed to ${what}`);
     assert.match(refusedToA["patch status of a VM on node B"] ?? "", /only ImpVMs bound to its node \(node-a\)/);
     assert.match(refusedToA["delete the setup Secret of a VM on node B"] ?? "", /setup Secrets of VMs bound to its node \(node-a\)/);
+    // Agents may delete ImpNodes and Leases (an uninstall retires each node), so the policy, not RBAC, refuses these.
+    assert.match(refusedToA["delete ImpNode node-b"] ?? "", /only its own ImpNode \(node-a\), not node-b/);
+    assert.match(refusedToA["delete node B's Lease"] ?? "", /only its own Lease \(imp-agent-node-a\)/);
 
     // Agent B on its own VM: status and finalizer pass; rebinding it to node A does not.
     assert.equal(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Preparing" } })), "allowed");
     assert.equal(await attempt(() => vmsB.patch({ namespace: NS, name: "vm-b" }, { metadata: { finalizers: ["imp.dev/teardown"] } })), "allowed");
     assert.notEqual(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { nodeName: "node-a" } })), "allowed", "an agent cannot move a VM to another node");
     assert.equal(await attempt(() => secretsB.delete({ namespace: NS, name: "vm-b-setup" })), "allowed");
+    // Retiring its node (an uninstall): its own Lease and ImpNode.
+    assert.equal(await attempt(() => leasesB.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })), "allowed");
+    assert.equal(await attempt(() => nodesB.delete({ name: "node-b" })), "allowed");
 
     // A token bound to no Pod names no node: refused even what would be its own.
     const unbound = createResourceClient<ImpNode>(as("unbound"), IMP_NODES);
