@@ -89,6 +89,20 @@ describe("the Helm chart", { skip: unavailable, timeout: 600_000 }, () => {
     assert.ok((await render("imp", "metrics.serviceMonitor.enabled=true")).some((o) => o.kind === "ServiceMonitor"));
   });
 
+  it("renders a pre-delete hook whose Job runs `imp decommission` with flags it knows, and none when uninstall.endVMs is false", async () => {
+    const objs = await render("ci-system", "uninstall.keepNodeState=true", "operator.watchNamespace=runners");
+    const hooked = objs.filter((o) => o.metadata.annotations?.["helm.sh/hook"] === "pre-delete");
+    assert.deepEqual(hooked.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ["ClusterRole/imp-decommission", "ClusterRoleBinding/imp-decommission", "Job/imp-decommission", "Role/imp-decommission-leases", "RoleBinding/imp-decommission-leases", "ServiceAccount/imp-decommission"]);
+    for (const o of hooked) assert.match(o.metadata.annotations?.["helm.sh/hook-delete-policy"] ?? "", /hook-succeeded/, `${o.kind} goes once the hook succeeded`);
+    for (const o of hooked.filter((h) => h.kind !== "Job")) assert.ok(Number(o.metadata.annotations?.["helm.sh/hook-weight"]) < 0, `${o.kind} exists before the Job starts`);
+    const job = hooked.find((o) => o.kind === "Job") as Obj & { spec: { template: { spec: { containers: Array<{ args: string[] }> } } } };
+    const args = job.spec.template.spec.containers[0]?.args ?? [];
+    assert.deepEqual(args, ["decommission", "--agent-lease-namespace=ci-system", "--namespace=runners", "--keep-node-state", "--vm-timeout=180", "--node-timeout=60"]);
+    const { stdout: help } = await exec(process.execPath, [join(root, "src/cli/main.ts"), "decommission", "--help"], { timeout: 60_000 });
+    for (const flag of args.filter((a) => a.startsWith("--")).map((a) => a.split("=")[0] ?? "")) assert.ok(help.includes(`${flag} `), `imp decommission has no flag ${flag}`);
+    assert.ok(!(await render("imp", "uninstall.endVMs=false")).some((o) => o.metadata.annotations?.["helm.sh/hook"] !== undefined), "no hook when turned off");
+  });
+
   it("renders deploy/rbac and deploy/crds themselves: one source, in the release namespace", async () => {
     const rbacDir = join(root, "deploy/rbac");
     const files = (await readdir(rbacDir)).filter((f) => f.endsWith(".yaml") && f !== "00-namespace.yaml");
@@ -151,7 +165,8 @@ describe("the Helm chart", { skip: unavailable, timeout: 600_000 }, () => {
       assert.equal(await kubectl("-n", "imp-ci", "get", "deployment", "imp-operator", "-o", "jsonpath={.spec.replicas}"), "2");
       assert.match(await helm(["history", "imp", ...kube(), "--namespace", "imp-ci"]), /2\s.*deployed/);
 
-      await helm(["uninstall", "imp", ...kube(), "--namespace", "imp-ci", "--wait"]);
+      // No kubelet here, so the pre-delete hook's Job could never run: the real-node test runs it.
+      await helm(["uninstall", "imp", ...kube(), "--namespace", "imp-ci", "--wait", "--no-hooks"]);
       const left = (await kubectl("-n", "imp-ci", "get", "serviceaccount,configmap,service,deployment,daemonset,role,rolebinding", "-o", "name")).split("\n").filter((l) => l !== "" && !l.includes("kube-root-ca") && !l.includes("serviceaccount/default"));
       assert.deepEqual(left, [], "namespaced objects of the release left");
       assert.equal((await kubectl("get", "clusterrole,clusterrolebinding,validatingadmissionpolicy,validatingadmissionpolicybinding", "-o", "name")).split("\n").filter((l) => l.includes("imp-")).length, 0, "cluster-wide objects of the release left");
