@@ -1,9 +1,9 @@
-import { KubeConfig } from "@kubernetes/client-node";
 import type { Command } from "commander";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, type ImpNode, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import { createResourceClient, LEASE_RESOURCE, type Lease } from "../../kube/index.ts";
 import { DEFAULT_AGENT_LEASE_NAMESPACE, decommission } from "../../operator/index.ts";
-import { createLogger, systemClock, terminalError } from "../../shared/index.ts";
+import { createLogger, systemClock } from "../../shared/index.ts";
+import { loadKubeConfig, seconds } from "./flag-values.ts";
 
 interface DecommissionFlags {
   kubeconfig?: string;
@@ -14,12 +14,6 @@ interface DecommissionFlags {
   nodeTimeout: string;
   logLevel: string;
 }
-
-const seconds = (value: string, flag: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 86_400) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: need whole seconds, 1 to 86400`);
-  return n;
-};
 
 /** `imp decommission`: ends every pool and VM and retires every node before Imp is uninstalled (the chart's pre-delete hook). */
 export function registerDecommission(program: Command): void {
@@ -35,9 +29,7 @@ export function registerDecommission(program: Command): void {
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: DecommissionFlags) => {
       const logger = createLogger({ level: opts.logLevel, name: "imp-decommission" });
-      const kubeConfig = new KubeConfig();
-      if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
-      else kubeConfig.loadFromDefault();
+      const kubeConfig = loadKubeConfig(opts.kubeconfig);
       const report = await decommission({
         pools: createResourceClient<ImpVMRunnerPool>(kubeConfig, IMP_VM_RUNNER_POOLS),
         vms: createResourceClient<ImpVM>(kubeConfig, IMP_VMS),

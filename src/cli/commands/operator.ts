@@ -1,9 +1,9 @@
 import { readFile } from "node:fs/promises";
-import { KubeConfig } from "@kubernetes/client-node";
 import type { Command } from "commander";
 import { DEFAULT_HEALTH_PORT } from "../../kube/index.ts";
 import { DEFAULT_AGENT_LEASE_NAMESPACE, DEFAULT_WEBHOOK_PORT, Operator } from "../../operator/index.ts";
 import { createLogger, terminalError } from "../../shared/index.ts";
+import { loadKubeConfig, port, seconds } from "./flag-values.ts";
 
 interface OperatorFlags {
   kubeconfig?: string;
@@ -21,18 +21,6 @@ interface OperatorFlags {
   leaderElection: boolean;
   logLevel: string;
 }
-
-const port = (value: string, flag: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: not a port number`);
-  return n;
-};
-
-const seconds = (value: string, flag: string): number => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 86_400) throw terminalError("InvalidFlag", `Cannot use ${flag} ${value}: need whole seconds, 1 to 86400`);
-  return n;
-};
 
 /** `imp operator`: the operator (one leader among its replicas). Runs until SIGTERM/SIGINT. */
 export function registerOperator(program: Command): void {
@@ -55,9 +43,7 @@ export function registerOperator(program: Command): void {
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: OperatorFlags) => {
       const logger = createLogger({ level: opts.logLevel, name: "imp-operator" });
-      const kubeConfig = new KubeConfig();
-      if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
-      else kubeConfig.loadFromDefault();
+      const kubeConfig = loadKubeConfig(opts.kubeconfig);
       if (opts.webhookSecretFile.length > 2) throw terminalError("InvalidFlag", "Cannot use more than two --webhook-secret-file: one secret, or two while rotating");
       const webhookSecrets = await Promise.all(opts.webhookSecretFile.map(async (f) => (await readFile(f, "utf8")).trim()));
       const operator = new Operator({
