@@ -5,7 +5,10 @@
  * imported into that containerd, and `helm install` of deploy/helm/imp. Then what users do: a runner
  * pool (scale-set mode: no inbound webhook) gets a microVM started by the agent Pod; a job runs in
  * it; the agent DaemonSet is rolled while a job runs, and the job completes on the VM the new agent
- * Pod adopted; then `helm uninstall`, after which nothing of Imp is left on the node.
+ * Pod adopted; then `helm uninstall` with VMs still running: the chart's pre-delete hook ends them
+ * and retires the node, after which nothing of Imp is left in the cluster or on the node (the first
+ * time but the state directory it was told to keep, for a warm second install; the second time not
+ * that either).
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -113,14 +116,26 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     installedAt = Date.now();
     return installedAt - t0;
   };
-  /** Deletes the pool, waits for its VMs to go, uninstalls the release; returns what of Imp is left on the node. */
-  const removeEverything = async (): Promise<string[]> => {
-    await kubectl(["-n", NS, "delete", "impvmrunnerpool", POOL, "--ignore-not-found", "--wait=true", "--timeout=300s"]);
-    await waitFor("no VM left", async () => ((await vms.list({ namespace: NS })).items.length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
-    await helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "5m"]);
+  /**
+   * `helm uninstall` with the pool and its VMs still there: the chart's pre-delete hook ends them and
+   * retires the node. Returns what of Imp is left, in the cluster and on the node, and how long it took.
+   */
+  const uninstall = async (keptState: boolean): Promise<{ readonly left: string[]; readonly ms: number; readonly vmsEnded: number }> => {
+    const vmsEnded = (await vms.list({ namespace: NS })).items.length;
+    const t0 = Date.now();
+    await helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "6m"]).catch(async (err: unknown) => {
+      throw new Error(`helm uninstall failed: ${String(err)}\nhook:\n${await kubectl(["-n", RELEASE_NS, "logs", "job/imp-decommission", "--tail=40"]).catch((e: unknown) => String(e))}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
+    });
+    const ms = Date.now() - t0;
     uninstalled = true;
     await waitFor("no agent or operator Pod", async () => ((await kubectl(["-n", RELEASE_NS, "get", "pods", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 180_000, intervalMs: 500 });
     const left: string[] = [];
+    const names = async (args: readonly string[]): Promise<string[]> => (await kubectl(["get", ...args, "-o", "name"])).split("\n").filter((l) => l !== "");
+    left.push(...(await names(["impvmrunnerpool,impvm", "-A"])).map((n) => `${n} in the cluster`));
+    left.push(...(await names(["impnode"])).map((n) => `${n} in the cluster`));
+    left.push(...(await names(["-n", RELEASE_NS, "lease"])).filter((n) => n.includes("imp-agent-")).map((n) => `${n} in the cluster`));
+    left.push(...(await names(["-n", RELEASE_NS, "job,serviceaccount,role,rolebinding"])).filter((n) => n.includes("imp-")).map((n) => `hook's ${n} in the cluster`));
+    left.push(...(await names(["clusterrole,clusterrolebinding"])).filter((n) => n.includes("imp-")).map((n) => `${n} in the cluster`));
     const procs = (await execFileAsync("pgrep", ["-af", stateDir]).then((r) => r.stdout, () => "")).split("\n").filter((l) => l !== "");
     left.push(...procs.map((p) => `process ${p}`));
     const links = JSON.parse((await execFileAsync("ip", ["-n", net.netns, "-j", "link", "show"])).stdout) as Array<{ ifname: string }>;
@@ -130,8 +145,12 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     for (const h of ["memory", "unified", ""]) if (existsSync(join("/sys/fs/cgroup", h, "imp", sim.prefix))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", sim.prefix)}`);
     const vmDirs = await readdir(join(stateDir, "vms")).catch(() => []);
     left.push(...vmDirs.map((d) => `VM directory ${d}`));
+    // The state directory: kept when asked (a later install finds its image cache), emptied otherwise.
+    const state = await readdir(stateDir);
+    if (keptState) assert.ok(state.includes("images"), `the state directory was kept as asked (${state.join(", ")})`);
+    else left.push(...state.map((e) => `state ${join(stateDir, e)}`));
     left.push(...[...github.runners.values()].map((r) => `runner ${r.name} still registered`));
-    return left;
+    return { left, ms, vmsEnded };
   };
   let imageRef = "";
   let uninstalled = false;
@@ -175,6 +194,8 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       values = {
         image: { repository: ref.split(":")[0], tag: ref.split(":")[1], pullPolicy: "Never" },
         operator: { logLevel: "debug" },
+        // The first uninstall keeps the image cache, so the second install can be measured warm.
+        uninstall: { keepNodeState: true },
         agent: {
           stateDir,
           logLevel: "debug",
@@ -189,7 +210,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
         },
       };
       const installMs = await install();
-      cleanups.push(async () => (uninstalled ? undefined : helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait"])));
+      cleanups.push(async () => (uninstalled ? undefined : helm(["uninstall", "imp", "--namespace", RELEASE_NS, "--wait", "--timeout", "6m"])));
       say(`helm install --wait: ${s(installMs)} (operator Deployment and agent DaemonSet ready)`);
 
       vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
@@ -300,11 +321,15 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     say(`kubectl get impvm,impvmrunnerpool -A:\n${table.split("\n").map((l) => `#   ${l}`).join("\n")}`);
   });
 
-  it("leaves nothing of Imp on the node after the pool is deleted and the release uninstalled", async () => {
-    assert.deepEqual(await removeEverything(), [], "nothing of Imp on the node");
+  it("helm uninstall with the pool and its VMs still there: its hook ends them and retires the node, leaving nothing of Imp but the state it was told to keep", async () => {
+    const { left, ms, vmsEnded } = await uninstall(true);
+    assert.deepEqual(left, [], "nothing of Imp in the cluster or on the node");
+    assert.ok(vmsEnded > 0, "VMs were running when the uninstall began");
+    say(`helm uninstall --wait with ${vmsEnded} VM(s) running: ${s(ms)} (the hook ended them, deregistered their runners and retired the node; state kept as asked)`);
   });
 
   it("installs again on the same node, its image cache warm, and leaves nothing once more", async () => {
+    values = { ...values, uninstall: { keepNodeState: false } };
     const installMs = await install();
     const appliedAt = Date.now();
     await kubectl(["apply", "-f", "-"], poolYaml(NS, POOL, github.url, { minIdle: 1, maxConcurrent: 2, scaleSet: true }, 600, undefined));
@@ -312,6 +337,8 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       throw new Error(`${String(err)}\nagent:\n${await agentLogs()}\noperator:\n${await operatorLogs()}`);
     });
     say(`warm image cache: helm install --wait ${s(installMs)}, first runner online ${s(Date.now() - appliedAt)} after the pool was applied (${vm.metadata.name ?? ""})`);
-    assert.deepEqual(await removeEverything(), [], "nothing of Imp on the node after the second uninstall");
+    const { left, ms, vmsEnded } = await uninstall(false);
+    assert.deepEqual(left, [], "nothing of Imp in the cluster or on the node after the second uninstall, its state directory emptied");
+    say(`helm uninstall --wait with ${vmsEnded} VM(s) running, state removed: ${s(ms)}`);
   });
 });
