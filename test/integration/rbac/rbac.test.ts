@@ -45,14 +45,15 @@ const AGENT_MAY: readonly Ask[] = [
   ["get", "impvmtemplates.imp.dev", "ci"], ["get", "impvmclasses.imp.dev", ""],
   ["get", "secrets", "ci"], ["delete", "secrets", "ci"], ["create", "events", "ci"],
   ["create", "leases.coordination.k8s.io", IMP_SYSTEM], ["patch", "leases.coordination.k8s.io", IMP_SYSTEM],
+  // Retiring its node on uninstall; the admission policy confines both to its own (agent-node-restriction.test.ts).
+  ["delete", "impnodes.imp.dev", ""], ["delete", "leases.coordination.k8s.io", IMP_SYSTEM],
 ];
 const AGENT_MUST_NOT: readonly Ask[] = [
   ["create", "impvms.imp.dev", "ci"], ["delete", "impvms.imp.dev", "ci"], // VMs are the operator's to make and end
   ["patch", "impvmrunnerpools.imp.dev", "ci"], ["get", "impvmrunnerpools.imp.dev", "ci"],
   ["patch", "impnodes.imp.dev", ""], // the scheduler's reservations are not the agent's to move
-  ["delete", "impnodes.imp.dev", ""],
   ["list", "secrets", "ci"], ["watch", "secrets", ""], ["create", "secrets", "ci"],
-  ["create", "leases.coordination.k8s.io", "default"], ["delete", "leases.coordination.k8s.io", IMP_SYSTEM],
+  ["create", "leases.coordination.k8s.io", "default"], ["delete", "leases.coordination.k8s.io", "default"],
   ["list", "nodes", ""], ["create", "pods", "ci"],
 ];
 
