@@ -49,7 +49,8 @@ const DEFAULT_POLL_MS = 1_000;
 
 export async function decommission(o: DecommissionOptions): Promise<DecommissionReport> {
   const { clock, logger, signal } = o;
-  const scope = { ...(o.namespace === undefined ? {} : { namespace: o.namespace }), ...(signal === undefined ? {} : { signal }) };
+  const withSignal = signal === undefined ? {} : { signal };
+  const scope = { ...(o.namespace === undefined ? {} : { namespace: o.namespace }), ...withSignal };
   const deleted = (err: unknown): void => {
     if (!isNotFound(err)) throw err;
   };
@@ -72,20 +73,20 @@ export async function decommission(o: DecommissionOptions): Promise<Decommission
 
   // Whole seconds, as the API server writes times; an agent started within that second still counts it.
   const askedAt = new Date(Math.floor(clock.now() / 1000) * 1000).toISOString().replace(/\.000Z$/, "Z");
-  const nodes = (await o.nodes.list(signal === undefined ? {} : { signal })).items;
+  const nodes = (await o.nodes.list(withSignal)).items;
   const annotations = { [ANNOTATIONS.decommission]: askedAt, [ANNOTATIONS.decommissionKeepState]: o.keepNodeState ? "true" : null };
   for (const node of nodes) await o.nodes.patch({ name: node.metadata.name }, { metadata: { annotations } }, signal).catch(deleted);
   logger.info({ nodes: nodes.map((n) => n.metadata.name), keepNodeState: o.keepNodeState }, "asked every node's agent to retire");
 
   const nodesStarted = clock.now();
-  const stayed = await pollUntil(o, o.nodeTimeoutMs, async () => (await o.nodes.list(signal === undefined ? {} : { signal })).items.map((n) => n.metadata.name));
+  const stayed = await pollUntil(o, o.nodeTimeoutMs, async () => (await o.nodes.list(withSignal)).items.map((n) => n.metadata.name));
   for (const name of stayed) {
     logger.warn({ node: name }, "the node's agent did not retire it in time: its ImpNode and Lease are deleted here; its state directory may remain on the node");
-    await o.nodes.delete({ name }, signal === undefined ? {} : { signal }).catch(deleted);
+    await o.nodes.delete({ name }, withSignal).catch(deleted);
   }
   // Leftover agent Leases (a dead node's, or one whose agent was stopped mid-retire).
-  const leases = (await o.leases.list({ namespace: o.leaseNamespace, labelSelector: `${LABELS.managedBy}=imp-agent`, ...(signal === undefined ? {} : { signal }) })).items;
-  for (const lease of leases) await o.leases.delete({ namespace: o.leaseNamespace, name: lease.metadata.name }, signal === undefined ? {} : { signal }).catch(deleted);
+  const leases = (await o.leases.list({ namespace: o.leaseNamespace, labelSelector: `${LABELS.managedBy}=imp-agent`, ...withSignal })).items;
+  for (const lease of leases) await o.leases.delete({ namespace: o.leaseNamespace, name: lease.metadata.name }, withSignal).catch(deleted);
   const report: DecommissionReport = {
     poolsDeleted: pools.length,
     vmsDeleted: vms.length,
