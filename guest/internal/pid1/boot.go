@@ -9,7 +9,7 @@ import (
 )
 
 // Boot runs the PID-1 setup: early mounts, the overlay root (when imp.scratch is given), the
-// remaining mounts, a default hostname and loopback. It returns the parsed kernel command line.
+// remaining mounts, /dev's standard links, a default hostname and loopback. It returns the parsed kernel command line.
 // loUp is injected so this package does not depend on netlink.
 func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 	var cmdline Cmdline
@@ -33,6 +33,7 @@ func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 			return OverlayRoot(cmdline.Scratch)
 		}},
 		{Name: "mount.late", Run: func() error { return MountAll(LateMounts()) }},
+		{Name: "dev.links", Run: func() error { return MakeDevLinks("/", DevLinks()) }},
 		{Name: "mount.storage", Run: func() error {
 			if cmdline.Scratch == "" {
 				return nil // no scratch disk: nothing to put the storage on
