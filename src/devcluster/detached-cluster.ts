@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { readFile, readdir, rm, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { terminalError, waitFor } from "../shared/index.ts";
+import { processState, terminalError, waitFor } from "../shared/index.ts";
 import { startControlPlane, type ControlPlaneState } from "./control-plane.ts";
 
 /**
@@ -82,14 +82,12 @@ async function readState(dir: string): Promise<DetachedState | undefined> {
   }
 }
 
-/** Whether a process with this pid exists (signal 0 probes without delivering anything). */
+/**
+ * Whether a process this user started is running at that pid. Another user's process (EPERM) is
+ * not ours: a recorded pid reused by someone else must never be signalled.
+ */
 export function isProcessAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
+  return processState(pid) === "alive";
 }
 
 function isSameProcessRunning(proc: RecordedProcess): boolean {

@@ -8,3 +8,4 @@ export * from "./child-process.ts";
 export * from "./steps.ts";
 export * from "./fault-points.ts";
 export { SHARED_ERROR_CODES } from "./error-codes.ts";
+export * from "./process-state.ts";

@@ -7,7 +7,7 @@
  */
 import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
-import { describeError, NO_FAULTS, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
 import { readAdoptionFacts, type BootDeps, type Delivered } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
@@ -199,7 +199,7 @@ export class VmRuntime {
     await this.#o.network?.detach(ref.uid);
     await rm(dir.root, { recursive: true, force: true });
     this.#o.launch.releaseCid(ref.uid);
-    const processGone = orphansGone && (task.pid === undefined || isProcessGone(task.pid));
+    const processGone = orphansGone && (task.pid === undefined || processState(task.pid) === "gone");
     await this.#faults.hit("teardown.before-secret-delete");
     await this.#o.deleteSetupSecret(ref);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
@@ -371,11 +371,3 @@ function stopped(task: VmTask): VmOutcome {
   return { succeeded: false, reason: task.stopRequest?.reason ?? VM_REASONS.Deleted, message: task.stopRequest?.message ?? "stopped" };
 }
 
-function isProcessGone(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "ESRCH";
-  }
-}

@@ -37,7 +37,7 @@ import {
   type VmOutcome,
 } from "../../agent/index.ts";
 import { cacheDir as impCacheDir } from "../../devcluster/index.ts";
-import { describeError, NO_FAULTS, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, processState, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
 import { humanBytes } from "./image/common.ts";
 import { progressView } from "./image/pull-progress.ts";
 
@@ -292,19 +292,11 @@ async function bootKitDefaults(cache: string): Promise<BootKitDefaults | undefin
 async function removeStaleRunDirs(vmsDir: string): Promise<void> {
   for (const name of await readdir(vmsDir)) {
     const pid = /^run-([0-9]+)-/.exec(name)?.[1];
-    if (pid === undefined || Number(pid) === process.pid || pidAlive(Number(pid))) continue;
+    if (pid === undefined || Number(pid) === process.pid || processState(Number(pid)) !== "gone") continue;
     await rm(join(vmsDir, name), { recursive: true, force: true });
   }
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /** Shows `what` with the seconds elapsed while `work` runs: a ticking line on a terminal, one line otherwise. */
 async function withTicker<T>(show: boolean, what: string, work: () => Promise<T>): Promise<T> {

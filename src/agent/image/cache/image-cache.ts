@@ -24,7 +24,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ImpError, silentLogger, systemClock, terminalError, type Clock, type Logger } from "../../../shared/index.ts";
+import { ImpError, processState, silentLogger, systemClock, terminalError, type Clock, type Logger } from "../../../shared/index.ts";
 import { acquireFileLock } from "./file-lock.ts";
 
 export const IMAGE_FILE = "rootfs.ext4";
@@ -253,8 +253,7 @@ export class ImageCache {
   async #removeDeadBuilds(): Promise<void> {
     for (const name of await readdir(join(this.root, "building"))) {
       const pid = Number(name.split(".")[1]);
-      if (Number.isInteger(pid) && pid !== process.pid && processAlive(pid)) continue;
-      if (pid === process.pid) continue;
+      if (pid === process.pid || processState(pid) !== "gone") continue;
       await rm(join(this.root, "building", name), { recursive: true, force: true });
     }
   }
@@ -280,11 +279,3 @@ async function syncFile(path: string): Promise<void> {
   }
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}

@@ -9,6 +9,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, rm, statfs } from "node:fs/promises";
 import { totalmem } from "node:os";
 import { join } from "node:path";
+import { processState } from "../../../shared/index.ts";
 
 export interface StagingOptions {
   /** A directory on a tmpfs, writable by root only below our own 0700 subdirectories (e.g. /dev/shm). */
@@ -50,16 +51,8 @@ export async function sweepStaging(staging: StagingOptions): Promise<void> {
   for (const name of names) {
     if (!name.startsWith(PREFIX)) continue;
     const pid = Number(name.slice(PREFIX.length).split("-")[0]);
-    if (pid === process.pid || (Number.isInteger(pid) && alive(pid))) continue;
+    if (pid === process.pid || processState(pid) !== "gone") continue;
     await rm(join(staging.dir, name), { recursive: true, force: true });
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}

@@ -10,7 +10,7 @@
 import { createReadStream, type ReadStream } from "node:fs";
 import { mkdir, open, readdir, rm, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
-import { terminalError } from "../../../shared/index.ts";
+import { processState, terminalError } from "../../../shared/index.ts";
 import { BlobWriter, HOST_TAG, TEMP_PREFIX } from "./blob-writer.ts";
 import { sha256Hex } from "./digest.ts";
 
@@ -163,20 +163,12 @@ export class FsContentStore implements ContentStore {
       const pid = hostTag === HOST_TAG ? Number(pidText) : Number.NaN;
       const info = await stat(join(this.#dir, name)).catch(() => undefined);
       if (info === undefined) continue;
-      const writerGone = !Number.isInteger(pid) || pid === process.pid ? false : !processAlive(pid);
+      const writerGone = !Number.isInteger(pid) || pid === process.pid ? false : processState(pid) === "gone";
       if (writerGone || now - info.mtimeMs > STALE_TEMP_MS) await rm(join(this.#dir, name), { force: true });
     }
   }
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 const isNotFound = (err: unknown): boolean => (err as NodeJS.ErrnoException | undefined)?.code === "ENOENT";
 
