@@ -60,6 +60,13 @@ export async function adoptSupervised(dir: string, options: AdoptSupervisedOptio
     connection.close();
     throw mismatch(identity, dir, `the socket is served by supervisor ${hello.supervisor.pid}/${hello.supervisor.startTime} of process ${hello.process.pid}/${hello.process.startTime}, not the recorded ones`);
   }
+  // A supervisor that has reaped its process says so in its hello, though it may not have written
+  // exit.json or closed its socket yet (it kills the cgroup's leftovers and syncs the record first):
+  // that process is gone, whatever a later status race would say.
+  if (hello.state === "exited" && hello.exit !== undefined) {
+    connection.close();
+    return new SupervisedProcess(dir, identity, undefined, {}, { code: hello.exit.code, signal: hello.exit.signal, at: hello.exit.at, recorded: true });
+  }
   return new SupervisedProcess(dir, identity, connection);
 }
 

@@ -97,8 +97,10 @@ const zombieWait = 5 * time.Second
 // process's death and the wait below returning (a scheduling delay, long on a loaded machine) the
 // process is a zombie, and "running" would let an agent adopt a VM whose backend is already dead.
 // The pid is ours until we reap it, so reading its stat cannot name another process.
+// Once reaped (the wait below has returned but not yet recorded), the pid names no process of ours:
+// no process at all, or a new one with another start time; both are dead too.
 func (s *supervisor) Status() server.Status {
-	return statusOf(s.snapshot, func() bool { return isZombie(s.cmd.Process.Pid) }, s.recorded, zombieWait)
+	return statusOf(s.snapshot, func() bool { return notRunning(s.cmd.Process.Pid, s.snapshot().Process.StartTime) }, s.recorded, zombieWait)
 }
 
 func (s *supervisor) snapshot() server.Status {
@@ -126,6 +128,12 @@ func statusOf(snapshot func() server.Status, dead func() bool, recorded <-chan s
 func isZombie(pid int) bool {
 	info, err := procfs.Stat(pid)
 	return err == nil && info.State == 'Z'
+}
+
+// notRunning: the process that started at startTime is a zombie, reaped, or replaced by another.
+func notRunning(pid int, startTime uint64) bool {
+	info, err := procfs.Stat(pid)
+	return err != nil || info.State == 'Z' || info.StartTime != startTime
 }
 
 func (s *supervisor) Signal(name string) error {

@@ -339,6 +339,29 @@ func TestStatusOfAZombieWaitsForItsExitToBeRecorded(t *testing.T) {
 	}
 }
 
+func TestNotRunningCoversZombieReapedAndReusedPids(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := procfs.Stat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if notRunning(pid, info.StartTime) {
+		t.Fatal("a live process counts as not running")
+	}
+	if !notRunning(pid, info.StartTime+1) {
+		t.Fatal("a pid with another start time (reused) counts as running")
+	}
+	_ = cmd.Process.Kill()
+	_, _ = cmd.Process.Wait()
+	if !notRunning(pid, info.StartTime) {
+		t.Fatal("a reaped process counts as running")
+	}
+}
+
 func TestStatusOfGivesUpWaitingAtItsBound(t *testing.T) {
 	running := func() server.Status { return server.Status{State: "running"} }
 	began := time.Now()
