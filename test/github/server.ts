@@ -223,9 +223,16 @@ export class GitHubTestServer {
     this.#url = `http://${this.#options.host ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
     // Lost runners are noticed by a timer, as GitHub notices them, not only when someone asks.
     const every = Math.min(1000, Math.max(50, Math.floor(this.jobLockTimeoutMs / 10)));
+    let last = Date.now();
     this.#lostTimer = setInterval(() => {
-      this.#expireLost(Date.now());
-      this.actions.tick(Date.now());
+      const now = Date.now();
+      // A tick far later than asked means this process's event loop stalled (a loaded machine):
+      // renewals that arrived meanwhile are still unread, so judging locks now would blame runners
+      // for the server's own stall. Read them first; judge at the next tick.
+      const stalled = now - last > 3 * every;
+      last = now;
+      if (!stalled) this.#expireLost(now);
+      this.actions.tick(now);
     }, every);
     this.#lostTimer.unref();
     return this;
@@ -829,9 +836,12 @@ export class GitHubTestServer {
     return runner.scopeKey === `repo:${job.repo.owner}/${job.repo.repo}` || runner.scopeKey === `org:${job.repo.owner}` || runner.scopeKey.startsWith("enterprise:");
   }
 
-  /** How often a runner renews its job's lock: a few times per timeout, so one slow renewal does not lose the job. */
+  /**
+   * How often a runner renews its job's lock: about ten times per timeout, GitHub's own ratio (a
+   * 60 s renewal of a ~10 minute lock), so a slow renewal or two does not lose the job.
+   */
   #renewSeconds(): number {
-    return Math.max(1, Math.floor(this.jobLockTimeoutMs / 4000));
+    return Math.max(1, Math.floor(this.jobLockTimeoutMs / 10_000));
   }
 
   /** The runner still holds its job (GitHub's job-lock renewal): 404 once it lost it, 409 once it was cancelled. */

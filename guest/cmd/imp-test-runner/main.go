@@ -387,23 +387,30 @@ func renewInterval(seconds int) time.Duration {
 }
 
 // renewLock renews the job's lock every interval until ctx ends. A refusal (cancelled, or the job
-// is gone) stops the job through stop; a failed request is only reported, and tried again at the
-// next tick: a short network hiccup must not lose a job the server still holds.
+// is gone) stops the job through stop. A failed request (a network hiccup, a starved vCPU) is
+// reported and tried again within a second or two, not at the next tick, as the real runner retries
+// a failed renewal at once: with one try per tick a single hung request cost a tick plus its own
+// timeout, longer than a short test lock, and lost a job the server still held.
 func renewLock(ctx context.Context, c *client, path string, interval time.Duration, stop context.CancelFunc, stderr io.Writer) renewOutcome {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	return renewLockEvery(ctx, c, path, interval, interval, stop, stderr)
+}
+
+// renewLockEvery is renewLock with the first renewal after first (tests start at once).
+func renewLockEvery(ctx context.Context, c *client, path string, interval, first time.Duration, stop context.CancelFunc, stderr io.Writer) renewOutcome {
+	wait := first
 	for {
 		select {
 		case <-ctx.Done():
 			return renewHeld
-		case <-ticker.C:
+		case <-time.After(wait):
 		}
-		reqCtx, cancel := context.WithTimeout(ctx, interval+10*time.Second)
+		reqCtx, cancel := context.WithTimeout(ctx, interval)
 		_, err := c.do(reqCtx, http.MethodPost, path, nil, nil)
 		cancel()
 		var apiErr *apiError
 		switch {
 		case err == nil:
+			wait = interval
 		case errors.As(err, &apiErr) && apiErr.Code == "JobCancelled":
 			stop()
 			return renewCancelled
@@ -413,9 +420,15 @@ func renewLock(ctx context.Context, c *client, path string, interval time.Durati
 		case ctx.Err() != nil:
 			return renewHeld
 		default:
-			fmt.Fprintf(stderr, "Cannot renew the job's lock (will try again): %v\n", err)
+			wait = renewRetryDelay(interval)
+			fmt.Fprintf(stderr, "Cannot renew the job's lock (will try again in %v): %v\n", wait, err)
 		}
 	}
+}
+
+// renewRetryDelay is how soon a failed renewal is tried again: a second, never later than the interval.
+func renewRetryDelay(interval time.Duration) time.Duration {
+	return min(time.Second, interval)
 }
 
 // maxJobLog caps the log a runner uploads: a job that prints without end must not make the report huge.

@@ -276,3 +276,44 @@ func TestTrySessionReportsTheServersRefusal(t *testing.T) {
 		t.Fatalf("try-session said %q", out.String())
 	}
 }
+
+// A renewal that fails is tried again within about a second, long before the next tick: with a
+// 30 s interval, the second request must arrive while the test has waited far less than that.
+func TestRenewLockRetriesAFailedRenewalBeforeTheNextTick(t *testing.T) {
+	var mu sync.Mutex
+	var calls []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		n := len(calls)
+		mu.Unlock()
+		if n == 1 {
+			http.Error(w, `{"error":"Boom","message":"try later"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("content-type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	c := &client{base: srv.URL, http: srv.Client()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan renewOutcome, 1)
+	go func() { done <- renewLockEvery(ctx, c, "/renew", 30*time.Second, 0, cancel, &bytes.Buffer{}) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(calls)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a failed renewal, %d request(s) in 20 s: the retry waited for the 30 s tick", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if got := <-done; got != renewHeld {
+		t.Fatalf("outcome %v, want held", got)
+	}
+}
