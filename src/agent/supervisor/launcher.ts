@@ -29,7 +29,7 @@ export interface SupervisorLauncherOptions {
   readonly memoryLimitBytes?: (request: LaunchRequest) => number | undefined;
   /** How long a SIGTERM sent to the supervisor itself gives the process before SIGKILL; default 10 s. */
   readonly supervisorStopGraceMs?: number;
-  /** Bound on the supervisor reporting the process started; default 10 s. */
+  /** Bound on the supervisor reporting the process started; default {@link SUPERVISOR_START_TIMEOUT_MS}. */
   readonly startTimeoutMs?: number;
 }
 
@@ -41,6 +41,15 @@ export interface SupervisorLauncherOptions {
 export function vmMemoryLimitBytes(memoryMiB: number, overheadMiB = 128): number {
   return (memoryMiB + overheadMiB) * 1024 * 1024;
 }
+
+/**
+ * How long a supervisor may take to report its process started: spawn, cgroup set-up, a re-exec and
+ * two fsyncs of supervisor.json. On an idle machine that is milliseconds; on a loaded one the fsyncs
+ * queue behind other VMs' disk writes. A VM whose supervisor misses the bound fails before it boots
+ * (the likeliest end of a supervised boot that never reached Running in a loaded CI run, with 10 s).
+ * The bound is there to catch a hung supervisor, not to time a busy one.
+ */
+export const SUPERVISOR_START_TIMEOUT_MS = 30_000;
 
 /** Unix socket paths are limited to 107 bytes (sun_path). */
 const MAX_SOCKET_PATH = 107;
@@ -94,7 +103,7 @@ export class SupervisorLauncher implements ProcessLauncher {
     const readyPipe = child.stdio[3] as Readable;
     let identity: SupervisorIdentity;
     try {
-      identity = await readReady(readyPipe, request.name, o.startTimeoutMs ?? 10_000, child);
+      identity = await readReady(readyPipe, request.name, o.startTimeoutMs ?? SUPERVISOR_START_TIMEOUT_MS, child);
     } catch (err) {
       // A supervisor that reported a failure has already undone everything and exits by itself;
       // one that did not report in time is killed (its process dies with it, PDEATHSIG), and

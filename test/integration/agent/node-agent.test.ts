@@ -87,11 +87,23 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
 
   const get = (name: string): Promise<ImpVM | undefined> => vms.get({ namespace: NS, name }).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
 
+  /**
+   * Waits for one of `phases`. A VM that ended in a phase not asked for never gets there: that fails
+   * at once with its reason and the agent's last log lines, instead of waiting out the budget and
+   * saying only that the phase never came.
+   */
   async function waitForPhase(name: string, phases: string[], timeoutMs = VM_DONE_MS): Promise<ImpVM> {
-    return waitFor(`ImpVM ${name} in ${phases.join("|")}`, async () => {
+    let last = "not yet created";
+    const explain = (): string => `ImpVM ${name} never reached ${phases.join("|")}; last seen ${last}. The agent's last log lines:\n${agent.logs().slice(-3000)}`;
+    const seen = await waitFor(`ImpVM ${name} in ${phases.join("|")}`, async () => {
       const vm = await get(name);
-      return vm !== undefined && phases.includes(vm.status?.phase ?? "") ? vm : undefined;
-    }, { timeoutMs, intervalMs: 200 });
+      const phase = vm?.status?.phase ?? "";
+      last = vm === undefined ? "gone" : `${phase || "no phase"}${vm.status?.reason === undefined ? "" : ` (${vm.status.reason}: ${vm.status.message ?? ""})`}`;
+      if (vm !== undefined && phases.includes(phase)) return { vm };
+      return phase === "Succeeded" || phase === "Failed" ? { ended: true as const } : undefined;
+    }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) => Promise.reject(new Error(explain(), { cause: err })));
+    if (!("vm" in seen)) throw new Error(explain());
+    return seen.vm;
   }
 
   async function waitForReleased(name: string): Promise<ImpVM> {
