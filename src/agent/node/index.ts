@@ -6,5 +6,4 @@ export { loadOrCreateNodeKey, NODE_KEY_FILE } from "./node-key-store.ts";
 export { NodeAgent, SECRET_RESOURCE, type NodeAgentOptions, type SecretObject } from "./node-agent.ts";
 export { DEFAULT_LEASE_DURATION_SECONDS, leaseNameOf, NodeReporter, type NodeFacts } from "./node-reporter.ts";
 export { AGENT_TABLE, apiSituation, decideVm, statusFromLocal, type AgentAction, type AgentDecision } from "./vm-decision.ts";
-export { VmImages } from "./vm-images.ts";
 export { bootRequestOf, planVm, type KernelFiles, type VmPlan } from "./vm-plan.ts";

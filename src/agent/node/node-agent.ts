@@ -35,7 +35,7 @@ import {
 import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
-import { DEFAULT_RUNTIME_TIMEOUTS, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
+import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import { decideDecommission, type DecommissionRequest } from "./decide-decommission.ts";
@@ -81,14 +81,14 @@ export interface NodeAgentOptions {
   readonly registry?: Registry;
   /** Health and metrics server port; 0 = any free port, undefined = none. */
   readonly healthPort?: number;
-  readonly healthHost?: string;
-  readonly renewIntervalMs?: number;
-  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions; readonly sweepNetwork?: (live: LiveSet) => Promise<readonly string[]> };
+  readonly healthHost?: string | undefined;
+  readonly renewIntervalMs?: number | undefined;
+  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions | undefined; readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined };
   /**
    * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
    * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
    */
-  readonly faults?: FaultPoints;
+  readonly faults?: FaultPoints | undefined;
 }
 
 export class NodeAgent {
@@ -167,8 +167,8 @@ export class NodeAgent {
       clock: this.#clock,
       logger: this.#log,
       ...(options.sweep?.intervalMs === undefined ? {} : { intervalMs: options.sweep.intervalMs }),
-      ...(options.sweep?.cgroup === undefined ? {} : { cgroup: options.sweep.cgroup }),
-      ...(options.sweep?.sweepNetwork === undefined ? {} : { sweepNetwork: options.sweep.sweepNetwork }),
+      cgroup: options.sweep?.cgroup,
+      sweepNetwork: options.sweep?.sweepNetwork,
       onSwept: (r) => {
         for (const [kind, n] of [["process", r.processes], ["supervisor", r.supervisors], ["cgroup", r.cgroups], ["dir", r.dirs], ["tap", r.taps]] as const) if (n > 0) this.metrics.sweepRemoved.inc({ kind }, n);
       },
@@ -373,7 +373,7 @@ export class NodeAgent {
       const secret = await this.#secrets.get({ namespace, name }, signal).catch(notFoundAs(`Secret ${name}`));
       secrets.set(name, decodeData(secret.data));
     }
-    const plan = planVm({ vm, template, vmClass, secrets, kernels: this.#o.kernels, baseEnv: this.#o.baseEnv ?? { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" } });
+    const plan = planVm({ vm, template, vmClass, secrets, kernels: this.#o.kernels, baseEnv: this.#o.baseEnv ?? DEFAULT_WORKLOAD_ENV });
     if (plan.pullSecretName !== undefined) {
       const pull = await this.#secrets.get({ namespace, name: plan.pullSecretName }, signal).catch(notFoundAs(`image pull Secret ${plan.pullSecretName}`));
       return { ...plan, imageCredentials: credentialsFromSecretData(decodeData(pull.data)) };

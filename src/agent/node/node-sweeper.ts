@@ -22,12 +22,12 @@ export interface NodeSweeperOptions {
   readonly vmsDir: string;
   /** Uids that must be kept: VMs bound here that are not yet released, and VMs the runtime holds. */
   readonly liveUids: () => ReadonlySet<string>;
-  readonly cgroup?: SupervisorCgroupOptions;
+  readonly cgroup?: SupervisorCgroupOptions | undefined;
   /**
    * Removes taps of VMs not live; returns the removed names. `live` answers `has` with the live set at
    * the moment of asking and cannot be listed (a copy of it would be empty).
    */
-  readonly sweepNetwork?: (live: LiveSet) => Promise<readonly string[]>;
+  readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined;
   readonly onSwept?: (result: SweepResult) => void;
   readonly intervalMs?: number;
   readonly clock: Clock;

@@ -5,10 +5,11 @@ export { Pipeline, type PipelineResult, type PipelineRunOptions, type StepFn } f
 export { IMP_KERNEL_ARGS, readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName, type Connected, type Delivered, type Launched, type Prepared, type Requested } from "./boot-steps.ts";
 export { adoptPipeline, bootPipeline } from "./lifecycle.ts";
 export { followToEnd, type FollowOptions } from "./follow.ts";
+export { runToEnd, type RunToEndOptions } from "./run-to-end.ts";
 export { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
 export { handOffExec, workloadExecId, type HandoffDeps, type HandoffResult } from "./exec-handoff.ts";
 export { EXIT_RECORD_KEY_BYTES, EXIT_RECORD_PREFIX, exitRecordLine, firstExitRecord, newExitRecordKey, verifyExitRecord, type WorkloadExitRecord } from "./exit-record.ts";
 export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type StartStep, type VmOutcome } from "./local-vm.ts";
 export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
-export { DEFAULT_RUNTIME_TIMEOUTS, type KernelFiles, type RuntimeTimeouts, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmWorkload, type WorkloadPorts } from "./ports.ts";
+export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmWorkload, type WorkloadPorts } from "./ports.ts";
 export { VmRuntime, type RuntimeEvent, type VmRef, type VmRuntimeOptions } from "./vm-runtime.ts";

@@ -115,4 +115,9 @@ export interface RuntimeTimeouts {
   readonly powerOffMs: number;
 }
 
+/** The PATH a workload starts with unless it sets its own (the kernel gives init almost none). */
+export const DEFAULT_WORKLOAD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** The environment a node's workloads start with, below their own. */
+export const DEFAULT_WORKLOAD_ENV: Readonly<Record<string, string>> = { PATH: DEFAULT_WORKLOAD_PATH, HOME: "/root" };
+
 export const DEFAULT_RUNTIME_TIMEOUTS: RuntimeTimeouts = { bootMs: 120_000, stopGraceMs: 10_000, setupWaitMs: 300_000, requestMs: 30_000, powerOffMs: 15_000 };

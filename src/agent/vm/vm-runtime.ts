@@ -9,14 +9,14 @@ import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
 import { describeError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
-import { readAdoptionFacts, type BootDeps, type Delivered } from "./boot-steps.ts";
+import { readAdoptionFacts, type AdoptionFacts, type BootDeps } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
 import { firstExitRecord } from "./exit-record.ts";
-import { followToEnd } from "./follow.ts";
 import { adoptPipeline, bootPipeline } from "./lifecycle.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider } from "./ports.ts";
+import { runToEnd, type RunToEndOptions } from "./run-to-end.ts";
 import { VmDir } from "./vm-dir.ts";
 
 /** Names a VM in the API (for the writes the runtime asks its owner to make). */
@@ -36,7 +36,7 @@ export type RuntimeEvent =
 export interface VmRuntimeOptions {
   readonly stateDir: string;
   readonly images: VmImageSource;
-  readonly network?: VmNetworkProvider;
+  readonly network?: VmNetworkProvider | undefined;
   readonly launch: VmLaunchPorts;
   /** Records in the API that the Exec is about to be sent (ambiguous-handoff rule). Must not return before it is stored. */
   readonly recordSetupSent: (vm: VmRef, execId: string, signal: AbortSignal) => Promise<void>;
@@ -235,24 +235,20 @@ export class VmRuntime {
   }
 
   async #boot(task: VmTask, request: VmBootRequest): Promise<void> {
-    const log = this.#o.logger.child({ vm: `${task.ref.namespace}/${task.ref.name}`, uid: task.ref.uid });
-    let failedStep = "";
-    let delivered: Delivered;
-    try {
-      const result = await bootPipeline(this.#deps).run(
-        { request, log },
-        { signal: task.abort.signal, logger: log, onStep: (name, event) => this.#onBootStep(task, request, name, event), onFailure: (step) => (failedStep = step) },
-      );
-      task.run = result.run;
-      delivered = result.output;
-    } catch (err) {
-      this.#end(task, task.stopRequest === undefined ? outcomeOfBootFailure(failedStep, err) : stopped(task), log);
-      return;
-    }
-    const now = this.#o.clock.now();
-    this.#progress(task, { stage: "running", setup: request.requiresSetup ? "delivered" : task.local.setup, at: { running: now, ...(request.requiresSetup ? { delivered: now } : {}) } });
-    if (request.requiresSetup) this.#o.observe?.({ kind: "setup-delivered" });
-    const outcome = await followToEnd(delivered, this.#followOptions(task, log));
+    const log = this.#log(task);
+    const outcome = await runToEnd(bootPipeline(this.#deps), { request, log }, {
+      signal: task.abort.signal,
+      log,
+      onStep: (name, event) => this.#onBootStep(task, request, name, event),
+      failed: (step, err) => (task.stopRequest === undefined ? outcomeOfBootFailure(step, err) : stopped(task)),
+      delivered: (_vm, run) => {
+        task.run = run;
+        const now = this.#o.clock.now();
+        this.#progress(task, { stage: "running", setup: request.requiresSetup ? "delivered" : task.local.setup, at: { running: now, ...(request.requiresSetup ? { delivered: now } : {}) } });
+        if (request.requiresSetup) this.#o.observe?.({ kind: "setup-delivered" });
+      },
+      follow: this.#followOptions(task, log),
+    });
     this.#end(task, outcome, log);
   }
 
@@ -274,54 +270,47 @@ export class VmRuntime {
     }
   }
 
-  async #adopt(task: VmTask, dir: VmDir, facts: Awaited<ReturnType<typeof readAdoptionFacts>> & object): Promise<void> {
-    const log = this.#o.logger.child({ vm: `${task.ref.namespace}/${task.ref.name}`, uid: task.ref.uid });
+  async #adopt(task: VmTask, dir: VmDir, facts: AdoptionFacts): Promise<void> {
+    const log = this.#log(task);
     const processes: readonly VmmProcess[] = (await this.#o.launch.adoptProcesses?.(dir)) ?? [];
-    const request = { id: task.ref.uid, name: task.ref.name };
-    let failedStep = "";
-    let delivered: Delivered;
-    try {
-      const result = await adoptPipeline(this.#deps, facts, processes).run(
-        { request: request as VmBootRequest, log },
-        { signal: task.abort.signal, logger: log, onFailure: (step) => (failedStep = step) },
-      );
-      task.run = result.run;
-      delivered = result.output;
-      task.vm = delivered.vm;
-      task.pid = delivered.vm.pid;
-    } catch (err) {
-      for (const p of processes) await p.stop(this.#t.stopGraceMs);
-      if (task.stopRequest !== undefined) {
-        this.#end(task, stopped(task), log);
-        return;
-      }
-      if (failedStep !== "adopt") {
-        this.#end(task, outcomeOfBootFailure(failedStep, err), log);
-        return;
-      }
-      // The VM ended while no agent watched it: only a record that verifies says how.
-      const record = facts.exitKey === undefined ? undefined : await firstExitRecord(facts.driver.consoleLog(facts.record.spec), facts.exitKey, workloadExecId(task.ref.uid), this.#o.maxConsoleBytes);
-      const vmm = processes.find((p) => p.name === facts.driver.kind);
-      const vmmExit = vmm !== undefined && !vmm.running ? await vmm.exited() : undefined;
-      const outcome = outcomeAfterTheFact(record, vmmExit, describeError(err));
-      log.info({ error: describeError(err), exitCode: outcome.exitCode, reason: outcome.reason }, "VM ended while the agent was away");
-      this.#end(task, outcome, log);
-      return;
-    }
-    log.info("re-adopted a running VM");
-    this.#o.notify(task.ref);
-    const outcome = await followToEnd(delivered, this.#followOptions(task, log));
+    const request = { id: task.ref.uid, name: task.ref.name } as VmBootRequest;
+    const outcome = await runToEnd(adoptPipeline(this.#deps, facts, processes), { request, log }, {
+      signal: task.abort.signal,
+      log,
+      failed: async (step, err) => {
+        for (const p of processes) await p.stop(this.#t.stopGraceMs);
+        if (task.stopRequest !== undefined) return stopped(task);
+        if (step !== "adopt") return outcomeOfBootFailure(step, err);
+        // The VM ended while no agent watched it: only a record that verifies says how.
+        const record = facts.exitKey === undefined ? undefined : await firstExitRecord(facts.driver.consoleLog(facts.record.spec), facts.exitKey, workloadExecId(task.ref.uid), this.#o.maxConsoleBytes);
+        const vmm = processes.find((p) => p.name === facts.driver.kind);
+        const vmmExit = vmm !== undefined && !vmm.running ? await vmm.exited() : undefined;
+        const ended = outcomeAfterTheFact(record, vmmExit, describeError(err));
+        log.info({ error: describeError(err), exitCode: ended.exitCode, reason: ended.reason }, "VM ended while the agent was away");
+        return ended;
+      },
+      delivered: (vm, run) => {
+        task.run = run;
+        task.vm = vm.vm;
+        task.pid = vm.vm.pid;
+        log.info("re-adopted a running VM");
+        this.#o.notify(task.ref);
+      },
+      follow: this.#followOptions(task, log),
+    });
     this.#end(task, outcome, log);
   }
 
-  #followOptions(task: VmTask, log: Logger): Parameters<typeof followToEnd>[1] {
+  #log(task: VmTask): Logger {
+    return this.#o.logger.child({ vm: `${task.ref.namespace}/${task.ref.name}`, uid: task.ref.uid });
+  }
+
+  #followOptions(task: VmTask, log: Logger): RunToEndOptions["follow"] {
     return {
       clock: this.#o.clock,
       timeouts: this.#t,
       clientName: "imp-agent",
       maxConsoleBytes: this.#o.maxConsoleBytes,
-      log,
-      signal: task.abort.signal,
       stopped: () => (task.stopRequest === undefined ? undefined : stopped(task)),
       // The workload ended, nothing reported or freed yet. Only crash/delay mean something here; a fail is logged and passes.
       afterExit: () => this.#faults.hit("agent.after-exit", task.abort.signal).catch((err: unknown) => log.warn({ error: describeError(err) }, "fault at agent.after-exit")),

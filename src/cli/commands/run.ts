@@ -9,63 +9,30 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Command } from "commander";
 import {
   bootPipeline,
   DEFAULT_MAX_CONSOLE_BYTES,
-  DEFAULT_RUNTIME_TIMEOUTS,
+  DEFAULT_WORKLOAD_PATH,
   DirectLauncher,
-  fileDigestOf,
-  FirecrackerDriver,
-  followToEnd,
-  ImagePuller,
-  FsContentStore,
-  probeKvm,
-  QemuDriver,
-  readHostTscKhz,
-  VmDir,
-  VmImages,
+  openVmHost,
+  runToEnd,
   type BootDeps,
-  type OutputEvent,
-  type RuntimeTimeouts,
-  type SignalName,
   type VmBootRequest,
-  type VmmDriver,
-  type VmmKind,
+  type VmHost,
   type VmOutcome,
 } from "../../agent/index.ts";
 import { cacheDir as impCacheDir } from "../../devcluster/index.ts";
-import { describeError, NO_FAULTS, processState, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, silentLogger, systemClock, terminalError } from "../../shared/index.ts";
 import { humanBytes } from "./image/common.ts";
 import { progressView } from "./image/pull-progress.ts";
-
-interface RunOpts {
-  image: string;
-  cpus: string;
-  memory: string;
-  vmm: string;
-  disk: string;
-  env: string[];
-  cwd?: string;
-  guestAgent?: string;
-  kernel?: string;
-  initrd?: string;
-  qemu: string;
-  vhostDeviceVsock?: string;
-  firecracker?: string;
-  stateDir?: string;
-  plainHttp?: boolean;
-  bootTimeout: string;
-  quiet?: boolean;
-}
+import { bootKitDefaults, envOf, readyVmsDir, shapeOf, type RunOpts, type RunShape } from "./run-inputs.ts";
+import { Interrupts } from "./run-interrupts.ts";
+import { BootProgress, OutputSink, withTicker } from "./run-view.ts";
 
 /** imp run's own failures (not the command's): as `docker run` does, so a command's exit 1 stays distinguishable. */
 export const RUN_FAILED_EXIT_CODE = 125;
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const TIMEOUTS: Omit<RuntimeTimeouts, "bootMs"> = { ...DEFAULT_RUNTIME_TIMEOUTS, requestMs: 30_000, stopGraceMs: 3_000, powerOffMs: 5_000 };
-
 export function registerRun(program: Command): void {
   program
     .command("run")
@@ -98,234 +65,121 @@ export function registerRun(program: Command): void {
     });
 }
 
-/** What the signal handlers act on: the boot until the command runs, then the command. */
-interface Interrupts {
-  readonly boot: AbortController;
-  forward: ((signal: SignalName) => void) | undefined;
-  count: number;
-}
-
 async function run(argv: readonly string[], opts: RunOpts): Promise<number> {
-  const vcpus = positiveInt("--cpus", opts.cpus, 64);
-  const memoryMiB = positiveInt("--memory", opts.memory, 1024 * 1024);
-  const diskMiB = positiveInt("--disk", opts.disk, 1024 * 1024);
-  const bootTimeoutMs = positiveInt("--boot-timeout", opts.bootTimeout, 3600) * 1000;
-  if (opts.vmm !== "qemu" && opts.vmm !== "firecracker") throw terminalError("RunInvalid", `Cannot run: --vmm must be qemu or firecracker, not ${JSON.stringify(opts.vmm)}`);
-  const vmm: VmmKind = opts.vmm;
+  const shape = shapeOf(opts);
   const env = envOf(opts.env);
   const say = (line: string): void => {
     if (opts.quiet !== true) process.stderr.write(`${line}\n`);
   };
-
-  const interrupts: Interrupts = { boot: new AbortController(), forward: undefined, count: 0 };
-  const onSignal = (signal: NodeJS.Signals): void => {
-    interrupts.count++;
-    if (interrupts.forward !== undefined && interrupts.count < 3) {
-      interrupts.forward(signal === "SIGINT" ? "SIGINT" : "SIGTERM");
-      return;
-    }
-    // Before the command runs (or a third time): give up; the boot's cleanups stop the VM.
-    interrupts.boot.abort(terminalError("RunInterrupted", `Cannot run: interrupted by ${signal}`));
-  };
-  process.on("SIGINT", onSignal).on("SIGTERM", onSignal);
+  const interrupts = new Interrupts();
+  const signal = interrupts.boot.signal;
+  process.on("SIGINT", interrupts.handler).on("SIGTERM", interrupts.handler);
   try {
-    const cache = impCacheDir();
-    const kit = await bootKitDefaults(cache);
-    const kernel = opts.kernel ?? kit?.kernel;
-    const initrd = opts.initrd ?? (opts.kernel === undefined ? kit?.initrd : undefined);
-    if (kernel === undefined) throw terminalError("KernelMissing", `Cannot run: no --kernel given and no boot kit at ${join(cache, "bootkit", "current.json")} (run scripts/setup.d/40-bootkit.sh)`);
-    const guestAgent = opts.guestAgent ?? join(cache, "guest", "imp-guest");
-    if (!existsSync(guestAgent)) throw terminalError("GuestAgentMissing", `Cannot run: no guest agent at ${guestAgent} (--guest-agent)`);
-    const stateDir = opts.stateDir ?? process.env.IMP_RUN_STATE_DIR ?? join(cache, "run");
-    const signal = interrupts.boot.signal;
-
-    // Image: pulled with progress into the store VmImages uses; the boot's image step then builds (or finds) the ext4 base.
-    const plainHttp = (registry: string): boolean => opts.plainHttp === true || /^(127\.|localhost(:|$)|\[::1\])/.test(registry);
-    const imagesRoot = join(stateDir, "images");
-    await mkdir(imagesRoot, { recursive: true });
-    const view = opts.quiet === true ? undefined : progressView(process.stderr.isTTY === true);
-    try {
-      say(`pulling ${opts.image}`);
-      await new ImagePuller({ plainHttp }).pull(opts.image, { store: await FsContentStore.open(join(imagesRoot, "store")), signal, ...(view === undefined ? {} : { onProgress: view.onProgress }) });
-    } finally {
-      view?.stop();
-    }
-    const images = await VmImages.open({ root: imagesRoot, guestAgent: { path: guestAgent, digest: await fileDigestOf(guestAgent) }, cacheMaxBytes: 20 * 1024 ** 3, plainHttp, logger: silentLogger });
-    // VM directories live beside the image cache (the base disk is a hard link); a killed run's is removed by the next.
-    await mkdir(VmDir.vmsDir(stateDir), { recursive: true });
-    await removeStaleRunDirs(VmDir.vmsDir(stateDir));
-
-    const kvm = await probeKvm({ mode: "auto", qemuBinary: opts.qemu });
-    if (vmm === "firecracker" && !kvm.kvm) throw terminalError("KvmUnavailable", `Cannot run under Firecracker: no usable KVM here (${kvm.reason})`);
-    const driver = await driverFor(vmm, kvm.accel, cache, opts, kit?.vhostDeviceVsock ?? undefined);
+    const { host, request, stateDir } = await openRun(argv, opts, shape, env, signal, say);
+    const progress = new BootProgress(say, { vmm: shape.vmm, accel: host.kvm.accel, vcpus: shape.vcpus, memoryMiB: shape.memoryMiB });
     const output = new OutputSink();
-    const deps: BootDeps = {
-      stateDir,
-      images: {
-        ensure: async (image, abort) => {
-          const built = await withTicker(opts.quiet !== true, "building the VM image (ext4, guest agent injected)", () => images.ensure(image, abort));
-          say(`image ready: ${humanBytes(built.sizeBytes)}`);
-          return built;
-        },
-        disks: (dir, image, bytes) => images.disks(dir, image, bytes),
+    const outcome = await runToEnd(bootPipeline(bootDeps(host, stateDir, shape, opts, output, say)), { request, log: silentLogger }, {
+      signal,
+      log: silentLogger,
+      onStep: (name, event) => progress.step(name, event),
+      failed: (_step, err) => Promise.reject(err),
+      delivered: (vm) => {
+        interrupts.forward = (sig) => void vm.client.signal(vm.execId, sig, { timeoutMs: shape.timeouts.requestMs }).catch(() => undefined);
       },
-      launch: {
-        drivers: new Map([[vmm, driver]]),
-        // Direct children that die with this process: even a SIGKILL of imp run leaves no VM running.
-        launcherFor: () => new DirectLauncher({ dieWithParent: true }),
-        allocateCid: () => 3,
-        releaseCid: () => undefined,
-      },
-      workload: { recordSent: async () => undefined, onOutput: (event) => output.write(event) },
-      clock: systemClock,
-      timeouts: { ...TIMEOUTS, bootMs: bootTimeoutMs },
-      faults: NO_FAULTS,
-      clientName: "imp-run",
-    };
-    const request: VmBootRequest = {
-      id: `run-${process.pid}-${randomBytes(4).toString("hex")}`,
-      name: "imp-run",
-      vmm,
-      vcpus,
-      memoryMiB,
-      scratchBytes: diskMiB * 1024 * 1024,
-      image: { image: opts.image, extraLayers: [] },
-      // The boot kit's kernel wants the serial console, as the node agent's kernels do.
-      kernel: { kernel, ...(initrd === undefined ? {} : { initrd }), args: ["console=ttyS0", "quiet"] },
-      bootArgs: [],
-      requiresSetup: false,
-      workload: { argv, env: { PATH: DEFAULT_PATH, ...env }, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) },
-    };
-    const progress = new BootProgress(say, { vmm, accel: kvm.accel, vcpus, memoryMiB });
-    const { output: vm, run: booted } = await bootPipeline(deps).run({ request, log: silentLogger }, { signal, onStep: (name, event) => progress.step(name, event) });
-    try {
-      interrupts.forward = (sig) => void vm.client.signal(vm.execId, sig, { timeoutMs: TIMEOUTS.requestMs }).catch(() => undefined);
-      const outcome = await followToEnd(vm, {
+      follow: {
         clock: systemClock,
-        timeouts: { ...TIMEOUTS, bootMs: bootTimeoutMs },
+        timeouts: shape.timeouts,
         clientName: "imp-run",
         maxConsoleBytes: DEFAULT_MAX_CONSOLE_BYTES,
-        log: silentLogger,
-        signal,
         stopped: () => (signal.aborted ? { succeeded: false, reason: "Interrupted", message: describeError(signal.reason) } : undefined),
-      });
-      await output.flushed();
-      return exitCodeOf(outcome);
-    } finally {
-      interrupts.forward = undefined;
-      // In reverse: guest channel, VM (its processes and sockets), VM directory.
-      await booted.rollback();
-    }
+      },
+      // In reverse once the command ended: guest channel, VM (its processes and sockets), VM directory.
+      rollbackAtEnd: true,
+    });
+    await output.flushed();
+    return exitCodeOf(outcome);
   } finally {
-    process.off("SIGINT", onSignal).off("SIGTERM", onSignal);
+    interrupts.forward = undefined;
+    process.off("SIGINT", interrupts.handler).off("SIGTERM", interrupts.handler);
   }
 }
 
-/** The command's own bytes, passed through as `docker run` does (the user asked for this output). */
-class OutputSink {
-  readonly #writes: Promise<void>[] = [];
-  write(event: OutputEvent): void {
-    const out = event.stream === "stdout" ? process.stdout : process.stderr;
-    this.#writes.push(new Promise((resolve) => out.write(Buffer.from(event.data, "base64"), () => resolve())));
+/** Everything before the boot: boot kit, VM host, the image pulled with progress, the request. */
+async function openRun(argv: readonly string[], opts: RunOpts, shape: RunShape, env: Record<string, string>, signal: AbortSignal, say: (line: string) => void): Promise<{ host: VmHost; request: VmBootRequest; stateDir: string }> {
+  const cache = impCacheDir();
+  const kit = await bootKitDefaults(cache);
+  const kernel = opts.kernel ?? kit?.kernel;
+  const initrd = opts.initrd ?? (opts.kernel === undefined ? kit?.initrd : undefined);
+  if (kernel === undefined) throw terminalError("KernelMissing", `Cannot run: no --kernel given and no boot kit at ${join(cache, "bootkit", "current.json")} (run scripts/setup.d/40-bootkit.sh)`);
+  const guestAgent = opts.guestAgent ?? join(cache, "guest", "imp-guest");
+  if (!existsSync(guestAgent)) throw terminalError("GuestAgentMissing", `Cannot run: no guest agent at ${guestAgent} (--guest-agent)`);
+  const stateDir = opts.stateDir ?? process.env.IMP_RUN_STATE_DIR ?? join(cache, "run");
+  const host = await openVmHost({
+    stateDir,
+    guestAgent,
+    accel: "auto",
+    qemu: { binary: opts.qemu, vhostDeviceVsock: opts.vhostDeviceVsock ?? kit?.vhostDeviceVsock },
+    firecracker: { binary: opts.firecracker ?? join(cache, "firecracker-1.12.1", "bin", "firecracker") },
+    imageCacheMaxBytes: 20 * 1024 ** 3,
+    plainHttpRegistries: opts.plainHttp === true ? "all" : [],
+    logger: silentLogger,
+  });
+  if (shape.vmm === "firecracker" && !host.vmms.includes("firecracker")) throw terminalError("KvmUnavailable", `Cannot run under Firecracker: no usable KVM here (${host.kvm.reason})`);
+  // Pulled with progress into the store the boot's image step reads; that step then builds (or finds) the ext4 base.
+  const view = opts.quiet === true ? undefined : progressView(process.stderr.isTTY === true);
+  try {
+    say(`pulling ${opts.image}`);
+    await host.images.pull(opts.image, { signal, ...(view === undefined ? {} : { onProgress: view.onProgress }) });
+  } finally {
+    view?.stop();
   }
-  async flushed(): Promise<void> {
-    await Promise.all(this.#writes);
-  }
+  await readyVmsDir(stateDir);
+  const request: VmBootRequest = {
+    id: `run-${process.pid}-${randomBytes(4).toString("hex")}`,
+    name: "imp-run",
+    vmm: shape.vmm,
+    vcpus: shape.vcpus,
+    memoryMiB: shape.memoryMiB,
+    scratchBytes: shape.scratchBytes,
+    image: { image: opts.image, extraLayers: [] },
+    // The boot kit's kernel wants the serial console, as the node agent's kernels do.
+    kernel: { kernel, ...(initrd === undefined ? {} : { initrd }), args: ["console=ttyS0", "quiet"] },
+    bootArgs: [],
+    requiresSetup: false,
+    workload: { argv, env: { PATH: DEFAULT_WORKLOAD_PATH, ...env }, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) },
+  };
+  return { host, request, stateDir };
 }
 
-/** What imp run tells a person while the boot's steps run. */
-class BootProgress {
-  readonly #say: (line: string) => void;
-  readonly #vm: { readonly vmm: VmmKind; readonly accel: string; readonly vcpus: number; readonly memoryMiB: number };
-  #bootStarted = 0;
-
-  constructor(say: (line: string) => void, vm: { readonly vmm: VmmKind; readonly accel: string; readonly vcpus: number; readonly memoryMiB: number }) {
-    this.#say = say;
-    this.#vm = vm;
-  }
-
-  step(name: string, event: "begin" | "end"): void {
-    if (name === "vmm" && event === "begin") {
-      const v = this.#vm;
-      this.#say(`booting ${v.vmm === "qemu" ? `QEMU (${v.accel})` : "Firecracker"}: ${v.vcpus} vCPU, ${v.memoryMiB} MiB`);
-    }
-    if (name === "vmm" && event === "end") this.#bootStarted = performance.now();
-    if (name === "guest" && event === "end") this.#say(`guest ready in ${((performance.now() - this.#bootStarted) / 1000).toFixed(1)} s`);
-  }
+/** imp run's ports: the host's images (with a ticker while the base builds), direct children, no network, no setup. */
+function bootDeps(host: VmHost, stateDir: string, shape: RunShape, opts: RunOpts, output: OutputSink, say: (line: string) => void): BootDeps {
+  return {
+    stateDir,
+    images: {
+      ensure: async (image, abort) => {
+        const built = await withTicker(opts.quiet !== true, "building the VM image (ext4, guest agent injected)", () => host.images.ensure(image, abort));
+        say(`image ready: ${humanBytes(built.sizeBytes)}`);
+        return built;
+      },
+      disks: (dir, image, bytes) => host.images.disks(dir, image, bytes),
+    },
+    launch: {
+      drivers: host.drivers,
+      // Direct children that die with this process: even a SIGKILL of imp run leaves no VM running.
+      launcherFor: () => new DirectLauncher({ dieWithParent: true }),
+      allocateCid: () => 3,
+      releaseCid: () => undefined,
+    },
+    workload: { recordSent: async () => undefined, onOutput: (event) => output.write(event) },
+    clock: systemClock,
+    timeouts: shape.timeouts,
+    faults: NO_FAULTS,
+    clientName: "imp-run",
+  };
 }
 
 /** imp run's exit code: the command's (128 + N when killed by signal N); 125 when the VM, not the command, failed. */
 export function exitCodeOf(outcome: VmOutcome): number {
   if (outcome.exitCode !== undefined) return outcome.exitCode;
   throw terminalError("RunFailed", `Cannot run the command to its end: ${outcome.reason}: ${outcome.message}`);
-}
-
-async function driverFor(vmm: VmmKind, accel: "kvm" | "tcg", cache: string, opts: RunOpts, kitVsock: string | undefined): Promise<VmmDriver> {
-  if (vmm === "firecracker") {
-    return new FirecrackerDriver({ firecrackerBinary: opts.firecracker ?? join(cache, "firecracker-1.12.1", "bin", "firecracker") });
-  }
-  const tscKhz = accel === "tcg" ? await readHostTscKhz() : undefined;
-  const vsock = opts.vhostDeviceVsock ?? kitVsock;
-  return new QemuDriver({ qemuBinary: opts.qemu, accel, ...(tscKhz === undefined ? {} : { tscKhz }), ...(vsock === undefined ? {} : { vhostDeviceVsock: vsock }) });
-}
-
-interface BootKitDefaults {
-  readonly kernel: string;
-  readonly initrd: string;
-  readonly vhostDeviceVsock: string | null;
-}
-
-async function bootKitDefaults(cache: string): Promise<BootKitDefaults | undefined> {
-  const path = join(cache, "bootkit", "current.json");
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch {
-    return undefined;
-  }
-  const kit = JSON.parse(text) as Partial<BootKitDefaults>;
-  if (typeof kit.kernel !== "string" || typeof kit.initrd !== "string") throw terminalError("BootKitInvalid", `Cannot read boot kit ${path}: no kernel and initrd`);
-  return { kernel: kit.kernel, initrd: kit.initrd, vhostDeviceVsock: typeof kit.vhostDeviceVsock === "string" ? kit.vhostDeviceVsock : null };
-}
-
-/** VM directories of runs that were killed (their pid is gone): nothing else would remove them. */
-async function removeStaleRunDirs(vmsDir: string): Promise<void> {
-  for (const name of await readdir(vmsDir)) {
-    const pid = /^run-([0-9]+)-/.exec(name)?.[1];
-    if (pid === undefined || Number(pid) === process.pid || processState(Number(pid)) !== "gone") continue;
-    await rm(join(vmsDir, name), { recursive: true, force: true });
-  }
-}
-
-
-/** Shows `what` with the seconds elapsed while `work` runs: a ticking line on a terminal, one line otherwise. */
-async function withTicker<T>(show: boolean, what: string, work: () => Promise<T>): Promise<T> {
-  if (!show) return work();
-  const started = performance.now();
-  const tty = process.stderr.isTTY === true;
-  const line = (): string => `${what}… ${((performance.now() - started) / 1000).toFixed(0)} s`;
-  if (!tty) process.stderr.write(`${what}…\n`);
-  const timer = tty ? setInterval(() => process.stderr.write(`\r${line()}`), 500) : undefined;
-  try {
-    return await work();
-  } finally {
-    clearInterval(timer);
-    if (tty) process.stderr.write(`\r${line()}\n`);
-  }
-}
-
-function positiveInt(flag: string, text: string, max: number): number {
-  const value = Number(text);
-  if (!Number.isSafeInteger(value) || value < 1 || value > max) throw terminalError("RunInvalid", `Cannot run: ${flag} must be a whole number in 1..${max}, not ${JSON.stringify(text)}`);
-  return value;
-}
-
-function envOf(pairs: readonly string[]): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const pair of pairs) {
-    const at = pair.indexOf("=");
-    if (at <= 0) throw terminalError("RunInvalid", `Cannot run: --env takes KEY=VALUE, not ${JSON.stringify(pair)}`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
-  return env;
 }

@@ -7,6 +7,7 @@
  */
 export type * from "./types.ts";
 export { ImagePuller, pullImage } from "./pull-image.ts";
+export { isLoopbackRegistry } from "./http.ts";
 export type { PullerOptions } from "./pull-image.ts";
 export { MediaTypes } from "./media-types.ts";
 export { credentialsFromDockerConfig, credentialsFromSecretData, firstCredentials } from "./docker-config.ts";

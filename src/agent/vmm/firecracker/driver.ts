@@ -34,7 +34,7 @@ export interface FirecrackerDriverOptions {
   /** After the stop's grace period: SIGTERM, then SIGKILL after this. */
   readonly killGraceMs?: number;
   /** Console bytes a guest may write before its VM is marked down with `GuestConsoleFlood` (default 16 MiB). */
-  readonly maxConsoleBytes?: number;
+  readonly maxConsoleBytes?: number | undefined;
 }
 
 export function defaultFirecrackerDriverConfig(): Required<Pick<FirecrackerDriverOptions, "apiReadyTimeoutMs" | "requestTimeoutMs" | "instanceStartTimeoutMs" | "killGraceMs">> {

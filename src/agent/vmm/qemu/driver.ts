@@ -7,15 +7,15 @@ import { QemuVm, QemuVmDir, type QemuChannelKind, type QemuVmOptions } from "./v
 export interface QemuDriverOptions {
   readonly qemuBinary?: string;
   /** rust-vmm vhost-device-vsock. Given: the guest channel is hybrid vsock; absent: virtio-serial. */
-  readonly vhostDeviceVsock?: string;
+  readonly vhostDeviceVsock?: string | undefined;
   /** Default "tcg"; a node sets it from `probeKvm().accel`. */
   readonly accel?: Accel;
   /** Host TSC rate (`readHostTscKhz()`), passed as `tsc_early_khz=` under TCG, where calibration can hang. */
-  readonly tscKhz?: number;
+  readonly tscKhz?: number | undefined;
   readonly serialPortName?: string;
   readonly backendReadyTimeoutMs?: number;
   /** Console bytes a guest may write before its VM is marked down with `GuestConsoleFlood` (default 16 MiB). */
-  readonly maxConsoleBytes?: number;
+  readonly maxConsoleBytes?: number | undefined;
 }
 
 /**

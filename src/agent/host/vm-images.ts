@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { BaseImages, ImageCache, type CachedImage } from "../image/cache/index.ts";
 import { prepareVmDisks, ScratchTemplates, type VmDisks } from "../image/disks/index.ts";
 import { layerBlobsOf, type LayerBlob } from "../image/layers/index.ts";
-import { FsContentStore, pullImage, type CredentialLookup } from "../image/pull/index.ts";
+import { FsContentStore, pullImage, type CredentialLookup, type PullProgress } from "../image/pull/index.ts";
 import type { Logger } from "../../shared/index.ts";
 
 export interface VmImageRequest {
@@ -44,6 +44,14 @@ export class VmImages {
     const store = await FsContentStore.open(join(options.root, "store"));
     const cache = await ImageCache.open({ root: join(options.root, "images"), maxBytes: options.cacheMaxBytes });
     return new VmImages(options, store, cache);
+  }
+
+  /**
+   * Pulls `reference` into the content store (no base image is built): `imp run` does this first to
+   * show the pull's progress; `ensure` then finds every blob in place.
+   */
+  async pull(reference: string, options: { readonly signal?: AbortSignal; readonly onProgress?: (event: PullProgress) => void } = {}): Promise<void> {
+    await pullImage(reference, { store: this.#store, ...options, ...(this.#options.plainHttp === undefined ? {} : { plainHttp: this.#options.plainHttp }) });
   }
 
   /** The cached base image for `request`, pulled and built when missing. */
