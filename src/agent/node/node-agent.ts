@@ -8,7 +8,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { canTransitionVM, FINALIZERS, openSetup, parseSealedSetup, IMP_VM, SETUP_SECRET, setupSecretName, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
+import { canTransitionVM, FINALIZERS, openSetup, parseSealedSetup, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
 import {
   Controller,
   createResourceClient,
@@ -38,6 +38,7 @@ import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
+import { KubeSetupStore } from "./kube-setup-store.ts";
 import { decideDecommission, type DecommissionRequest } from "./decide-decommission.ts";
 import { NodeReporter, type DecommissionOutcome, type NodeFacts } from "./node-reporter.ts";
 import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
@@ -61,7 +62,7 @@ export interface NodeAgentOptions {
   readonly kernels: ReadonlyMap<string, KernelFiles>;
   /** Environment every workload starts with (below its own). */
   readonly baseEnv?: Readonly<Record<string, string>>;
-  readonly runtime: Omit<VmRuntimeOptions, "recordSetupSent" | "deleteSetupSecret" | "notify" | "clock" | "logger" | "observe" | "faults">;
+  readonly runtime: Omit<VmRuntimeOptions, "setups" | "notify" | "clock" | "logger" | "observe" | "faults">;
   /** Which VMM boots a plan here (node config, class preference, KVM). */
   readonly chooseVmm: (plan: VmPlan) => VmmKind;
   /**
@@ -110,10 +111,9 @@ export class NodeAgent {
   readonly #cache: Informer<ImpVM>;
   readonly #controller: Controller;
   readonly #events: EventRecorder;
-  /** Last seen object of each key, so a VM that vanished can still be released by uid, name and namespace. */
-  readonly #lastSeen = new Map<string, Readonly<Stored<ImpVM>>>();
-  readonly #plans = new Map<string, VmPlan>();
-  readonly #resumeTried = new Set<string>();
+  /** One record per VM bound here, by `namespace/name`; the runtime holds its task. Both go at Forget. */
+  readonly #vms = new Map<string, NodeVm>();
+  readonly #setups: KubeSetupStore;
   readonly #setupWaitMs: number;
   readonly #startedAtMs: number;
   /** The decommission request last logged as ignored, so a leftover is logged once, not every round. */
@@ -135,12 +135,12 @@ export class NodeAgent {
     this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => this.#log.warn({ point, action: action.kind }, "test fault point fired"));
     this.#setupWaitMs = options.runtime.timeouts?.setupWaitMs ?? DEFAULT_RUNTIME_TIMEOUTS.setupWaitMs;
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
+    this.#setups = new KubeSetupStore({ vms: this.vms, secrets: this.#secrets, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
     this.runtime = new VmRuntime({
       ...options.runtime,
       clock: this.#clock,
       logger: this.#log,
-      recordSetupSent: (vm, execId, signal) => this.#recordSetupSent(vm, execId, signal),
-      deleteSetupSecret: (vm) => this.#deleteSetupSecret(vm),
+      setups: this.#setups,
       notify: (vm) => this.#controller.enqueue(`${vm.namespace}/${vm.name}`),
       observe: (event) => this.metrics.onRuntimeEvent(event),
       faults: this.faults,
@@ -248,10 +248,9 @@ export class NodeAgent {
     let vcpu = 0;
     let memoryMiB = 0;
     let vmSlots = 0;
-    for (const uid of this.runtime.liveUids()) {
-      const local = this.runtime.local(uid);
+    for (const { seen, plan } of this.#vms.values()) {
+      const local = this.runtime.local(seen.metadata.uid);
       if (local === undefined || local.stage === "released" || local.stage === "ended") continue;
-      const plan = this.#plans.get(uid);
       vcpu += plan?.vcpus ?? 0;
       memoryMiB += plan?.memoryMiB ?? 0;
       vmSlots += 1;
@@ -262,23 +261,28 @@ export class NodeAgent {
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {
     const cached = this.#cache.get(ctx.key) as Readonly<Stored<ImpVM>> | undefined;
     const vm = cached !== undefined && cached.status?.nodeName === this.#o.nodeName ? cached : undefined;
-    if (vm !== undefined) this.#lastSeen.set(ctx.key, vm);
-    const known = vm ?? this.#lastSeen.get(ctx.key);
-    const uid = known?.metadata.uid;
-    if (known === undefined || uid === undefined) return done;
+    let record = this.#vms.get(ctx.key);
+    if (vm !== undefined) {
+      if (record === undefined || record.seen.metadata.uid !== vm.metadata.uid) this.#vms.set(ctx.key, (record = { seen: vm, adoptTried: false }));
+      record.seen = vm;
+    }
+    if (record === undefined) return done;
+    const known = record.seen;
+    const uid = known.metadata.uid;
     let local = this.runtime.local(uid);
-    if (local === undefined && vm !== undefined && apiSituation(vm) === "active" && !this.#resumeTried.has(uid)) {
+    if (local === undefined && vm !== undefined && apiSituation(vm) === "active" && !record.adoptTried) {
       // Booted by an earlier run of this agent: re-adopt it before anything is decided about it.
-      this.#resumeTried.add(uid);
+      record.adoptTried = true;
       if (await this.runtime.adopt(refOf(vm), localSetupOf(vm))) local = this.runtime.local(uid);
     }
     const decision = decideVm({ vm, local, nowMs: this.#clock.now(), setupWaitMs: this.#setupWaitMs });
-    for (const action of decision.actions) await this.#act(action, vm, known, ctx);
+    for (const action of decision.actions) await this.#act(action, vm, record, ctx);
     this.#refreshPhaseGauge();
     return decision.requeueAfterMs === undefined ? done : requeueAfter(Math.max(1, decision.requeueAfterMs));
   }
 
-  async #act(action: AgentAction, vm: Readonly<Stored<ImpVM>> | undefined, known: Readonly<Stored<ImpVM>>, ctx: ReconcileContext): Promise<void> {
+  async #act(action: AgentAction, vm: Readonly<Stored<ImpVM>> | undefined, record: NodeVm, ctx: ReconcileContext): Promise<void> {
+    const known = record.seen;
     const ref = { namespace: known.metadata.namespace, name: known.metadata.name };
     const uid = known.metadata.uid;
     switch (action.type) {
@@ -297,7 +301,7 @@ export class NodeAgent {
           this.#controller.enqueue(ctx.key);
           return;
         }
-        this.#plans.set(uid, plan);
+        record.plan = plan;
         this.runtime.start(refOf(vm), bootRequestOf(plan, this.#o.chooseVmm(plan)));
         await this.#events.record(vm, { type: "Normal", reason: "Preparing", message: `Preparing disks from ${plan.image} on node ${this.#o.nodeName}` });
         return;
@@ -311,7 +315,6 @@ export class NodeAgent {
         return;
       case "Release":
         await this.runtime.release(refOf(known));
-        this.#plans.delete(uid);
         return;
       case "PatchStatus":
         if (vm === undefined) return;
@@ -322,7 +325,7 @@ export class NodeAgent {
         return;
       case "Forget":
         this.runtime.forget(uid);
-        this.#lastSeen.delete(ctx.key);
+        this.#vms.delete(ctx.key);
         return;
     }
   }
@@ -390,7 +393,7 @@ export class NodeAgent {
     const uid = vm.metadata.uid;
     let setup: string;
     try {
-      const raw = await this.#readSealedSetup(vm);
+      const raw = await this.#setups.readSealed(refOf(vm));
       if (raw === undefined) throw retryableError("SetupSecretMissing", `Cannot deliver the setup of ${vm.metadata.name}: the status says Minted but its Secret is not readable yet`);
       const plain = await openSetup(parseSealedSetup(raw), this.#o.key, uid);
       try {
@@ -406,67 +409,21 @@ export class NodeAgent {
     this.runtime.deliverSetup(uid, setup);
   }
 
-  async #readSealedSetup(vm: Readonly<Stored<ImpVM>>): Promise<string | undefined> {
-    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name);
-    let secret: SecretObject;
-    try {
-      secret = await this.#secrets.get({ namespace: vm.metadata.namespace, name });
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    }
-    // Only a setup Secret owned by this very VM is read; the seal's associated data checks the same again.
-    const owned = (secret.metadata?.ownerReferences ?? []).some((o) => o.uid === vm.metadata.uid && o.kind === IMP_VM.kind);
-    if (secret.type !== SETUP_SECRET.type || !owned) {
-      throw terminalError("SetupSecretNotOwned", `Cannot use Secret ${vm.metadata.namespace}/${name} as the setup of ${vm.metadata.name}: it is not an ${SETUP_SECRET.type} Secret owned by that ImpVM`);
-    }
-    const raw = secret.data?.[SETUP_SECRET.sealedKey];
-    return raw === undefined ? undefined : Buffer.from(raw, "base64").toString("utf8");
-  }
-
-  async #recordSetupSent(vm: VmRef, execId: string, signal: AbortSignal): Promise<void> {
-    await mutateWithRetry(this.vms, {
-      ref: { namespace: vm.namespace, name: vm.name },
-      subresource: "status",
-      signal,
-      mutate: (d) => {
-        const status = d.status ?? {};
-        if (status.execId !== undefined && status.execId !== execId) throw terminalError("ExecIdMismatch", `Cannot send the workload: the VM's execId is ${status.execId}, not ${execId}`);
-        if (status.setup === undefined) {
-          if (status.execId === execId) return false;
-          d.status = { ...status, execId };
-          return;
-        }
-        if (status.setup.state !== "Minted") throw terminalError("SetupAlreadySent", `Cannot send the setup: its state is ${status.setup.state}; a one-time setup is never sent twice`);
-        d.status = { ...status, execId, setup: { ...status.setup, state: "Sent" } };
-      },
-    });
-  }
-
-  async #deleteSetupSecret(ref: VmRef): Promise<void> {
-    const vm = this.#lastSeen.get(`${ref.namespace}/${ref.name}`);
-    const name = vm?.status?.setup?.secretName ?? setupSecretName(ref.name);
-    await this.#secrets.delete({ namespace: ref.namespace, name }).catch((err: unknown) => {
-      if (!isNotFound(err)) throw err;
-    });
-    if (vm !== undefined && vm.status?.setup === undefined) return;
-    await mutateWithRetry(this.vms, {
-      ref: { namespace: ref.namespace, name: ref.name },
-      subresource: "status",
-      mutate: (d) => {
-        if (d.status?.setup === undefined || d.status.setup.state === "Deleted") return false;
-        d.status = { ...d.status, setup: { ...d.status.setup, state: "Deleted" } };
-      },
-    }).catch((err: unknown) => {
-      if (!isNotFound(err)) throw err;
-    });
-  }
-
   #refreshPhaseGauge(): void {
     const counts = new Map<string, number>();
     for (const vm of this.#cache.list()) counts.set(vm.status?.phase ?? "Pending", (counts.get(vm.status?.phase ?? "Pending") ?? 0) + 1);
     for (const phase of ["Pending", "Scheduled", "Preparing", "Booting", "Running", "Succeeded", "Failed", "Terminating"]) this.metrics.vms.set({ phase }, counts.get(phase) ?? 0);
   }
+}
+
+/** What the agent knows of one VM bound here, besides the runtime's task. */
+interface NodeVm {
+  /** The object as last seen, so a VM that vanished can still be released by uid, name and namespace. */
+  seen: Readonly<Stored<ImpVM>>;
+  /** Its plan once started here (capacity accounting). */
+  plan?: VmPlan;
+  /** Re-adoption was tried once in this agent run (a VM an earlier run booted). */
+  adoptTried: boolean;
 }
 
 function refOf(vm: Readonly<Stored<ImpVM>>): VmRef {

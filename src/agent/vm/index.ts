@@ -11,5 +11,6 @@ export { handOffExec, workloadExecId, type HandoffDeps, type HandoffResult } fro
 export { EXIT_RECORD_KEY_BYTES, EXIT_RECORD_PREFIX, exitRecordLine, firstExitRecord, newExitRecordKey, verifyExitRecord, type WorkloadExitRecord } from "./exit-record.ts";
 export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type StartStep, type VmOutcome } from "./local-vm.ts";
 export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
-export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmWorkload, type WorkloadPorts } from "./ports.ts";
-export { VmRuntime, type RuntimeEvent, type VmRef, type VmRuntimeOptions } from "./vm-runtime.ts";
+export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type SetupStore, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmRef, type VmWorkload, type WorkloadPorts } from "./ports.ts";
+export { MemorySetupStore } from "./memory-setup-store.ts";
+export { VmRuntime, type RuntimeEvent, type VmRuntimeOptions } from "./vm-runtime.ts";

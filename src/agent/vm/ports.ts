@@ -88,6 +88,28 @@ export interface VmLaunchPorts {
   releaseCid(id: string): void;
 }
 
+/** Names a VM in the API (for the writes the runtime asks its owner to make). */
+export interface VmRef {
+  readonly uid: string;
+  readonly name: string;
+  readonly namespace: string;
+}
+
+/**
+ * Where a VM's one-time setup lives outside the node, and its handoff is recorded (the API for the
+ * node agent: a Secret owned by the ImpVM, and the VM's status). The runtime records the Exec
+ * before it leaves and deletes the setup once the VM is released; the node agent reads the sealed
+ * setup (and alone holds the key that opens it).
+ */
+export interface SetupStore {
+  /** The sealed setup as stored; undefined while it is not there yet. Throws if what is there is not this VM's. */
+  readSealed(vm: VmRef, signal?: AbortSignal): Promise<string | undefined>;
+  /** Records durably that the Exec is about to leave (ambiguous-handoff rule); if it throws, nothing is sent. */
+  recordSent(vm: VmRef, execId: string, signal: AbortSignal): Promise<void>;
+  /** Deletes the setup and records that it is gone. Idempotent, also for a VM that never had one. */
+  delete(vm: VmRef): Promise<void>;
+}
+
 /** What the exec step reports and asks outside the VM. */
 export interface WorkloadPorts {
   /**

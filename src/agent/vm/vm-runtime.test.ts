@@ -17,7 +17,9 @@ import { exitRecordLine, newExitRecordKey } from "./exit-record.ts";
 import type { LocalVm } from "./local-vm.ts";
 import type { VmBootRequest, VmImageSource } from "./ports.ts";
 import { VmDir } from "./vm-dir.ts";
-import { VmRuntime, type VmRef } from "./vm-runtime.ts";
+import { MemorySetupStore } from "./memory-setup-store.ts";
+import type { VmRef } from "./ports.ts";
+import { VmRuntime } from "./vm-runtime.ts";
 
 const work = await mkdtemp(join(tmpdir(), "imp-vm-runtime-"));
 after(() => rm(work, { recursive: true, force: true }));
@@ -49,7 +51,8 @@ async function world(scripts: Record<string, FakeVmScript> = {}, from?: World): 
   const clock = from?.clock ?? new FakeClock();
   const stateDir = from?.stateDir ?? join(work, `node-${worlds++}`);
   const driver = from?.driver ?? new FakeVmmDriver({ clock, script: (spec: VmSpec) => scripts[spec.name] ?? {} });
-  const sent: string[] = [];
+  const setups = new MemorySetupStore();
+  const sent = setups.sent;
   const notified: string[] = [];
   const waiters = new Set<() => void>();
   const runtime: VmRuntime = new VmRuntime({
@@ -65,8 +68,7 @@ async function world(scripts: Record<string, FakeVmScript> = {}, from?: World): 
       allocateCid: () => 3,
       releaseCid: () => undefined,
     },
-    recordSetupSent: async (vm, execId) => void sent.push(`${vm.name}:${execId}`),
-    deleteSetupSecret: async () => undefined,
+    setups,
     notify: (vm) => {
       notified.push(vm.name);
       for (const w of [...waiters]) w();

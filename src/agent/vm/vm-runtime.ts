@@ -15,16 +15,9 @@ import { firstExitRecord } from "./exit-record.ts";
 import { adoptPipeline, bootPipeline } from "./lifecycle.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
-import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider } from "./ports.ts";
+import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type SetupStore, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider, type VmRef } from "./ports.ts";
 import { runToEnd, type RunToEndOptions } from "./run-to-end.ts";
 import { VmDir } from "./vm-dir.ts";
-
-/** Names a VM in the API (for the writes the runtime asks its owner to make). */
-export interface VmRef {
-  readonly uid: string;
-  readonly name: string;
-  readonly namespace: string;
-}
 
 export type RuntimeEvent =
   | { readonly kind: "prepared"; readonly ms: number }
@@ -38,9 +31,8 @@ export interface VmRuntimeOptions {
   readonly images: VmImageSource;
   readonly network?: VmNetworkProvider | undefined;
   readonly launch: VmLaunchPorts;
-  /** Records in the API that the Exec is about to be sent (ambiguous-handoff rule). Must not return before it is stored. */
-  readonly recordSetupSent: (vm: VmRef, execId: string, signal: AbortSignal) => Promise<void>;
-  readonly deleteSetupSecret: (vm: VmRef) => Promise<void>;
+  /** Records the Exec before it leaves (must not return before it is stored) and deletes the setup at release. */
+  readonly setups: Pick<SetupStore, "recordSent" | "delete">;
   /** Pokes the controller to look at this VM again. */
   readonly notify: (vm: VmRef) => void;
   /** Console bytes read when looking for an exit record after the fact (the console cap). */
@@ -113,7 +105,7 @@ export class VmRuntime {
         recordSent: async (id, execId, signal) => {
           const task = this.#tasks.get(id);
           if (task === undefined) throw terminalError("VmMissing", `Cannot record exec ${execId}: no task`);
-          await this.#o.recordSetupSent(task.ref, execId, signal);
+          await this.#o.setups.recordSent(task.ref, execId, signal);
           // Only after the API holds "Sent": the controller derives status from this record.
           if (task.requiresSetup) this.#progress(task, { setup: "sent" });
         },
@@ -201,7 +193,7 @@ export class VmRuntime {
     this.#o.launch.releaseCid(ref.uid);
     const processGone = orphansGone && (task.pid === undefined || processState(task.pid) === "gone");
     await this.#faults.hit("teardown.before-secret-delete");
-    await this.#o.deleteSetupSecret(ref);
+    await this.#o.setups.delete(ref);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
     this.#o.notify(ref);
   }
