@@ -16,7 +16,7 @@ export interface HealthServerOptions {
   /** Reported in /readyz (not a readiness condition: a standby replica is ready too). */
   readonly isLeader?: () => boolean;
   /** Default 127.0.0.1: probes and scrapes come from the node or a sidecar, not the world. */
-  readonly host?: string;
+  readonly host?: string | undefined;
   /** Default `DEFAULT_HEALTH_PORT`; 0 picks a free port (tests), see `url()`. */
   readonly port?: number;
   /** How long a stop waits for open requests before cutting their connections. */

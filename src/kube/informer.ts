@@ -44,11 +44,11 @@ export interface EventHandlers<T> {
 
 export interface InformerOptions<T extends KubeObject> {
   readonly client: Pick<ResourceClient<T>, "resource" | "list" | "watch">;
-  readonly namespace?: string;
+  readonly namespace?: string | undefined;
   readonly labelSelector?: string;
   readonly fieldSelector?: string;
   /** Re-deliver every cached object as an update this often; 0 disables. */
-  readonly resyncPeriodMs?: number;
+  readonly resyncPeriodMs?: number | undefined;
   /** Below client-node's 30 s inactivity timeout so the server ends quiet watches first. */
   readonly watchTimeoutSeconds?: number;
   readonly backoff?: BackoffPolicy;

@@ -25,7 +25,7 @@ import {
 } from "../kube/index.ts";
 import { NodeLossController } from "./nodes/index.ts";
 import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
-import { FaultPoints, systemClock, type Clock, type Logger } from "../shared/index.ts";
+import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
@@ -77,8 +77,8 @@ export interface OperatorOptions {
   readonly clock?: Clock;
   readonly registry?: Registry;
   /**
-   * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
-   * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
+   * The fault points of the failure-proof suite (docs/failure-proof-points.md): `imp operator` reads
+   * them from IMP_TEST_FAULT_POINTS, which nothing but the suite sets. Default: none.
    */
   readonly faults?: FaultPoints;
 }
@@ -86,6 +86,59 @@ export interface OperatorOptions {
 export const OPERATOR_LEASE_NAME = "imp-operator";
 export const DEFAULT_AGENT_LEASE_NAMESPACE = "imp-system";
 const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false } as const;
+const RESYNC_MS = 10 * 60_000;
+
+/** The options with every default filled in, once; the operator below only wires. */
+type OperatorConfig = OperatorOptions & {
+  readonly clock: Clock;
+  readonly registry: Registry;
+  readonly faults: FaultPoints;
+  /** Names this replica in Events and scale-set sessions. */
+  readonly instance: string;
+  /** This replica's identity in the leader-election Lease (unique per process). */
+  readonly leaderIdentity: string;
+  readonly leaderElection: boolean;
+  readonly leaseNamespace: string;
+  readonly agentLeaseNamespace: string;
+  readonly scheduler: boolean;
+  readonly nodeLoss: boolean;
+  readonly watchKubeNodes: boolean;
+};
+
+export function operatorDefaults(o: OperatorOptions): OperatorConfig {
+  return {
+    ...o,
+    clock: o.clock ?? systemClock,
+    registry: o.registry ?? new Registry(),
+    faults: o.faults ?? NO_FAULTS,
+    instance: o.identity ?? hostname(),
+    leaderIdentity: o.identity ?? `${hostname()}-${process.pid}`,
+    leaderElection: o.leaderElection ?? true,
+    leaseNamespace: o.leaseNamespace ?? o.namespace ?? "default",
+    agentLeaseNamespace: o.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE,
+    scheduler: o.scheduler ?? true,
+    nodeLoss: o.nodeLoss ?? true,
+    watchKubeNodes: o.watchKubeNodes ?? true,
+  };
+}
+
+/** The operator's typed clients, one per kind it reads or writes. */
+function operatorClients(kc: KubeConfig) {
+  return {
+    vms: createResourceClient<ImpVM>(kc, IMP_VMS),
+    pools: createResourceClient<ImpVMRunnerPool>(kc, IMP_VM_RUNNER_POOLS),
+    nodes: createResourceClient<ImpNode>(kc, IMP_NODES),
+    secrets: createResourceClient<SecretObject>(kc, SECRETS),
+    leases: createResourceClient<Lease>(kc, LEASE_RESOURCE),
+  };
+}
+type OperatorClients = ReturnType<typeof operatorClients>;
+
+/** What the scheduler and node loss watch besides VMs and ImpNodes: agent Leases and core Nodes. */
+interface NodeView {
+  readonly leaseCache: Informer<Lease>;
+  readonly kubeNodes: KubeNodeTracker | undefined;
+}
 
 export class Operator {
   readonly registry: Registry;
@@ -106,37 +159,39 @@ export class Operator {
   readonly faults: FaultPoints;
   /** Caches only the scheduler and node loss need. */
   readonly #extraCaches: Array<Informer<KubeObject>> = [];
-  readonly #o: OperatorOptions;
-  readonly #leases: ResourceClient<Lease>;
+  readonly #c: OperatorConfig;
+  readonly #api: OperatorClients;
 
   constructor(options: OperatorOptions) {
-    this.#o = options;
-    const kc = options.kubeConfig;
-    const clock = options.clock ?? systemClock;
-    const logger = options.logger;
-    this.registry = options.registry ?? new Registry();
-    this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => logger.warn({ point, action: action.kind }, "test fault point fired"));
-    const faults = this.faults;
-    const vms = createResourceClient<ImpVM>(kc, IMP_VMS);
-    const pools = createResourceClient<ImpVMRunnerPool>(kc, IMP_VM_RUNNER_POOLS);
-    const nodes = createResourceClient<ImpNode>(kc, IMP_NODES);
-    const secrets = createResourceClient<SecretObject>(kc, SECRETS);
-    this.#leases = createResourceClient<Lease>(kc, LEASE_RESOURCE);
-    const ns = options.namespace === undefined ? {} : { namespace: options.namespace };
-    this.vmCache = new Informer({ client: vms, ...ns, resyncPeriodMs: 10 * 60_000, clock, logger: logger.child({ cache: "impvms" }) });
+    const c = operatorDefaults(options);
+    this.#c = c;
+    this.registry = c.registry;
+    this.faults = c.faults;
+    const api = (this.#api = operatorClients(c.kubeConfig));
+    const cache = <T extends KubeObject>(client: ResourceClient<T>, name: string, scoped: boolean, resyncPeriodMs?: number): Informer<T> =>
+      new Informer({ client, namespace: scoped ? c.namespace : undefined, resyncPeriodMs, clock: c.clock, logger: c.logger.child({ cache: name }) });
+    this.vmCache = cache(api.vms, "impvms", true, RESYNC_MS);
     this.vmCache.addIndex(VM_POOL_INDEX, labelIndex(LABELS.pool));
     this.vmCache.addIndex(VM_NODE_INDEX, (vm) => [vm.status?.nodeName]);
-    this.poolCache = new Informer({ client: pools, ...ns, resyncPeriodMs: 10 * 60_000, clock, logger: logger.child({ cache: "impvmrunnerpools" }) });
-    this.nodeCache = new Informer({ client: nodes, clock, logger: logger.child({ cache: "impnodes" }) });
-    const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: options.identity ?? hostname(), clock, logger });
-    const forges = new PoolForges({
-      secrets,
-      ...(options.githubUrl === undefined ? {} : { baseUrlOverride: options.githubUrl }),
-      ...(options.githubClientOptions === undefined ? {} : { clientOptions: options.githubClientOptions }),
-      clock,
-      logger: logger.child({ component: "github" }),
-    });
-    this.scaleSets = new ScaleSetListeners({
+    this.poolCache = cache(api.pools, "impvmrunnerpools", true, RESYNC_MS);
+    this.nodeCache = cache(api.nodes, "impnodes", false);
+    const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(c.kubeConfig, EVENT_RESOURCE), component: "imp-operator", instance: c.instance, clock: c.clock, logger: c.logger });
+    const forges = new PoolForges({ secrets: api.secrets, baseUrlOverride: c.githubUrl, clientOptions: c.githubClientOptions, clock: c.clock, logger: c.logger.child({ component: "github" }) });
+    this.scaleSets = this.#scaleSetListeners(forges, recorder);
+    const common = { vmCache: this.vmCache, poolCache: this.poolCache, forges, recorder, registry: this.registry, logger: c.logger, clock: c.clock, faults: c.faults };
+    this.pools = new PoolController({ ...common, scaleSets: this.scaleSets, pools: api.pools, vms: api.vms, failureBudget: c.failureBudget, runnerListIntervalMs: c.runnerListIntervalMs, demandListIntervalMs: c.demandListIntervalMs, queueListIntervalMs: c.queueListIntervalMs });
+    this.setup = new SetupController({ ...common, vms: api.vms, secrets: api.secrets, nodeCache: this.nodeCache, workers: c.setupWorkers });
+    this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
+    const nodes = c.scheduler || c.nodeLoss ? this.#nodeView(cache) : undefined;
+    this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
+    this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, secrets: api.secrets, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
+    this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);
+    this.health = c.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(nodes === undefined ? {} : { agentLeases: nodes.leaseCache }) }, port: c.healthPort, host: c.healthHost, logger: c.logger });
+  }
+
+  #scaleSetListeners(forges: PoolForges, recorder: EventRecorder): ScaleSetListeners {
+    const c = this.#c;
+    return new ScaleSetListeners({
       poolCache: this.poolCache,
       client: (pool, signal) => forges.scaleSetClientFor(pool, signal),
       onChange: (key) => this.pools.controller.enqueue(key),
@@ -145,127 +200,73 @@ export class Operator {
         this.jobs.onScaleSetJob(key, job);
       },
       onEvent: (pool, type, reason, message) => void recorder.record(pool, { type, reason, message }),
-      ownerName: options.identity ?? hostname(),
-      logger: logger.child({ component: "scale-sets" }),
-      clock,
-      timings: { ...DEFAULT_LISTENER_TIMINGS, ...(options.scaleSetConflictRetryMs === undefined ? {} : { conflictRetryMs: options.scaleSetConflictRetryMs }) },
-      faults,
+      ownerName: c.instance,
+      logger: c.logger.child({ component: "scale-sets" }),
+      clock: c.clock,
+      timings: { ...DEFAULT_LISTENER_TIMINGS, conflictRetryMs: c.scaleSetConflictRetryMs ?? DEFAULT_LISTENER_TIMINGS.conflictRetryMs },
+      faults: c.faults,
     });
-    this.pools = new PoolController({
-      scaleSets: this.scaleSets,
-      pools,
-      vms,
-      poolCache: this.poolCache,
-      vmCache: this.vmCache,
-      forges,
-      recorder,
+  }
+
+  /** Agent Leases and (unless told not to) core/v1 Nodes: a deleted Node's node is lost and never chosen. */
+  #nodeView(cache: <T extends KubeObject>(client: ResourceClient<T>, name: string, scoped: boolean) => Informer<T>): NodeView {
+    const c = this.#c;
+    const leaseCache = new Informer({ client: this.#api.leases, namespace: c.agentLeaseNamespace, clock: c.clock, logger: c.logger.child({ cache: "agent-leases" }) });
+    this.#extraCaches.push(leaseCache as unknown as Informer<KubeObject>);
+    if (!c.watchKubeNodes) return { leaseCache, kubeNodes: undefined };
+    const kubeNodeInformer = cache(createResourceClient<KubeObject>(c.kubeConfig, KUBE_NODES), "nodes", false);
+    this.#extraCaches.push(kubeNodeInformer);
+    return { leaseCache, kubeNodes: new KubeNodeTracker(kubeNodeInformer) };
+  }
+
+  #schedulerOf(nodes: NodeView, recorder: EventRecorder, cache: <T extends KubeObject>(client: ResourceClient<T>, name: string, scoped: boolean) => Informer<T>): SchedulerController {
+    const c = this.#c;
+    const classCache = cache(createResourceClient<ImpVMClass>(c.kubeConfig, IMP_VM_CLASSES), "impvmclasses", false);
+    const templateCache = cache(createResourceClient<ImpVMTemplate>(c.kubeConfig, IMP_VM_TEMPLATES), "impvmtemplates", true);
+    this.#extraCaches.push(classCache as unknown as Informer<KubeObject>, templateCache as unknown as Informer<KubeObject>);
+    return new SchedulerController({
+      vms: this.#api.vms,
+      nodes: this.#api.nodes,
+      vmInformer: this.vmCache,
+      nodeInformer: this.nodeCache,
+      leaseInformer: nodes.leaseCache,
+      leaseNamespace: c.agentLeaseNamespace,
+      classInformer: classCache,
+      templateInformer: templateCache,
       registry: this.registry,
-      logger,
-      clock,
-      ...(options.failureBudget === undefined ? {} : { failureBudget: options.failureBudget }),
-      ...(options.runnerListIntervalMs === undefined ? {} : { runnerListIntervalMs: options.runnerListIntervalMs }),
-      ...(options.demandListIntervalMs === undefined ? {} : { demandListIntervalMs: options.demandListIntervalMs }),
-      ...(options.queueListIntervalMs === undefined ? {} : { queueListIntervalMs: options.queueListIntervalMs }),
-      faults,
-    });
-    this.setup = new SetupController({
-      vms,
-      secrets,
-      vmCache: this.vmCache,
-      poolCache: this.poolCache,
-      nodeCache: this.nodeCache,
-      forges,
       recorder,
-      registry: this.registry,
-      logger,
-      clock,
-      faults,
-      ...(options.setupWorkers === undefined ? {} : { workers: options.setupWorkers }),
+      clock: c.clock,
+      logger: c.logger,
+      nodeLostAfterMs: c.nodeLostAfterMs,
+      kubeNodes: nodes.kubeNodes,
+      faults: c.faults,
     });
-    this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock, logger: logger.child({ component: "jobs" }) });
-    const agentLeaseNamespace = options.agentLeaseNamespace ?? DEFAULT_AGENT_LEASE_NAMESPACE;
-    const wantScheduler = options.scheduler ?? true;
-    const wantNodeLoss = options.nodeLoss ?? true;
-    let leaseCache: Informer<Lease> | undefined;
-    if (wantScheduler || wantNodeLoss) {
-      leaseCache = new Informer({ client: this.#leases, namespace: agentLeaseNamespace, clock, logger: logger.child({ cache: "agent-leases" }) });
-      this.#extraCaches.push(leaseCache as unknown as Informer<KubeObject>);
-    }
-    // One view of core/v1 Nodes for node loss and placement: a deleted Node's node is lost and never chosen.
-    let kubeNodes: KubeNodeTracker | undefined;
-    if ((wantScheduler || wantNodeLoss) && (options.watchKubeNodes ?? true)) {
-      const kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES), clock, logger: logger.child({ cache: "nodes" }) });
-      this.#extraCaches.push(kubeNodeInformer);
-      kubeNodes = new KubeNodeTracker(kubeNodeInformer);
-    }
-    if (wantScheduler && leaseCache !== undefined) {
-      const classCache = new Informer({ client: createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES), clock, logger: logger.child({ cache: "impvmclasses" }) });
-      const templateCache = new Informer({ client: createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES), ...ns, clock, logger: logger.child({ cache: "impvmtemplates" }) });
-      this.#extraCaches.push(classCache as unknown as Informer<KubeObject>, templateCache as unknown as Informer<KubeObject>);
-      this.scheduler = new SchedulerController({
-        vms,
-        nodes,
-        vmInformer: this.vmCache,
-        nodeInformer: this.nodeCache,
-        leaseInformer: leaseCache,
-        leaseNamespace: agentLeaseNamespace,
-        classInformer: classCache,
-        templateInformer: templateCache,
-        registry: this.registry,
-        recorder,
-        clock,
-        logger,
-        ...(options.nodeLostAfterMs === undefined ? {} : { nodeLostAfterMs: options.nodeLostAfterMs }),
-        ...(kubeNodes === undefined ? {} : { kubeNodes }),
-        faults,
-      });
-    }
-    if (wantNodeLoss && leaseCache !== undefined) {
-      this.nodeLoss = new NodeLossController({
-        vms,
-        secrets,
-        leases: this.#leases,
-        vmInformer: this.vmCache,
-        nodeInformer: this.nodeCache,
-        leaseInformer: leaseCache,
-        leaseNamespace: agentLeaseNamespace,
-        ...(kubeNodes === undefined ? {} : { kubeNodes }),
-        ...(options.nodeLostAfterMs === undefined ? {} : { lostAfterMs: options.nodeLostAfterMs }),
-        registry: this.registry,
-        recorder,
-        clock,
-        logger,
-      });
-    }
-    if (options.webhookPort !== undefined) {
-      // The operator's own secrets count for every pool; each pool's spec.webhook.secretRef for that pool.
-      const webhookSecrets = new PoolWebhookSecrets({ poolCache: this.poolCache, secrets, operatorSecrets: options.webhookSecrets ?? [], clock, logger: logger.child({ component: "webhook" }) });
-      this.webhook = new WebhookServer({
-        secrets: [],
-        trust: (signal) => webhookSecrets.trusts(signal),
-        onEvent: (event, audience) => {
-          this.pools.onWorkflowJob(event, audience);
-          this.jobs.onWorkflowJob(event, audience);
-        },
-        port: options.webhookPort,
-        ...(options.webhookHost === undefined ? {} : { host: options.webhookHost }),
-        registry: this.registry,
-        logger: logger.child({ component: "webhook" }),
-        clock,
-      });
-    }
-    this.health =
-      options.healthPort === undefined
-        ? undefined
-        : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(leaseCache === undefined ? {} : { agentLeases: leaseCache }) }, port: options.healthPort, ...(options.healthHost === undefined ? {} : { host: options.healthHost }), logger });
+  }
+
+  /** The webhook receiver: the operator's own secrets count for every pool; each pool's spec.webhook.secretRef for that pool. */
+  #webhookServer(port: number): WebhookServer {
+    const c = this.#c;
+    const webhookSecrets = new PoolWebhookSecrets({ poolCache: this.poolCache, secrets: this.#api.secrets, operatorSecrets: c.webhookSecrets ?? [], clock: c.clock, logger: c.logger.child({ component: "webhook" }) });
+    return new WebhookServer({
+      secrets: [],
+      trust: (signal) => webhookSecrets.trusts(signal),
+      onEvent: (event, audience) => {
+        this.pools.onWorkflowJob(event, audience);
+        this.jobs.onWorkflowJob(event, audience);
+      },
+      port,
+      host: c.webhookHost,
+      registry: this.registry,
+      logger: c.logger.child({ component: "webhook" }),
+      clock: c.clock,
+    });
   }
 
   async start(signal: AbortSignal): Promise<void> {
-    const o = this.#o;
-    const identity = o.identity ?? `${hostname()}-${process.pid}`;
+    const c = this.#c;
     const manager = new Manager({
-      logger: o.logger,
-      ...(o.leaderElection === false ? {} : { leaderElection: { client: this.#leases, namespace: o.leaseNamespace ?? o.namespace ?? "default", name: OPERATOR_LEASE_NAME, identity, logger: o.logger } }),
+      logger: c.logger,
+      ...(c.leaderElection ? { leaderElection: { client: this.#api.leases, namespace: c.leaseNamespace, name: OPERATOR_LEASE_NAME, identity: c.leaderIdentity, logger: c.logger } } : {}),
     })
       .addCache(this.poolCache)
       .addCache(this.vmCache)

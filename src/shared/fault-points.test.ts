@@ -42,7 +42,7 @@ test("fail acts only on the chosen hit; hang waits for the caller's abort", asyn
 
 test("crash SIGKILLs the process at the point, armed from the environment", () => {
   const script = `import { FaultPoints } from ${JSON.stringify(new URL("./fault-points.ts", import.meta.url).href)};
-const f = FaultPoints.fromEnv();
+const f = FaultPoints.fromEnv(process.env);
 process.stdout.write("before\\n");
 await f.hit("here");
 process.stdout.write("after\\n");`;

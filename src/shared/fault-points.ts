@@ -52,7 +52,7 @@ export class FaultPoints {
   }
 
   /** The plan in `env[FAULT_POINTS_ENV]`, or none. */
-  static fromEnv(env: NodeJS.ProcessEnv = process.env, onFire?: (point: string, action: FaultAction) => void): FaultPoints {
+  static fromEnv(env: NodeJS.ProcessEnv, onFire?: (point: string, action: FaultAction) => void): FaultPoints {
     const text = env[FAULT_POINTS_ENV];
     return new FaultPoints(text === undefined || text === "" ? [] : parseFaultPlan(text), onFire);
   }

@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { PassThrough } from "node:stream";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { createNodeAgent, parseAgentConfig, type NodeAgent } from "../../src/agent/index.ts";
-import { createLogger } from "../../src/shared/index.ts";
+import { createLogger, FaultPoints } from "../../src/shared/index.ts";
 import { loadBootKit } from "./vm.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
@@ -67,7 +67,9 @@ export async function startTestAgent(options: TestAgentOptions): Promise<TestAge
   let logText = "";
   sink.on("data", (chunk: Buffer) => (logText += chunk.toString("utf8")));
   const logger = createLogger({ level: "debug", destination: sink });
-  const agent = await createNodeAgent({ config, kubeConfig: options.kubeConfig, logger, dieWithParent: !supervised, renewIntervalMs: 1_000 });
+  // As `imp agent` does: the fault points armed in the environment (the node-agent test arms them there).
+  const faults = FaultPoints.fromEnv(process.env, (point, action) => logger.warn({ point, action: action.kind }, "test fault point fired"));
+  const agent = await createNodeAgent({ config, kubeConfig: options.kubeConfig, logger, dieWithParent: !supervised, renewIntervalMs: 1_000, faults });
   const stop = new AbortController();
   const running = agent.start(stop.signal).catch((err: unknown) => {
     logText += `\nagent stopped with error: ${String(err)}\n`;

@@ -60,7 +60,7 @@ export interface AgentConfig {
 
 const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "healthHost", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
 
-export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentConfig> {
+export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv): Promise<AgentConfig> {
   let raw: unknown;
   try {
     raw = parse(await readFile(path, "utf8"));

@@ -32,7 +32,7 @@ import {
   removeFinalizer,
   type Stored,
 } from "../../kube/index.ts";
-import { describeError, FaultPoints, ImpError, retryableError, systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, NO_FAULTS, ImpError, retryableError, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
@@ -86,8 +86,8 @@ export interface NodeAgentOptions {
   readonly renewIntervalMs?: number | undefined;
   readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions | undefined; readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined };
   /**
-   * Tests only: the fault points of the failure-proof suite (docs/failure-proof-points.md). Default:
-   * the plan in IMP_TEST_FAULT_POINTS, which nothing but the suite sets (unset = every point passes).
+   * The fault points of the failure-proof suite (docs/failure-proof-points.md): `imp agent` reads
+   * them from IMP_TEST_FAULT_POINTS, which nothing but the suite sets. Default: none.
    */
   readonly faults?: FaultPoints | undefined;
 }
@@ -132,7 +132,7 @@ export class NodeAgent {
     this.#templates = createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES);
     this.#classes = createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES);
     this.#events = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-agent", instance: options.nodeName, clock: this.#clock });
-    this.faults = options.faults ?? FaultPoints.fromEnv(process.env, (point, action) => this.#log.warn({ point, action: action.kind }, "test fault point fired"));
+    this.faults = options.faults ?? NO_FAULTS;
     this.#setupWaitMs = options.runtime.timeouts?.setupWaitMs ?? DEFAULT_RUNTIME_TIMEOUTS.setupWaitMs;
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.#setups = new KubeSetupStore({ vms: this.vms, secrets: this.#secrets, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });

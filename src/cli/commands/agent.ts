@@ -1,7 +1,8 @@
-import { KubeConfig } from "@kubernetes/client-node";
 import type { Command } from "commander";
 import { createNodeAgent, loadAgentConfig } from "../../agent/index.ts";
 import { createLogger } from "../../shared/index.ts";
+import { faultPointsFromEnvironment } from "../environment.ts";
+import { loadKubeConfig } from "./flag-values.ts";
 
 /** `imp agent`: the node agent (one per node, usually a DaemonSet). Runs until SIGTERM/SIGINT. */
 export function registerAgent(program: Command): void {
@@ -13,11 +14,9 @@ export function registerAgent(program: Command): void {
     .option("--log-level <level>", "debug | info | warn | error", "info")
     .action(async (opts: { config: string; kubeconfig?: string; logLevel: string }) => {
       const logger = createLogger({ level: opts.logLevel, name: "imp-agent" });
-      const kubeConfig = new KubeConfig();
-      if (opts.kubeconfig !== undefined) kubeConfig.loadFromFile(opts.kubeconfig);
-      else kubeConfig.loadFromDefault();
-      const config = await loadAgentConfig(opts.config);
-      const agent = await createNodeAgent({ config, kubeConfig, logger });
+      const kubeConfig = loadKubeConfig(opts.kubeconfig);
+      const config = await loadAgentConfig(opts.config, process.env);
+      const agent = await createNodeAgent({ config, kubeConfig, logger, faults: faultPointsFromEnvironment(logger.child({ node: config.nodeName })) });
       const stop = new AbortController();
       // VMs keep running: a restarted agent re-adopts them.
       const onSignal = (): void => stop.abort(new Error("signal"));

@@ -4,6 +4,7 @@ import { DEFAULT_HEALTH_PORT } from "../../kube/index.ts";
 import { DEFAULT_AGENT_LEASE_NAMESPACE, DEFAULT_WEBHOOK_PORT, Operator } from "../../operator/index.ts";
 import { createLogger, terminalError } from "../../shared/index.ts";
 import { loadKubeConfig, port, seconds } from "./flag-values.ts";
+import { faultPointsFromEnvironment } from "../environment.ts";
 
 interface OperatorFlags {
   kubeconfig?: string;
@@ -60,6 +61,7 @@ export function registerOperator(program: Command): void {
         demandListIntervalMs: seconds(opts.demandListInterval, "--demand-list-interval") * 1000,
         scaleSetConflictRetryMs: seconds(opts.scaleSetConflictRetry, "--scale-set-conflict-retry") * 1000,
         queueListIntervalMs: seconds(opts.queueListInterval, "--queue-list-interval") * 1000,
+        faults: faultPointsFromEnvironment(logger),
       });
       const stop = new AbortController();
       const onSignal = (): void => stop.abort(new Error("signal"));

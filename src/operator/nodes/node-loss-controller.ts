@@ -42,9 +42,9 @@ export interface NodeLossControllerOptions {
   readonly leaseInformer: Informer<Lease>;
   readonly leaseNamespace: string;
   /** core/v1 Nodes (share it with the scheduler). Omit where the cluster has none for Imp's nodes (the dev cluster): deletion is then never a signal. */
-  readonly kubeNodes?: KubeNodeTracker;
+  readonly kubeNodes?: KubeNodeTracker | undefined;
   /** A Lease older than this past its renewTime means the node is lost (default 40 s). */
-  readonly lostAfterMs?: number;
+  readonly lostAfterMs?: number | undefined;
   readonly registry: Registry;
   readonly recorder?: EventRecorder;
   readonly clock?: Clock;

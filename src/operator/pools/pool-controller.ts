@@ -87,11 +87,11 @@ export interface PoolControllerOptions {
   readonly registry: Registry;
   readonly logger: Logger;
   readonly clock?: Clock;
-  readonly failureBudget?: FailureBudgetPolicy;
-  readonly runnerListIntervalMs?: number;
-  readonly demandListIntervalMs?: number;
+  readonly failureBudget?: FailureBudgetPolicy | undefined;
+  readonly runnerListIntervalMs?: number | undefined;
+  readonly demandListIntervalMs?: number | undefined;
   /** How often a pool whose forge has no push (Gitea) lists the jobs waiting on it. */
-  readonly queueListIntervalMs?: number;
+  readonly queueListIntervalMs?: number | undefined;
   readonly workers?: number;
   /** Test fault point pool.before-replace (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;

@@ -51,9 +51,9 @@ export interface SchedulerControllerOptions {
   /** Placement workers (default 2). Concurrency is safe at any value; see bind-protocol.ts. */
   readonly workers?: number;
   /** Same value as the node-loss controller's lostAfterMs (default 40 s): older renewals make a node ineligible. */
-  readonly nodeLostAfterMs?: number;
+  readonly nodeLostAfterMs?: number | undefined;
   /** core/v1 Nodes, the node-loss controller's tracker: a node whose Node was deleted is never chosen. */
-  readonly kubeNodes?: KubeNodeTracker;
+  readonly kubeNodes?: KubeNodeTracker | undefined;
   /** Distinguishes controllers' metrics when two run in one process (tests). Default "scheduler". */
   readonly name?: string;
   /** Test fault point scheduler.before-bind (docs/failure-proof-points.md); default none. */

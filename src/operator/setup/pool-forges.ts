@@ -23,12 +23,12 @@ export const TOKEN_SECRET_KEY = "token";
 export interface PoolForgesOptions {
   readonly secrets: Pick<ResourceClient<SecretObject>, "get">;
   /** Replaces every pool's spec.github.apiURL (a GitHub Enterprise Server, or a test server). */
-  readonly baseUrlOverride?: string;
+  readonly baseUrlOverride?: string | undefined;
   /** Replaces every Gitea pool's spec.gitea.url (tests). */
   readonly giteaUrlOverride?: string;
   /** Re-read a credentials Secret at most this often. */
   readonly secretTtlMs?: number;
-  readonly clientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">>;
+  readonly clientOptions?: Partial<Omit<GitHubClientOptions, "credentials" | "baseUrl">> | undefined;
   /** Timeouts and retries of the scale-set (Actions service) clients. */
   readonly scaleSetClientOptions?: Partial<Pick<ScaleSetClientOptions, "requestTimeoutMs" | "longPollTimeoutMs" | "retry">>;
   readonly clock?: Clock;

@@ -71,7 +71,7 @@ export interface SetupControllerOptions {
   readonly registry: Registry;
   readonly logger: Logger;
   readonly clock?: Clock;
-  readonly workers?: number;
+  readonly workers?: number | undefined;
   /** Test fault points setup.after-mint, setup.after-store, teardown.before-deregister (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
 }

@@ -28,7 +28,7 @@ export interface WebhookServerOptions {
   /** `audience`: the pools the matching secret is trusted for. */
   readonly onEvent: (event: WorkflowJobEvent, audience: WebhookAudience) => void;
   readonly port?: number;
-  readonly host?: string;
+  readonly host?: string | undefined;
   readonly maxBodyBytes?: number;
   readonly registry: Registry;
   readonly logger: Logger;
