@@ -13,8 +13,9 @@ export interface StepContext {
   onCleanup(name: string, undo: () => Promise<void> | void): void;
 }
 
-export interface Step<S> {
-  readonly name: string;
+/** One named step; `N` narrows its name to a driver's or a pipeline's own list of step names. */
+export interface Step<S, N extends string = string> {
+  readonly name: N;
   run(state: S, context: StepContext): Promise<void> | void;
 }
 
@@ -35,10 +36,10 @@ export interface StepRun {
  * failure runs the cleanups registered so far, then rethrows the step's own error (classified errors
  * keep their class); `onFailure` learns which step it was.
  */
-export async function runSteps<S>(
-  steps: readonly Step<S>[],
+export async function runSteps<S, N extends string = string>(
+  steps: readonly Step<S, N>[],
   state: S,
-  options: { readonly signal?: AbortSignal; readonly logger?: Logger; readonly now?: () => number; readonly onFailure?: (step: string, err: unknown) => void },
+  options: { readonly signal?: AbortSignal; readonly logger?: Logger; readonly now?: () => number; readonly onFailure?: (step: N, err: unknown) => void },
 ): Promise<StepRun> {
   const now = options.now ?? (() => performance.now());
   const signal = options.signal ?? new AbortController().signal;

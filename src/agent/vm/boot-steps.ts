@@ -14,7 +14,7 @@ import type { VmDisks } from "../image/disks/index.ts";
 import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
 import type { GuestClient, OutputEvent } from "../guest/index.ts";
 import { readVmRecord, type RunningVm, type VmmDriver, type VmmProcess, type VmRecord, type VmSpec } from "../vmm/index.ts";
-import { EXIT_RECORD_KEY_BYTES, newExitRecordKey } from "./exit-record.ts";
+import { EXIT_RECORD_KEY_BYTES, newExitRecordKey } from "../guest/index.ts";
 import { handOffExec, workloadExecId } from "./exec-handoff.ts";
 import { connectGuest } from "./guest-connection.ts";
 import { Pipeline } from "./pipeline.ts";
@@ -76,8 +76,8 @@ export interface Delivered extends Connected {
 }
 
 /** prepare: the VM's directory, its image and disks, and its network port. */
-export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Omit<Prepared, keyof Requested>> {
-  return Pipeline.of<Requested>()
+export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Omit<Prepared, keyof Requested>, BootStepName> {
+  return Pipeline.of<Requested, BootStepName>()
     .step("vm-dir", async (s, ctx) => {
       const dir = VmDir.of(deps.stateDir, s.request.id);
       await mkdir(dir.root, { recursive: true, mode: 0o700 });
@@ -98,8 +98,8 @@ export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Om
 }
 
 /** launch: this boot's exit record key, a guest CID, and the VMM started by its driver. */
-export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<Launched, keyof Prepared>> {
-  return Pipeline.of<Prepared>().step("vmm", async (s, ctx) => {
+export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<Launched, keyof Prepared>, BootStepName> {
+  return Pipeline.of<Prepared, BootStepName>().step("vmm", async (s, ctx) => {
     const driver = deps.launch.drivers.get(s.request.vmm);
     if (driver === undefined) throw terminalError("VmmUnavailable", `Cannot boot VM ${s.request.name}: this node has no ${s.request.vmm} driver`);
     // On disk before the VMM starts: an agent that restarts from here on can verify the VM's exit.
@@ -136,8 +136,8 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
  * connect: the guest channel and the guest agent's hello, within `timeoutMs`. From the hello on
  * the console is the workload's: the VM's fatal-line watch is disarmed.
  */
-export function connectSteps(deps: BootDeps, options: { readonly timeoutMs: number; readonly faultPoint: boolean }): Pipeline<Launched, Connected> {
-  return Pipeline.of<Launched>().step("guest", async (s, ctx) => {
+export function connectSteps(deps: BootDeps, options: { readonly timeoutMs: number; readonly faultPoint: boolean }): Pipeline<Launched, Connected, BootStepName> {
+  return Pipeline.of<Launched, BootStepName>().step("guest", async (s, ctx) => {
     if (options.faultPoint) await deps.faults.hit("agent.boot", ctx.signal);
     const client = await connectGuest(s.vm, { timeoutMs: options.timeoutMs, serial: s.driver.guestChannel === "serial", signal: ctx.signal, clientName: deps.clientName });
     ctx.onCleanup("close guest channel", () => client.close());
@@ -147,8 +147,8 @@ export function connectSteps(deps: BootDeps, options: { readonly timeoutMs: numb
 }
 
 /** configure: hostname, network, entropy and the exit record key, in one idempotent request. */
-export function configureSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Connected & { readonly guestIP: string | undefined }> {
-  return Pipeline.of<Prepared & Connected>().step("configure", async (s, ctx) => {
+export function configureSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Connected & { readonly guestIP: string | undefined }, BootStepName> {
+  return Pipeline.of<Prepared & Connected, BootStepName>().step("configure", async (s, ctx) => {
     await s.client.configure(
       { hostname: s.request.name, entropySeed: randomBytes(64), exitRecordKey: s.exitKey, ...(s.lease === undefined ? {} : { network: s.lease.guest }) },
       { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal },
@@ -161,8 +161,8 @@ export function configureSteps(deps: BootDeps): Pipeline<Prepared & Connected, P
  * setup and exec: waits for the one-time setup where the request needs one (the decision hands it
  * over), then the one Exec under the ambiguous-handoff rule. Only the Exec carries the setup on.
  */
-export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Delivered> {
-  return Pipeline.of<Prepared & Connected>()
+export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Delivered, BootStepName> {
+  return Pipeline.of<Prepared & Connected, BootStepName>()
     .step("setup", async (s, ctx) => {
       if (!s.request.requiresSetup) return { setup: undefined };
       const awaitSetup = deps.workload.awaitSetup;
@@ -244,8 +244,8 @@ export async function readAdoptionFacts(dir: VmDir, drivers: ReadonlyMap<string,
  * adopt: a VM an earlier run of this agent booted, from its record and its supervised processes
  * (`facts` and `processes` were read by the caller, who also needs them if adoption fails).
  */
-export function adoptSteps(deps: BootDeps, facts: AdoptionFacts, processes: readonly VmmProcess[]): Pipeline<Requested, Launched> {
-  return Pipeline.of<Requested>().step("adopt", async (s, ctx) => {
+export function adoptSteps(deps: BootDeps, facts: AdoptionFacts, processes: readonly VmmProcess[]): Pipeline<Requested, Launched, BootStepName> {
+  return Pipeline.of<Requested, BootStepName>().step("adopt", async (s, ctx) => {
     const dir = VmDir.of(deps.stateDir, s.request.id);
     const { driver, record, exitKey } = facts;
     if (exitKey === undefined) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its exit record key is missing`);
@@ -263,8 +263,8 @@ export function adoptSteps(deps: BootDeps, facts: AdoptionFacts, processes: read
  * follow: the workload of an adopted VM, by its exec id. Nothing is ever sent again: an exec the
  * guest does not know was never received, and a one-time setup is never delivered twice.
  */
-export function followSteps(deps: BootDeps): Pipeline<Connected, Delivered> {
-  return Pipeline.of<Connected>().step("follow", async (s, ctx) => {
+export function followSteps(deps: BootDeps): Pipeline<Connected, Delivered, BootStepName> {
+  return Pipeline.of<Connected, BootStepName>().step("follow", async (s, ctx) => {
     const execId = workloadExecId(s.request.id);
     try {
       await s.client.execStatus(execId, { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal });

@@ -9,7 +9,7 @@ import { VM_REASONS } from "../../api/index.ts";
 import { describeError, type Clock, type Logger } from "../../shared/index.ts";
 import type { ExecOutcome, GuestClient } from "../guest/index.ts";
 import type { Delivered } from "./boot-steps.ts";
-import { firstExitRecord } from "./exit-record.ts";
+import { firstExitRecord } from "../guest/index.ts";
 import { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
 import type { VmOutcome } from "./local-vm.ts";
 import { misbehaved, outcomeOfExit } from "./outcome.ts";

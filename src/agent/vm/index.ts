@@ -8,7 +8,6 @@ export { followToEnd, type FollowOptions } from "./follow.ts";
 export { runToEnd, type RunToEndOptions } from "./run-to-end.ts";
 export { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
 export { handOffExec, workloadExecId, type HandoffDeps, type HandoffResult } from "./exec-handoff.ts";
-export { EXIT_RECORD_KEY_BYTES, EXIT_RECORD_PREFIX, exitRecordLine, firstExitRecord, newExitRecordKey, verifyExitRecord, type WorkloadExitRecord } from "./exit-record.ts";
 export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type StartStep, type VmOutcome } from "./local-vm.ts";
 export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
 export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type SetupStore, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmRef, type VmWorkload, type WorkloadPorts } from "./ports.ts";

@@ -9,7 +9,7 @@ import { describeError, ImpError, describeExit, type ChildExit } from "../../sha
 import type { ExecOutcome } from "../guest/index.ts";
 import { isGuestMisbehaviour } from "./guest-connection.ts";
 import type { VmOutcome } from "./local-vm.ts";
-import type { WorkloadExitRecord } from "./exit-record.ts";
+import type { WorkloadExitRecord } from "../guest/index.ts";
 import type { BootStepName } from "./boot-steps.ts";
 
 const MAX_MESSAGE = 4000;
@@ -47,12 +47,12 @@ const REASON_BY_CODE: Readonly<Record<string, VMReason>> = {
   WorkloadStartFailed: VM_REASONS.WorkloadStartFailed,
 };
 
-/** The reason a boot failed, by the step it failed in; the error's own code where it is more precise. */
-export function outcomeOfBootFailure(step: string, err: unknown): VmOutcome {
-  const message = `${step}: ${describeError(err)}`.slice(0, MAX_MESSAGE);
+/** The reason a boot failed, by the step it failed in (undefined: before any); the error's own code where it is more precise. */
+export function outcomeOfBootFailure(step: BootStepName | undefined, err: unknown): VmOutcome {
+  const message = `${step ?? ""}: ${describeError(err)}`.slice(0, MAX_MESSAGE);
   if (isGuestMisbehaviour(err)) return { succeeded: false, reason: VM_REASONS.GuestMisbehaved, message };
   const code = err instanceof ImpError ? err.code : "Unknown";
-  const byStep = (REASON_BY_STEP as Readonly<Record<string, VMReason>>)[step];
+  const byStep = step === undefined ? undefined : REASON_BY_STEP[step];
   return { succeeded: false, reason: REASON_BY_CODE[code] ?? byStep ?? VM_REASONS.PrepareFailed, message };
 }
 

@@ -5,7 +5,7 @@
  * already rolled back its own steps (`runSteps`); `failed` turns that failure into the VM's outcome.
  */
 import type { Logger, StepRun } from "../../shared/index.ts";
-import type { Delivered } from "./boot-steps.ts";
+import type { BootStepName, Delivered } from "./boot-steps.ts";
 import { followToEnd, type FollowOptions } from "./follow.ts";
 import type { VmOutcome } from "./local-vm.ts";
 import type { Pipeline, PipelineRunOptions } from "./pipeline.ts";
@@ -14,9 +14,9 @@ export interface RunToEndOptions {
   /** Aborts the pipeline and the follow when the VM is stopped. */
   readonly signal: AbortSignal;
   readonly log: Logger;
-  readonly onStep?: PipelineRunOptions["onStep"];
-  /** The outcome of a pipeline that failed in `step` ("" if before any); throwing makes runToEnd throw. */
-  readonly failed: (step: string, err: unknown) => Promise<VmOutcome> | VmOutcome;
+  readonly onStep?: PipelineRunOptions<BootStepName>["onStep"];
+  /** The outcome of a pipeline that failed in `step` (undefined: before any step); throwing makes runToEnd throw. */
+  readonly failed: (step: BootStepName | undefined, err: unknown) => Promise<VmOutcome> | VmOutcome;
   /** The workload runs (or was adopted): called once with it and the pipeline's rollback, before the follow. */
   readonly delivered?: (vm: Delivered, run: StepRun) => void;
   readonly follow: Omit<FollowOptions, "signal" | "log">;
@@ -27,11 +27,11 @@ export interface RunToEndOptions {
   readonly rollbackAtEnd?: boolean;
 }
 
-export async function runToEnd<In extends object>(pipeline: Pipeline<In, Delivered>, input: In, o: RunToEndOptions): Promise<VmOutcome> {
-  let failedStep = "";
+export async function runToEnd<In extends object>(pipeline: Pipeline<In, Delivered, BootStepName>, input: In, o: RunToEndOptions): Promise<VmOutcome> {
+  let failedStep: BootStepName | undefined;
   let result: Awaited<ReturnType<typeof pipeline.run>>;
   try {
-    result = await pipeline.run(input, { signal: o.signal, logger: o.log, ...(o.onStep === undefined ? {} : { onStep: o.onStep }), onFailure: (step) => (failedStep = step) });
+    result = await pipeline.run(input, { signal: o.signal, logger: o.log, onStep: o.onStep, onFailure: (step) => (failedStep = step) });
   } catch (err) {
     return o.failed(failedStep, err);
   }

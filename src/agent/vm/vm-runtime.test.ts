@@ -13,7 +13,7 @@ import { FakeClock, silentLogger } from "../../shared/index.ts";
 import { FakeVmmDriver, type FakeVmScript } from "../vmm/fake/fake-driver.ts";
 import type { FakeWorkload } from "../vmm/fake/fake-guest.ts";
 import type { VmmProcess, VmSpec } from "../vmm/index.ts";
-import { exitRecordLine, newExitRecordKey } from "./exit-record.ts";
+import { exitRecordLine, newExitRecordKey } from "../guest/index.ts";
 import type { LocalVm } from "./local-vm.ts";
 import type { VmBootRequest, VmImageSource } from "./ports.ts";
 import { VmDir } from "./vm-dir.ts";

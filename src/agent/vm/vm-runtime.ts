@@ -9,9 +9,9 @@ import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
 import { describeError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
-import { readAdoptionFacts, type AdoptionFacts, type BootDeps } from "./boot-steps.ts";
+import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
-import { firstExitRecord } from "./exit-record.ts";
+import { firstExitRecord } from "../guest/index.ts";
 import { adoptPipeline, bootPipeline } from "./lifecycle.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
@@ -180,6 +180,8 @@ export class VmRuntime {
     await task.done;
     await task.run?.rollback();
     await task.vm?.stop(this.#t.stopGraceMs);
+    const stopped = task.vm?.stopped;
+    if (stopped !== undefined) this.#log(task).info({ rung: stopped.rung, exitMs: Math.round(stopped.exitMs), killMs: Math.round(stopped.killMs), cleanupMs: Math.round(stopped.cleanupMs) }, "VM stopped");
     const dir = VmDir.of(this.#o.stateDir, ref.uid);
     // Processes of an earlier agent run that nobody re-adopted: stopped here, never left running.
     const orphans = task.vm === undefined ? await this.#o.launch.adoptProcesses?.(dir) : undefined;
@@ -245,7 +247,7 @@ export class VmRuntime {
   }
 
   /** Maps the boot's steps onto the VM's local stages (which the decision turns into phases). */
-  #onBootStep(task: VmTask, request: VmBootRequest, name: string, event: "begin" | "end"): void {
+  #onBootStep(task: VmTask, request: VmBootRequest, name: BootStepName, event: "begin" | "end"): void {
     const now = this.#o.clock.now();
     if (name === "vmm" && event === "begin") {
       this.#progress(task, { step: "booting", vmm: request.vmm, at: { booting: now } });

@@ -1,3 +1,4 @@
+import type { VmStopReport } from "./stop-ladder.ts";
 import type { Socket } from "node:net";
 import type { ChildExit, Clock, ImpError, Logger } from "../../shared/index.ts";
 import type { ShutdownMode } from "../guest/index.ts";
@@ -102,10 +103,13 @@ export interface RunningVm extends AsyncDisposable {
    */
   guestReady(): void;
   /**
-   * Asks the guest to shut down the VMM's way (QEMU: SIGTERM; Firecracker: SendCtrlAltDel), then kills
-   * after `graceMs`; then frees what the driver created (sockets, helper processes). Idempotent.
+   * Stops the VM by the one ladder every driver climbs (`stop-ladder.ts`): the graceful request
+   * (QEMU: SIGTERM; Firecracker: SendCtrlAltDel), a wait of `graceMs`, the kill; then frees what the
+   * driver created (sockets, helper processes). Idempotent.
    */
   stop(graceMs: number): Promise<VmExit>;
+  /** Set once stop() has finished: which rung ended the VM, and how long each part took. */
+  readonly stopped: VmStopReport | undefined;
 }
 
 export interface DriverContext {

@@ -259,8 +259,8 @@ describe("adopting a running VM after an agent restart", { timeout: 600_000 }, a
       assert.equal(info.id, layout.id);
       assert.ok(isSocket(layout.host.vsockUds));
       const exit = await adoptedVm.stop(1_500);
-      t.diagnostic(`adopted Firecracker stopped by ${adoptedVm.stopTimings?.by}: ${JSON.stringify(exit)}`);
-      assert.equal(adoptedVm.stopTimings?.by, "kill", "a halted guest ignores Ctrl+Alt+Del, so the grace period ends in a kill");
+      t.diagnostic(`adopted Firecracker stopped by ${adoptedVm.stopped?.rung}: ${JSON.stringify(exit)}`);
+      assert.equal(adoptedVm.stopped?.rung, "killed", "a halted guest ignores Ctrl+Alt+Del, so the grace period ends in a kill");
       assert.ok(readFileSync(layout.host.logFile, "utf8").includes('with body "{\\"action_type\\":\\"SendCtrlAltDel\\"}"'), "Ctrl+Alt+Del was sent through the API first");
       assert.equal((adoptedVm.downSignal.reason as ImpError).code, "FirecrackerExited");
       await assertGone(refs);

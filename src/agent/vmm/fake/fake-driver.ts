@@ -5,6 +5,7 @@
  * that dies. It follows its console with the real {@link ConsoleLog} and writes the real VM record, so
  * the lifecycle around it — fatal lines, re-adoption, exit records — runs as it does over QEMU.
  */
+import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
 import { mkdir, writeFile } from "node:fs/promises";
 import { createConnection, type Socket } from "node:net";
 import { join } from "node:path";
@@ -137,11 +138,20 @@ export class FakeVm implements RunningVm {
     }
   }
 
-  async stop(): Promise<VmExit> {
-    this.end({ code: null, signal: "SIGTERM" });
-    await removeVmRecord(this.spec.dir);
-    return this.process.exited();
+  /** The same ladder as the real drivers; a fake VMM always honours the graceful rung. */
+  async stop(graceMs = VM_STOP_GRACE_MS): Promise<VmExit> {
+    const { exit, report } = await climbStopLadder({
+      process: this.process,
+      graceful: async () => this.end({ code: null, signal: "SIGTERM" }),
+      graceMs,
+      killGraceMs: 0,
+      cleanup: () => removeVmRecord(this.spec.dir),
+    });
+    this.stopped ??= report;
+    return exit;
   }
+
+  stopped: VmStopReport | undefined;
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();

@@ -8,7 +8,7 @@ import { appendFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import type { Clock } from "../../../shared/index.ts";
 import { encodeFrame, FrameDecoder } from "../../guest/index.ts";
-import { exitRecordLine } from "../../vm/exit-record.ts";
+import { exitRecordLine } from "../../guest/index.ts";
 
 /** What the scripted workload of one exec does. */
 export interface FakeWorkload {

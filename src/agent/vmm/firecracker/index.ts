@@ -5,4 +5,4 @@ export { FIRECRACKER_BASE_CMDLINE, firecrackerCmdline } from "./cmdline.ts";
 export { defaultFirecrackerDriverConfig, FirecrackerDriver, type FirecrackerDriverOptions } from "./driver.ts";
 export type { JailerOptions } from "./jailer.ts";
 export type { FirecrackerLayout, JailLayout, JailLink } from "./layout.ts";
-export { FirecrackerVm, type StopTimings } from "./vm.ts";
+export { FirecrackerVm } from "./vm.ts";

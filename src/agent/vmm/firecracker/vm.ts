@@ -6,20 +6,10 @@ import { actionRequest } from "./api-requests.ts";
 import type { FirecrackerApi } from "./api-client.ts";
 import type { FirecrackerLayout } from "./layout.ts";
 import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
+import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
 
 /** The guest agent's vsock port (docs/guest-protocol.md). */
 export const DEFAULT_GUEST_VSOCK_PORT = 10700;
-
-export interface StopTimings {
-  /** From stop() to Firecracker's exit. */
-  readonly exitMs: number;
-  /** Whether the guest's own shutdown (Ctrl+Alt+Del) ended it, or the kill after the grace period did. */
-  readonly by: "guest" | "kill" | "already-exited";
-  /** From the kill (SIGTERM) to the exit; 0 when the guest's shutdown ended it. */
-  readonly killMs: number;
-  /** Removing sockets and the jail. */
-  readonly cleanupMs: number;
-}
 
 /**
  * A started Firecracker VM. It owns the boot's cleanups (`StepRun.rollback`): they run once, when
@@ -41,7 +31,7 @@ export class FirecrackerVm implements RunningVm {
   readonly #cleanedUp: Promise<void>;
   readonly #console: ConsoleLog;
   #stopping: Promise<VmExit> | undefined;
-  #stopTimings: StopTimings | undefined;
+  #stopped: VmStopReport | undefined;
 
   constructor(init: {
     readonly spec: VmSpec;
@@ -102,9 +92,8 @@ export class FirecrackerVm implements RunningVm {
     return this.#down.signal;
   }
 
-  /** Set once stop() has finished. */
-  get stopTimings(): StopTimings | undefined {
-    return this.#stopTimings;
+  get stopped(): VmStopReport | undefined {
+    return this.#stopped;
   }
 
   exited(): Promise<VmExit> {
@@ -125,46 +114,24 @@ export class FirecrackerVm implements RunningVm {
   }
 
   /**
-   * Ctrl+Alt+Del first (a Linux guest with `reboot=k` reboots, and Firecracker exits on a guest
-   * reboot), then SIGTERM and SIGKILL after `graceMs`; then the sockets and the jail go. Idempotent.
+   * The stop ladder with Ctrl+Alt+Del as its graceful rung (a Linux guest with `reboot=k` reboots,
+   * and Firecracker exits on a guest reboot); then the sockets and the jail go. Idempotent.
    */
-  stop(graceMs = 5_000): Promise<VmExit> {
-    this.#stopping ??= this.#stop(graceMs);
+  stop(graceMs = VM_STOP_GRACE_MS): Promise<VmExit> {
+    this.#stopping ??= (async () => {
+      const { exit, report } = await climbStopLadder({
+        process: this.#process,
+        graceful: (deadline) => this.api.put(actionRequest("SendCtrlAltDel"), { timeoutMs: Math.min(graceMs, 2_000), signal: deadline }).then(() => undefined),
+        graceMs,
+        killGraceMs: this.#killGraceMs,
+        cleanup: () => this.#cleanedUp,
+        // Not fatal: the kill rung ends the VM anyway.
+        onGracefulFailed: (err) => this.#logger.debug({ vm: this.spec.name, error: describeError(err) }, "SendCtrlAltDel failed"),
+      });
+      this.#stopped = report;
+      return exit;
+    })();
     return this.#stopping;
-  }
-
-  async #stop(graceMs: number): Promise<VmExit> {
-    const started = performance.now();
-    let by: StopTimings["by"] = "already-exited";
-    let killMs = 0;
-    if (this.#process.running) {
-      by = "guest";
-      const deadline = AbortSignal.timeout(Math.max(1, graceMs));
-      try {
-        await this.api.put(actionRequest("SendCtrlAltDel"), { timeoutMs: Math.min(graceMs, 2_000), signal: deadline });
-      } catch (err) {
-        // Not fatal: the kill below ends the VM anyway.
-        this.#logger.debug({ vm: this.spec.name, error: describeError(err) }, "SendCtrlAltDel failed");
-      }
-      const exitedInTime = await Promise.race([
-        this.#process.exited().then(() => true),
-        new Promise<false>((resolve) => {
-          if (deadline.aborted) resolve(false);
-          deadline.addEventListener("abort", () => resolve(false), { once: true });
-        }),
-      ]);
-      if (!exitedInTime) {
-        by = "kill";
-        const killed = performance.now();
-        await this.#process.stop(this.#killGraceMs);
-        killMs = performance.now() - killed;
-      }
-    }
-    const exit = await this.#process.exited();
-    const exitMs = performance.now() - started;
-    await this.#cleanedUp;
-    this.#stopTimings = { exitMs, by, killMs, cleanupMs: performance.now() - started - exitMs };
-    return exit;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

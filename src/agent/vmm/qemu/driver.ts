@@ -2,7 +2,9 @@ import { terminalError } from "../../../shared/index.ts";
 import type { Accel } from "../kvm-probe.ts";
 import type { DriverContext, KernelCmdlineParts, VmDrive, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import type { QemuDrive } from "./argv.ts";
-import { QemuVm, QemuVmDir, type QemuChannelKind, type QemuVmOptions } from "./vm.ts";
+import { QemuVmDir } from "./layout.ts";
+import type { QemuChannelKind, QemuVmOptions } from "./steps.ts";
+import { QemuVm } from "./vm.ts";
 
 export interface QemuDriverOptions {
   readonly qemuBinary?: string;

@@ -1,251 +1,15 @@
 import { createConnection, type Socket } from "node:net";
-import { mkdir, open, rm, stat, writeFile } from "node:fs/promises";
-import { basename, join } from "node:path";
-import {
-  describeError,
-  retryableError,
-  runSteps,
-  silentLogger,
-  systemClock,
-  terminalError,
-  withDeadline,
-  type Clock,
-  type ImpError,
-  type Logger,
-  type Step,
-  type StepRun,
-} from "../../../shared/index.ts";
+import { open } from "node:fs/promises";
+import { basename } from "node:path";
+import { describeError, retryableError, runSteps, terminalError, withDeadline, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
+import type { ConsoleLog } from "../console-log.ts";
 import { DirectLauncher } from "../direct-launcher.ts";
-import type { ConnectGuestOptions, ProcessLauncher, RunningVm, VmExit, VmSpec, VmmProcess } from "../types.ts";
-import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
-import { assertExecutable, describeExit } from "./child.ts";
-import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
-import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
-
-/** The guest agent's vsock port and virtio-serial port name (docs/guest-protocol.md). */
-export const DEFAULT_GUEST_VSOCK_PORT = 10700;
-export const DEFAULT_SERIAL_PORT_NAME = "imp.agent";
-
-export type QemuChannelKind = "vsock" | "serial" | "none";
-
-export interface QemuVmOptions {
-  /** This VM's own directory: sockets, serial log, backend log. Created if missing. Keep it short (Unix socket paths ≤ 107 bytes). */
-  readonly dir: string;
-  readonly machine: Omit<QemuMachineSpec, "channel" | "consoleLog">;
-  readonly channel: QemuChannelKind;
-  readonly qemuBinary?: string;
-  /** rust-vmm vhost-device-vsock binary; required for channel "vsock". */
-  readonly vhostDeviceVsock?: string;
-  /** Guest CID for vsock (≥ 3). */
-  readonly guestCid?: number;
-  readonly serialPortName?: string;
-  /** With the default launcher: kill QEMU and its backend when this process dies (tests). A node agent leaves this off. */
-  readonly dieWithParent?: boolean;
-  /** How long the vsock backend may take to create its control socket. */
-  readonly backendReadyTimeoutMs?: number;
-  readonly logger?: Logger;
-  /** Starts QEMU and its backend; default a {@link DirectLauncher} honouring `dieWithParent`. */
-  readonly launcher?: ProcessLauncher;
-  readonly clock?: Clock;
-  /** Aborts the boot; whatever was started by then is stopped. */
-  readonly signal?: AbortSignal;
-  /** The driver-neutral description this VM answers as `spec`; derived from the options when absent. */
-  readonly spec?: VmSpec;
-  /**
-   * Console bytes the guest may write to `serial.log` before the VM is marked down with
-   * `GuestConsoleFlood` (the file is on the node's disk and QEMU does not bound it). Default 16 MiB.
-   */
-  readonly maxConsoleBytes?: number;
-}
-
-export type QemuExit = VmExit;
-
-export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock" | "maxConsoleBytes">> {
-  return {
-    maxConsoleBytes: DEFAULT_MAX_CONSOLE_BYTES,
-    qemuBinary: "qemu-system-x86_64",
-    guestCid: 3,
-    serialPortName: DEFAULT_SERIAL_PORT_NAME,
-    dieWithParent: false,
-    backendReadyTimeoutMs: 5_000,
-    logger: silentLogger,
-    clock: systemClock,
-  };
-}
-
-/** Where a QEMU VM keeps its files. The only place that builds these paths. */
-export class QemuVmDir {
-  readonly root: string;
-  constructor(root: string) {
-    // sun_path is 108 bytes including the NUL; the longest name below is 15 bytes.
-    if (Buffer.byteLength(join(root, "vhost-user.sock")) > 107) {
-      throw terminalError("VmDirTooLong", `Cannot use VM directory ${root}: Unix socket paths inside it would exceed 107 bytes`);
-    }
-    this.root = root;
-  }
-  serialLog(): string { return join(this.root, "serial.log"); }
-  /** QEMU's stdout and stderr. */
-  qemuLog(): string { return join(this.root, "qemu.log"); }
-  backendLog(): string { return join(this.root, "vhost-device-vsock.log"); }
-  /** vhost-user control socket between QEMU and vhost-device-vsock. */
-  vhostUserSocket(): string { return join(this.root, "vhost-user.sock"); }
-  /** Hybrid-vsock Unix socket the host dials (`CONNECT <port>`), as Firecracker's `uds_path`. */
-  vsockUds(): string { return join(this.root, "vsock.sock"); }
-  /** virtio-serial agent port, QEMU listening. */
-  agentSocket(): string { return join(this.root, "agent.sock"); }
-  sockets(): string[] { return [this.vhostUserSocket(), this.vsockUds(), this.agentSocket()]; }
-}
-
-type BootConfig = ReturnType<typeof defaultQemuVmConfig> & QemuVmOptions;
-
-/** What the boot steps acquire, in order. */
-interface Boot {
-  readonly cfg: BootConfig;
-  readonly spec: VmSpec;
-  readonly dir: QemuVmDir;
-  readonly launcher: ProcessLauncher;
-  readonly down: AbortController;
-  backend?: VmmProcess;
-  argv?: string[];
-  qemu?: VmmProcess;
-  serial?: ConsoleLog;
-  /** Set when adopting: the processes an earlier agent run started. */
-  readonly adopting?: readonly VmmProcess[];
-}
-
-function guestChannelOf(cfg: BootConfig, dir: QemuVmDir): { channel?: QemuGuestChannel } {
-  if (cfg.channel === "vsock") return { channel: { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() } };
-  if (cfg.channel === "serial") return { channel: { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName } };
-  return {};
-}
-
-const FOLLOW_CONSOLE: Step<Boot> = {
-  name: "follow console",
-  run: (boot, step) => {
-    const { dir, down, cfg } = boot;
-    const serial = new ConsoleLog(dir.serialLog(), {
-      maxBytes: cfg.maxConsoleBytes,
-      // An adopted VM booted long ago: its console holds whatever its workload wrote since.
-      armed: boot.adopting === undefined,
-      // Marking the VM down ends its run like a VMM exit would; the owner's stop() then kills QEMU.
-      onOverflow: (bytes) => {
-        if (!down.signal.aborted) {
-          down.abort(terminalError("GuestConsoleFlood", `Cannot keep VM running: its guest wrote ${bytes} bytes to the serial console, over the ${cfg.maxConsoleBytes}-byte limit (a guest flooding its console would fill the node's disk); the last lines are in ${dir.serialLog()}`, { context: { serialLog: dir.serialLog(), bytes } }));
-        }
-      },
-      onFatal: (line) => {
-        if (!down.signal.aborted) {
-          down.abort(terminalError("GuestBootFailed", `Cannot boot guest: console says ${JSON.stringify(line)}`, { context: { serialLog: dir.serialLog() } }));
-        }
-      },
-    }).start();
-    boot.serial = serial;
-    step.onCleanup("close console", () => serial.close());
-  },
-};
-
-const BOOT_STEPS: readonly Step<Boot>[] = [
-  {
-    name: "check binaries",
-    run: async ({ cfg }) => {
-      await assertExecutable("qemu", cfg.qemuBinary);
-      if (cfg.channel !== "vsock") return;
-      if (cfg.vhostDeviceVsock === undefined) {
-        throw terminalError("VsockBackendMissing", "Cannot start a VM with vsock under QEMU: no vhost-device-vsock binary given");
-      }
-      await assertExecutable("vhost-device-vsock", cfg.vhostDeviceVsock);
-    },
-  },
-  {
-    name: "prepare directory",
-    run: async ({ cfg, spec, dir }, step) => {
-      await mkdir(dir.root, { recursive: true });
-      // Stale sockets of an earlier boot would make the backend's bind fail or a dial reach nothing.
-      await removeSockets(dir);
-      step.onCleanup("remove sockets", () => removeSockets(dir));
-      // The console follower reads from the start: this boot's console only.
-      await writeFile(dir.serialLog(), "");
-      // What a restarted agent needs to adopt this VM; gone with the VM (a stale one would mislead).
-      if (cfg.channel === "none") return;
-      step.onCleanup("remove vm record", () => removeVmRecord(dir.root));
-      await writeVmRecord(dir.root, { driver: "qemu", channel: cfg.channel, spec });
-    },
-  },
-  {
-    name: "start vsock backend",
-    run: async (boot, step) => {
-      const { cfg, dir } = boot;
-      if (cfg.channel !== "vsock" || cfg.vhostDeviceVsock === undefined) return;
-      const cid = cfg.guestCid;
-      if (!Number.isInteger(cid) || cid < 3 || cid > 0xffff_fffe) throw terminalError("VmSpecInvalid", `Cannot use guest CID ${cid}: need an integer in 3..4294967294`);
-      const backend = await boot.launcher.launch({
-        name: "vhost-device-vsock",
-        binary: cfg.vhostDeviceVsock,
-        args: ["--vm", `guest-cid=${cid},socket=${dir.vhostUserSocket()},uds-path=${dir.vsockUds()}`],
-        stdoutPath: dir.backendLog(),
-        stderrPath: dir.backendLog(),
-      });
-      boot.backend = backend;
-      step.onCleanup("stop vsock backend", async () => { await backend.stop(1_000); });
-      await waitForControlSocket(backend, dir, cfg, step.signal);
-    },
-  },
-  {
-    name: "start qemu",
-    run: async (boot, step) => {
-      const { cfg, dir } = boot;
-      const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
-      boot.argv = argv;
-      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog() });
-      boot.qemu = qemu;
-      step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
-    },
-  },
-  FOLLOW_CONSOLE,
-];
-
-/**
- * Adoption of a VM another agent run started: the same resources as a boot, taken over instead of
- * created, with the same cleanups registered in the same order (so stop and rollback behave alike).
- * A failed adoption stops what is left of the VM: without its backend or channel nobody can reach it.
- */
-const ADOPT_STEPS: readonly Step<Boot>[] = [
-  {
-    name: "claim processes",
-    run: async (boot, step) => {
-      const { cfg, dir } = boot;
-      const processes = boot.adopting ?? [];
-      const qemu = processes.find((p) => p.name === "qemu");
-      const backend = cfg.channel === "vsock" ? processes.find((p) => p.name === "vhost-device-vsock") : undefined;
-      // Registered in boot order before any check, so a refused adoption leaves nothing running.
-      step.onCleanup("remove vm record", () => removeVmRecord(dir.root));
-      step.onCleanup("remove sockets", () => removeSockets(dir));
-      if (backend !== undefined) step.onCleanup("stop vsock backend", async () => { await backend.stop(1_000); });
-      if (qemu !== undefined) step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
-      const needed = [{ name: "qemu", p: qemu }, ...(cfg.channel === "vsock" ? [{ name: "vhost-device-vsock", p: backend }] : [])];
-      for (const { name, p } of needed) {
-        if (p === undefined) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its ${name} process is not among the adopted ones (${processes.map((x) => x.name).join(", ") || "none"})`);
-        if (!p.running) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its ${name} process has exited (${describeExit(await p.exited())})`);
-      }
-      if (qemu === undefined) return; // checked above
-      boot.qemu = qemu;
-      if (backend !== undefined) boot.backend = backend;
-      boot.argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
-    },
-  },
-  {
-    name: "check channel",
-    run: async ({ cfg, dir }) => {
-      const socket = cfg.channel === "vsock" ? dir.vsockUds() : cfg.channel === "serial" ? dir.agentSocket() : undefined;
-      if (socket === undefined) return;
-      if ((await stat(socket).catch(() => undefined))?.isSocket() !== true) {
-        throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its guest channel socket ${socket} is missing`);
-      }
-    },
-  },
-  FOLLOW_CONSOLE,
-];
+import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
+import type { ConnectGuestOptions, RunningVm, VmmProcess, VmSpec } from "../types.ts";
+import { describeExit } from "./child.ts";
+import { QemuVmDir } from "./layout.ts";
+import { ADOPT_STEPS, BOOT_STEPS, DEFAULT_GUEST_VSOCK_PORT, defaultQemuVmConfig, type Boot, type BootConfig, type QemuChannelKind, type QemuExit, type QemuVmOptions } from "./steps.ts";
 
 /**
  * One QEMU microvm process (plus its vhost-device-vsock backend for the vsock channel), started
@@ -271,6 +35,7 @@ export class QemuVm implements RunningVm {
   readonly #exited: Promise<QemuExit>;
   #tornDown: Promise<void> | undefined;
   #stopping: Promise<QemuExit> | undefined;
+  #stopped: VmStopReport | undefined;
 
   private constructor(spec: VmSpec, boot: Required<Boot>, run: StepRun) {
     this.spec = spec;
@@ -410,43 +175,33 @@ export class QemuVm implements RunningVm {
   }
 
   /**
-   * Stops QEMU (SIGTERM, then SIGKILL after `graceMs`), then its vsock backend, removes the sockets
-   * and reads the console to its end. Idempotent; returns how QEMU ended (which may be its own
-   * earlier exit).
+   * The stop ladder with SIGTERM as its graceful rung (QEMU treats it as the power button and exits),
+   * SIGKILL once `graceMs` has passed; then its vsock backend stops, the sockets go and the console is
+   * read to its end. Idempotent; returns how QEMU ended (which may be its own earlier exit).
    */
-  stop(graceMs = 3_000): Promise<QemuExit> {
+  stop(graceMs = VM_STOP_GRACE_MS): Promise<QemuExit> {
     this.#stopping ??= (async () => {
-      await this.#qemu.stop(graceMs);
-      const exit = await this.#exited;
-      await this.#teardown();
-      return exit;
+      const { report } = await climbStopLadder({
+        process: this.#qemu,
+        graceful: async () => this.#qemu.signal("SIGTERM"),
+        graceMs,
+        // Past the grace, at once: QEMU had its SIGTERM.
+        killGraceMs: 0,
+        cleanup: () => this.#teardown(),
+      });
+      this.#stopped = report;
+      return this.#exited;
     })();
     return this.#stopping;
+  }
+
+  get stopped(): VmStopReport | undefined {
+    return this.#stopped;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
-}
-
-/** QEMU connects to the backend's control socket at startup, so it must exist first. */
-async function waitForControlSocket(backend: VmmProcess, dir: QemuVmDir, cfg: BootConfig, signal: AbortSignal): Promise<void> {
-  const deadline = cfg.clock.now() + cfg.backendReadyTimeoutMs;
-  for (;;) {
-    signal.throwIfAborted();
-    if (!backend.running) {
-      throw terminalError("VsockBackendExited", `Cannot start vhost-device-vsock: it exited (${describeExit(await backend.exited())}); see ${dir.backendLog()}`);
-    }
-    if ((await stat(dir.vhostUserSocket()).catch(() => undefined))?.isSocket() === true) return;
-    if (cfg.clock.now() > deadline) {
-      throw retryableError("VsockBackendTimeout", `Cannot start vhost-device-vsock: no control socket within ${cfg.backendReadyTimeoutMs} ms; see ${dir.backendLog()}`);
-    }
-    await cfg.clock.sleep(20, signal);
-  }
-}
-
-async function removeSockets(dir: QemuVmDir): Promise<void> {
-  await Promise.all(dir.sockets().map((path) => rm(path, { force: true })));
 }
 
 /** "; qemu: <last lines of its stderr>", or "" — QEMU's own words for why it exited. */
