@@ -133,6 +133,11 @@ export const VM_REASONS = {
   BootTimeout: "BootTimeout",
   /** The VMM process exited before the workload finished. */
   VmmExited: "VmmExited",
+  /**
+   * The VM's memory cgroup reached its limit (the class's memory plus the VMM's own overhead) and
+   * the kernel's OOM killer ended the VMM, as Kubernetes says of a container.
+   */
+  OOMKilled: "OOMKilled",
   /** The guest could not be reached after the Exec was sent; never re-run with the same setup. */
   GuestUnreachable: "GuestUnreachable",
   /** The guest broke the protocol (malformed or oversized frames) or flooded its console; it was stopped. */

@@ -13,7 +13,7 @@ export class AgentMetrics {
   readonly vms: Gauge<"phase">;
   readonly setupDeliveries: Counter;
   readonly errors: Counter<"code">;
-  readonly ended: Counter<"reason">;
+  readonly ended: Counter<"reason" | "pool">;
   readonly sweepRemoved: Counter<"kind">;
   readonly exitDetection: Histogram;
 
@@ -26,12 +26,13 @@ export class AgentMetrics {
     for (const phase of VM_PHASES) this.vms.set({ phase }, 0);
     this.setupDeliveries = new Counter({ name: "imp_agent_setup_deliveries_total", help: "One-time runner setups the guest confirmed.", registers });
     this.errors = new Counter({ name: "imp_agent_errors_total", help: "Failures by error code.", labelNames: ["code"], registers });
-    this.ended = new Counter({ name: "imp_agent_vms_ended_total", help: "VMs that ended, by reason.", labelNames: ["reason"], registers });
+    this.ended = new Counter({ name: "imp_agent_vms_ended_total", help: "VMs that ended, by reason (OOMKilled: the VM's memory limit was reached) and runner pool (empty for VMs of no pool).", labelNames: ["reason", "pool"], registers });
     this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir).", labelNames: ["kind"], registers });
     this.exitDetection = new Histogram({ name: "imp_agent_exit_detection_seconds", help: "VMM exit → agent knew of it.", buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5], registers });
   }
 
-  onRuntimeEvent(event: RuntimeEvent): void {
+  /** `pool`: the runner pool of the VM an event is about ("" for none). */
+  onRuntimeEvent(event: RuntimeEvent, pool = ""): void {
     switch (event.kind) {
       case "prepared":
         this.prepare.observe(event.ms / 1000);
@@ -43,7 +44,7 @@ export class AgentMetrics {
         this.setupDeliveries.inc();
         break;
       case "ended":
-        this.ended.inc({ reason: event.outcome.reason });
+        this.ended.inc({ reason: event.outcome.reason, pool });
         if (event.runMs !== undefined) this.run.observe(event.runMs / 1000);
         break;
       case "failed":

@@ -8,7 +8,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { canTransitionVM, FINALIZERS, openSetup, parseSealedSetup, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
+import { canTransitionVM, FINALIZERS, LABELS, openSetup, parseSealedSetup, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
 import {
   Controller,
   createResourceClient,
@@ -142,7 +142,7 @@ export class NodeAgent {
       logger: this.#log,
       setups: this.#setups,
       notify: (vm) => this.#controller.enqueue(`${vm.namespace}/${vm.name}`),
-      observe: (event) => this.metrics.onRuntimeEvent(event),
+      observe: (event) => this.metrics.onRuntimeEvent(event, event.kind === "ended" ? (this.#vms.get(`${event.vm.namespace}/${event.vm.name}`)?.seen.metadata.labels?.[LABELS.pool] ?? "") : ""),
       faults: this.faults,
     });
     this.#controller = new Controller({ name: "imp-agent-vm", registry: this.registry, workers: 4, logger: this.#log, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx), reconcileTimeoutMs: 120_000 });

@@ -4,7 +4,7 @@ import { terminalError, type ImpError } from "../../shared/index.ts";
 import { SupervisorConnection } from "./connection.ts";
 import { bootId, liveness } from "./proc.ts";
 import { readExitRecord, readIdentity, sameProcess, SUPERVISOR_FILES, type SupervisorIdentity } from "./records.ts";
-import { SupervisedProcess } from "./supervised-process.ts";
+import { asSupervisedExit, SupervisedProcess } from "./supervised-process.ts";
 
 export interface AdoptSupervisedOptions {
   /** Bound on connecting to the supervisor; default 5 s. */
@@ -34,7 +34,7 @@ export async function adoptSupervised(dir: string, options: AdoptSupervisedOptio
     const record = await readExitRecord(dir);
     if (record === undefined) return undefined;
     if (!sameProcess(record.process, identity.process)) throw mismatch(identity, dir, `exit.json is for pid ${record.process.pid}, not ${identity.process.pid}`);
-    return new SupervisedProcess(dir, identity, undefined, {}, { code: record.code, signal: record.signal, at: record.at, recorded: true });
+    return new SupervisedProcess(dir, identity, undefined, {}, asSupervisedExit(record));
   };
   const exited = await recordedExit();
   if (exited !== undefined) return exited;
@@ -65,7 +65,7 @@ export async function adoptSupervised(dir: string, options: AdoptSupervisedOptio
   // that process is gone, whatever a later status race would say.
   if (hello.state === "exited" && hello.exit !== undefined) {
     connection.close();
-    return new SupervisedProcess(dir, identity, undefined, {}, { code: hello.exit.code, signal: hello.exit.signal, at: hello.exit.at, recorded: true });
+    return new SupervisedProcess(dir, identity, undefined, {}, asSupervisedExit(hello.exit));
   }
   return new SupervisedProcess(dir, identity, connection);
 }

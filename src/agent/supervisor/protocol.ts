@@ -1,4 +1,4 @@
-import { parseExit, parseProcessRef } from "./records.ts";
+import { parseExit, parseProcessRef, type SupervisorExit } from "./records.ts";
 import type { ProcessRef } from "./proc.ts";
 
 /**
@@ -15,7 +15,7 @@ export interface SupervisorStatus {
   readonly process: ProcessRef;
   readonly supervisor: ProcessRef;
   readonly startedAt: string;
-  readonly exit?: { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly at: string };
+  readonly exit?: SupervisorExit;
 }
 
 export type SupervisorMessage =

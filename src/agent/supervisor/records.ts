@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../shared/index.ts";
+import type { VmmMemoryUse } from "../vmm/types.ts";
 import type { ProcessRef } from "./proc.ts";
 
 /** Files the supervisor keeps in its directory (see docs/supervisor.md). */
@@ -26,11 +27,16 @@ export interface SupervisorIdentity {
   readonly startedAt: string;
 }
 
-/** exit.json: how the process ended, written atomically before the exit event is sent. */
-export interface ExitRecord {
+/** How the process ended, as exit.json and the socket's exit event carry it. */
+export interface SupervisorExit {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;
   readonly at: string;
+  readonly memory?: VmmMemoryUse;
+}
+
+/** exit.json: how the process ended, written atomically before the exit event is sent. */
+export interface ExitRecord extends SupervisorExit {
   readonly name: string;
   readonly vmId: string;
   readonly bootId: string;
@@ -65,14 +71,23 @@ export function parseIdentity(v: unknown): SupervisorIdentity | undefined {
 }
 
 /** Validates the exit part shared by exit.json and the socket's exit event. */
-export function parseExit(v: unknown): { code: number | null; signal: NodeJS.Signals | null; at: string } | undefined {
+export function parseExit(v: unknown): SupervisorExit | undefined {
   if (!isObject(v) || typeof v.at !== "string") return undefined;
+  const memory = v.memory === undefined ? undefined : parseMemoryUse(v.memory);
+  if (v.memory !== undefined && memory === undefined) return undefined;
   const code = v.code === null || v.code === undefined ? null : v.code;
   const signal = v.signal === null || v.signal === undefined ? null : v.signal;
   if (code !== null && !(typeof code === "number" && Number.isInteger(code))) return undefined;
   if (signal !== null && !(typeof signal === "string" && /^SIG[A-Z0-9]+$/.test(signal))) return undefined;
   if ((code === null) === (signal === null)) return undefined; // exactly one of them
-  return { code, signal: signal as NodeJS.Signals | null, at: v.at };
+  return { code, signal: signal as NodeJS.Signals | null, at: v.at, ...(memory === undefined ? {} : { memory }) };
+}
+
+function parseMemoryUse(v: unknown): VmmMemoryUse | undefined {
+  if (!isObject(v) || typeof v.oomKilled !== "boolean") return undefined;
+  const { peakBytes, limitBytes } = v;
+  if ((peakBytes !== undefined && !isCount(peakBytes)) || (limitBytes !== undefined && !isCount(limitBytes))) return undefined;
+  return { oomKilled: v.oomKilled, ...(peakBytes === undefined ? {} : { peakBytes }), ...(limitBytes === undefined ? {} : { limitBytes }) };
 }
 
 export function parseExitRecord(v: unknown): ExitRecord | undefined {

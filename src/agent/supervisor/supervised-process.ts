@@ -6,7 +6,7 @@ import { cgroupPids, removeCgroup } from "./cgroups.ts";
 import { SupervisorConnection } from "./connection.ts";
 import { liveness, type ProcessRef } from "./proc.ts";
 import type { SupervisorStatus } from "./protocol.ts";
-import { readExitRecord, sameProcess, SUPERVISOR_FILES, type SupervisorIdentity } from "./records.ts";
+import { readExitRecord, sameProcess, SUPERVISOR_FILES, type SupervisorExit, type SupervisorIdentity } from "./records.ts";
 
 /** How a supervised process ended. `recorded` is false only when its supervisor died without recording it. */
 export interface SupervisedExit extends VmExit {
@@ -158,14 +158,19 @@ export class SupervisedProcess implements VmmProcess {
   async #recorded(): Promise<SupervisedExit | undefined> {
     const record = await readExitRecord(this.dir).catch(() => undefined);
     if (record === undefined || !sameProcess(record.process, this.identity.process)) return undefined;
-    return { code: record.code, signal: record.signal, at: record.at, recorded: true };
+    return asSupervisedExit(record);
   }
 }
 
 function exitOf(status: SupervisorStatus): SupervisedExit {
   const exit = status.exit;
   if (exit === undefined) throw new Error("status without exit");
-  return { code: exit.code, signal: exit.signal, at: exit.at, recorded: true };
+  return asSupervisedExit(exit);
+}
+
+/** An exit as the supervisor recorded it (exit.json, the exit event or a hello). */
+export function asSupervisedExit(exit: SupervisorExit): SupervisedExit {
+  return { code: exit.code, signal: exit.signal, at: exit.at, ...(exit.memory === undefined ? {} : { memory: exit.memory }), recorded: true };
 }
 
 async function waitUntilGone(ref: ProcessRef, timeoutMs: number): Promise<void> {

@@ -5,7 +5,8 @@
  * Never from console text.
  */
 import { VM_REASONS, type VMReason } from "../../api/index.ts";
-import { describeError, ImpError, describeExit, type ChildExit } from "../../shared/index.ts";
+import { describeError, ImpError, describeExit } from "../../shared/index.ts";
+import type { VmExit } from "../vmm/index.ts";
 import type { ExecOutcome } from "../guest/index.ts";
 import { isGuestMisbehaviour } from "./guest-connection.ts";
 import type { VmOutcome } from "./local-vm.ts";
@@ -56,6 +57,32 @@ export function outcomeOfBootFailure(step: BootStepName | undefined, err: unknow
   return { succeeded: false, reason: REASON_BY_CODE[code] ?? byStep ?? VM_REASONS.PrepareFailed, message };
 }
 
+const MIB = 1024 * 1024;
+
+/**
+ * The VM's end when its memory cgroup's OOM killer ended the VMM (the supervisor read it from the
+ * cgroup as the VMM exited); undefined for any other exit. The message says what a user can change.
+ */
+export function oomKilledOutcome(exit: VmExit | undefined): VmOutcome | undefined {
+  const memory = exit?.memory;
+  if (exit === undefined || memory?.oomKilled !== true) return undefined;
+  const mib = (bytes: number | undefined): string => (bytes === undefined ? "unknown" : `${Math.round(bytes / MIB)} MiB`);
+  return {
+    succeeded: false,
+    reason: VM_REASONS.OOMKilled,
+    message: `the VM's memory limit was reached and the kernel's OOM killer ended its VMM (${describeExit(exit)}): limit ${mib(memory.limitBytes)} (the class's memory plus the VMM's own overhead), peak ${mib(memory.peakBytes)}; give the VM class more memory or the job less to hold`,
+  };
+}
+
+/**
+ * An outcome that ended in the VMM's death, told more precisely when that death was an OOM kill;
+ * an outcome the workload itself decided (its exit code is known) stands as it is.
+ */
+export function explainVmmDeath(outcome: VmOutcome, vmmExit: VmExit | undefined): VmOutcome {
+  if (outcome.succeeded || outcome.exitCode !== undefined) return outcome;
+  return oomKilledOutcome(vmmExit) ?? outcome;
+}
+
 export function misbehaved(err: unknown): VmOutcome {
   return { succeeded: false, reason: VM_REASONS.GuestMisbehaved, message: `the guest misbehaved and was stopped: ${describeError(err)}`.slice(0, MAX_MESSAGE) };
 }
@@ -65,8 +92,12 @@ export function misbehaved(err: unknown): VmOutcome {
  * with the boot's key if there is one, else "unknown" (never a success), with the VMM's own exit as
  * the launcher or supervisor recorded it.
  */
-export function outcomeAfterTheFact(record: WorkloadExitRecord | undefined, vmmExit: ChildExit | undefined, why: string): VmOutcome {
+export function outcomeAfterTheFact(record: WorkloadExitRecord | undefined, vmmExit: VmExit | undefined, why: string): VmOutcome {
   const vmm = vmmExit === undefined ? "its VMM is gone" : `its VMM ${describeExit(vmmExit)}`;
+  if (record === undefined) {
+    const oom = oomKilledOutcome(vmmExit);
+    if (oom !== undefined) return { ...oom, message: `${oom.message} (while no agent watched the VM)` };
+  }
   if (record !== undefined) {
     const seen = outcomeOfExit({ execId: record.execId, state: "exited", exitCode: record.exitCode, ...(record.signal === undefined ? {} : { signal: record.signal }) });
     return { ...seen, message: `${seen.message}, while no agent watched the VM (from its verified exit record; ${vmm})` };

@@ -8,6 +8,7 @@ import type { Logger, StepRun } from "../../shared/index.ts";
 import type { BootStepName, Delivered } from "./boot-steps.ts";
 import { followToEnd, type FollowOptions } from "./follow.ts";
 import type { VmOutcome } from "./local-vm.ts";
+import { explainVmmDeath } from "./outcome.ts";
 import type { Pipeline, PipelineRunOptions } from "./pipeline.ts";
 
 export interface RunToEndOptions {
@@ -27,6 +28,9 @@ export interface RunToEndOptions {
   readonly rollbackAtEnd?: boolean;
 }
 
+/** How long the VMM's exit may take to be known once the follow ended (it has gone by then). */
+const VMM_EXIT_WAIT_MS = 1_000;
+
 export async function runToEnd<In extends object>(pipeline: Pipeline<In, Delivered, BootStepName>, input: In, o: RunToEndOptions): Promise<VmOutcome> {
   let failedStep: BootStepName | undefined;
   let result: Awaited<ReturnType<typeof pipeline.run>>;
@@ -37,7 +41,11 @@ export async function runToEnd<In extends object>(pipeline: Pipeline<In, Deliver
   }
   try {
     o.delivered?.(result.output, result.run);
-    return await followToEnd(result.output, { ...o.follow, signal: o.signal, log: o.log });
+    const { vm } = result.output;
+    const outcome = await followToEnd(result.output, { ...o.follow, signal: o.signal, log: o.log });
+    // The follow ends with the VMM gone (it powered off or was stopped): how it went may say more.
+    const vmmExit = await Promise.race([vm.exited(), new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), VMM_EXIT_WAIT_MS).unref())]);
+    return explainVmmDeath(outcome, vmmExit);
   } finally {
     if (o.rollbackAtEnd === true) await result.run.rollback();
   }

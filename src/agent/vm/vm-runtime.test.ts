@@ -226,6 +226,30 @@ describe("VmRuntime on the fake VMM", () => {
     await w.runtime.release(ref);
   });
 
+  it("ends a VM whose VMM its memory cgroup's OOM killer ended with OOMKilled, saying the limit and peak", async () => {
+    const w = await world({ hog: exits(0, 600_000) });
+    const { ref, request } = vm({ name: "hog" });
+    w.runtime.start(ref, request);
+    await w.until(ref.uid, (l) => l.stage === "running");
+    const limitBytes = 640 * 1024 * 1024;
+    w.driver.vms.get(VmDir.of(w.stateDir, ref.uid).vmm())?.end({ code: null, signal: "SIGKILL", memory: { oomKilled: true, peakBytes: limitBytes, limitBytes } });
+    const l = await w.until(ref.uid, ended);
+    assert.equal(l.outcome?.reason, "OOMKilled", l.outcome?.message);
+    assert.match(l.outcome?.message ?? "", /limit 640 MiB .*peak 640 MiB/);
+    await w.runtime.release(ref);
+  });
+
+  it("keeps VmmExited for a VMM killed by a signal while its cgroup saw no OOM kill", async () => {
+    const w = await world({ plain: exits(0, 600_000) });
+    const { ref, request } = vm({ name: "plain" });
+    w.runtime.start(ref, request);
+    await w.until(ref.uid, (l) => l.stage === "running");
+    w.driver.vms.get(VmDir.of(w.stateDir, ref.uid).vmm())?.end({ code: null, signal: "SIGKILL", memory: { oomKilled: false, peakBytes: 1, limitBytes: 2 } });
+    const l = await w.until(ref.uid, ended);
+    assert.equal(l.outcome?.reason, "VmmExited", l.outcome?.message);
+    await w.runtime.release(ref);
+  });
+
   it("asks the guest again over a fresh channel when the channel is lost while the workload runs", async () => {
     const w = await world({ lossy: exits(4, 5_000) });
     const { ref, request } = vm({ name: "lossy" });

@@ -23,7 +23,7 @@ export type RuntimeEvent =
   | { readonly kind: "prepared"; readonly ms: number }
   | { readonly kind: "booted"; readonly ms: number; readonly vmm: VmmKind }
   | { readonly kind: "setup-delivered" }
-  | { readonly kind: "ended"; readonly outcome: VmOutcome; readonly runMs?: number }
+  | { readonly kind: "ended"; readonly vm: VmRef; readonly outcome: VmOutcome; readonly runMs?: number }
   | { readonly kind: "failed"; readonly code: string };
 
 export interface VmRuntimeOptions {
@@ -328,7 +328,7 @@ export class VmRuntime {
     const first = task.local.outcome ?? outcome;
     task.local = { ...task.local, stage: "ended", outcome: first, at: { ...task.local.at, ended: now } };
     log.info({ reason: first.reason, exitCode: first.exitCode, succeeded: first.succeeded }, "VM ended");
-    this.#o.observe?.({ kind: "ended", outcome: first, ...(task.local.at.running === undefined ? {} : { runMs: now - task.local.at.running }) });
+    this.#o.observe?.({ kind: "ended", vm: task.ref, outcome: first, ...(task.local.at.running === undefined ? {} : { runMs: now - task.local.at.running }) });
     this.#o.notify(task.ref);
   }
 

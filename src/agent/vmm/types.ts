@@ -46,7 +46,18 @@ export interface VmSpec {
   readonly guestCid: number;
 }
 
-export type VmExit = ChildExit;
+/**
+ * What a VMM's memory cgroup saw, read by its supervisor as it exited: whether the kernel's OOM
+ * killer ended something in it (the VM's limit was reached), its peak and its limit.
+ */
+export interface VmmMemoryUse {
+  readonly oomKilled: boolean;
+  readonly peakBytes?: number;
+  readonly limitBytes?: number;
+}
+
+/** How a VMM process ended; `memory` where a supervisor kept it in its own cgroup. */
+export type VmExit = ChildExit & { readonly memory?: VmmMemoryUse };
 
 /** One process a driver started (the VMM itself, or a helper such as QEMU's vsock backend). */
 export interface VmmProcess {

@@ -173,6 +173,63 @@ func (c *Cgroup) setLimit(limit int64) error {
 	return nil
 }
 
+// OOMKills is how many processes the kernel's OOM killer ended in this cgroup: v2's memory.events
+// "oom_kill", v1's memory.oom_control "oom_kill" (Linux 4.13+).
+func (c *Cgroup) OOMKills() (int64, error) {
+	file := "memory.oom_control"
+	if c.Mode == V2 {
+		file = "memory.events"
+	}
+	b, err := os.ReadFile(filepath.Join(c.Path, file))
+	if err != nil {
+		return 0, err
+	}
+	return keyedValue(string(b), "oom_kill")
+}
+
+// PeakBytes is the most memory the cgroup has held (v2 memory.peak, Linux 5.19+; v1
+// memory.max_usage_in_bytes); 0 when the kernel does not say.
+func (c *Cgroup) PeakBytes() int64 {
+	file := "memory.max_usage_in_bytes"
+	if c.Mode == V2 {
+		file = "memory.peak"
+	}
+	return readInt(filepath.Join(c.Path, file))
+}
+
+// LimitBytes is the cgroup's memory limit; 0 when it has none (v2 "max") or the kernel does not say.
+func (c *Cgroup) LimitBytes() int64 {
+	file := "memory.limit_in_bytes"
+	if c.Mode == V2 {
+		file = "memory.max"
+	}
+	return readInt(filepath.Join(c.Path, file))
+}
+
+// keyedValue finds "key N" in a flat keyed file (memory.events, memory.oom_control).
+func keyedValue(text, key string) (int64, error) {
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 2 && fields[0] == key {
+			return strconv.ParseInt(fields[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %q", key, text)
+}
+
+func readInt(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	// v2 says "max" and v1 a page-rounded 2^63 for "no limit".
+	if err != nil || n >= 1<<62 {
+		return 0
+	}
+	return n
+}
+
 // ProcsFile is the file a process writes its pid to in order to join the cgroup.
 func (c *Cgroup) ProcsFile() string { return filepath.Join(c.Path, "cgroup.procs") }
 

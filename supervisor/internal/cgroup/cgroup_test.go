@@ -134,3 +134,18 @@ func TestEscapeWritesOwnPidToEveryHierarchyRoot(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyedValueReadsTheOOMKillCountOfBothLayouts(t *testing.T) {
+	v2 := "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"
+	v1 := "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"
+	if n, err := keyedValue(v2, "oom_kill"); err != nil || n != 2 {
+		t.Fatalf("v2: %d, %v", n, err)
+	}
+	if n, err := keyedValue(v1, "oom_kill"); err != nil || n != 1 {
+		t.Fatalf("v1: %d, %v", n, err)
+	}
+	// A kernel without the counter (v1 before 4.13) says nothing: an error, not "no kill".
+	if _, err := keyedValue("oom_kill_disable 0\nunder_oom 0\n", "oom_kill"); err == nil {
+		t.Fatal("a file without oom_kill gave a count")
+	}
+}

@@ -24,6 +24,16 @@ type Exit struct {
 	Signal *string `json:"signal"`
 	// At is when the supervisor reaped the process (RFC 3339, UTC).
 	At string `json:"at"`
+	// Memory is what the process's memory cgroup saw, read as it exited; nil without a cgroup.
+	Memory *MemoryUse `json:"memory,omitempty"`
+}
+
+// MemoryUse is a memory cgroup's account of its process: whether the kernel's OOM killer ended
+// something in it (the cgroup's limit was reached), and its peak and limit where the kernel says.
+type MemoryUse struct {
+	OOMKilled  bool  `json:"oomKilled"`
+	PeakBytes  int64 `json:"peakBytes,omitempty"`
+	LimitBytes int64 `json:"limitBytes,omitempty"`
 }
 
 // Status answers "status" and is part of hello and exit events.

@@ -281,6 +281,9 @@ func Run(cfg Config) (err error) {
 			exit.Code = ptr(ws.ExitStatus())
 		}
 	}
+	if cg != nil {
+		exit.Memory = memoryUse(cg)
+	}
 	s.mu.Lock()
 	s.status.State = "exited"
 	s.status.Exit = &exit
@@ -401,4 +404,14 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// memoryUse reads the cgroup's account before anything else touches it; nil if the kernel gives no
+// OOM count (then nothing can be said of it).
+func memoryUse(cg *cgroup.Cgroup) *server.MemoryUse {
+	kills, err := cg.OOMKills()
+	if err != nil {
+		return nil
+	}
+	return &server.MemoryUse{OOMKilled: kills > 0, PeakBytes: cg.PeakBytes(), LimitBytes: cg.LimitBytes()}
 }

@@ -160,6 +160,40 @@ describe("supervisor", { skip: noBinary }, () => {
     await proc.remove();
   });
 
+  it("records that its memory cgroup's OOM killer ended a process that outgrew its limit, with the limit and the peak", async (t: TestContext) => {
+    if (noCgroup !== undefined) {
+      t.skip(noCgroup);
+      return;
+    }
+    const vm = newVm();
+    // Touches 16 MiB more each round until the 256 MiB limit stops it.
+    const hog = "const held = []; for (;;) held.push(Buffer.alloc(16 << 20, 1));";
+    const proc = await launcherFor(vm).launch({ name: "vmm", binary: node, args: ["-e", hog], stdoutPath: join(vm.vmDir, "out.log"), stderrPath: join(vm.vmDir, "out.log") });
+    remember(proc.identity);
+    const exit = await waitFor("the memory hog's end", async () => (proc.running ? undefined : proc.exited()), { timeoutMs: 60_000, intervalMs: 50 });
+    t.diagnostic(`exit: ${JSON.stringify(exit)}`);
+    assert.equal(exit.signal, "SIGKILL");
+    assert.equal(exit.memory?.oomKilled, true, "the cgroup's OOM kill count says it");
+    assert.equal(exit.memory?.limitBytes, 256 * 1024 * 1024);
+    const record = JSON.parse(readFileSync(join(proc.dir, SUPERVISOR_FILES.exit), "utf8")) as { memory?: { oomKilled: boolean } };
+    assert.equal(record.memory?.oomKilled, true, "exit.json carries it for an agent that was away");
+    await proc.remove();
+  });
+
+  it("records no OOM kill for a process stopped by its owner", async (t: TestContext) => {
+    if (noCgroup !== undefined) {
+      t.skip(noCgroup);
+      return;
+    }
+    const vm = newVm();
+    const proc = await launcherFor(vm).launch(sleepRequest(vm.vmDir));
+    remember(proc.identity);
+    const exit = await proc.stop(5_000);
+    assert.equal(exit.memory?.oomKilled, false);
+    assert.ok((exit.memory?.peakBytes ?? 0) > 0 || proc.identity.cgroupMode === "v2", "v1 always knows the peak; v2 before Linux 5.19 may not");
+    await proc.remove();
+  });
+
   it("learns of a SIGKILLed process at once through the socket's exit event", async (t: TestContext) => {
     const vm = newVm();
     const proc = await launcherFor(vm).launch(sleepRequest(vm.vmDir));
