@@ -81,6 +81,7 @@ export const AGENT_ERROR_CODES = [
   "LayerUnsupportedEntry",
   "LayerWhiteoutConflict",
   "LockTimeout",
+  "ManifestTooLarge",
   "NetworkAddressConflict",
   "NetworkAddressInvalid",
   "NetworkAddressesExhausted",

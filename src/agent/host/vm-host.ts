@@ -23,6 +23,8 @@ export interface VmHostOptions {
   readonly imageCacheMaxBytes: number;
   /** Registries spoken to over plain HTTP besides those on loopback; `"all"` for every registry. */
   readonly plainHttpRegistries: readonly string[] | "all";
+  /** Accept images from local OCI layouts (`oci:DIR`, `oci-archive:FILE`): `imp run` only. */
+  readonly localLayouts?: boolean;
   /** Console bytes a guest may write before its VM is marked down (the drivers' default otherwise). */
   readonly maxConsoleBytes?: number | undefined;
   readonly logger: Logger;
@@ -47,6 +49,7 @@ export async function openVmHost(o: VmHostOptions): Promise<VmHost> {
     guestAgent: { path: o.guestAgent, digest: await fileDigestOf(o.guestAgent) },
     cacheMaxBytes: o.imageCacheMaxBytes,
     plainHttp: (registry) => plain === "all" || plain.includes(registry) || isLoopbackRegistry(registry),
+    localLayouts: o.localLayouts === true,
     logger: o.logger,
   });
   const drivers = new Map<VmmKind, VmmDriver>([["qemu", new QemuDriver({ qemuBinary: o.qemu.binary, vhostDeviceVsock: o.qemu.vhostDeviceVsock, accel: kvm.accel, tscKhz: await readHostTscKhz(), maxConsoleBytes: o.maxConsoleBytes })]]);

@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { BaseImages, ImageCache, type CachedImage } from "../image/cache/index.ts";
 import { prepareVmDisks, ScratchTemplates, type VmDisks } from "../image/disks/index.ts";
 import { layerBlobsOf, type LayerBlob } from "../image/layers/index.ts";
-import { FsContentStore, pullImage, type CredentialLookup, type PullProgress } from "../image/pull/index.ts";
-import type { Logger } from "../../shared/index.ts";
+import { FsContentStore, parseLayoutReference, pullImage, type CredentialLookup, type PullProgress } from "../image/pull/index.ts";
+import { terminalError, type Logger } from "../../shared/index.ts";
 
 export interface VmImageRequest {
   readonly image: string;
@@ -22,6 +22,11 @@ export interface VmImagesOptions {
   readonly guestAgent: { readonly path: string; readonly digest: string };
   readonly cacheMaxBytes: number;
   readonly plainHttp?: (registry: string) => boolean;
+  /**
+   * Accept `oci:DIR` and `oci-archive:FILE` images from this machine's disk (`imp run`). A node agent
+   * never does: its images come from the API, and a path there would name a file on the node.
+   */
+  readonly localLayouts?: boolean;
   readonly logger: Logger;
 }
 
@@ -51,6 +56,7 @@ export class VmImages {
    * show the pull's progress; `ensure` then finds every blob in place.
    */
   async pull(reference: string, options: { readonly signal?: AbortSignal; readonly onProgress?: (event: PullProgress) => void } = {}): Promise<void> {
+    this.#checkSource(reference);
     await pullImage(reference, { store: this.#store, ...options, ...(this.#options.plainHttp === undefined ? {} : { plainHttp: this.#options.plainHttp }) });
   }
 
@@ -58,6 +64,7 @@ export class VmImages {
   async ensure(request: VmImageRequest, signal?: AbortSignal): Promise<CachedImage> {
     const layers: LayerBlob[] = [];
     for (const reference of [request.image, ...request.extraLayers]) {
+      this.#checkSource(reference);
       const pulled = await pullImage(reference, {
         store: this.#store,
         recordRefs: false,
@@ -68,6 +75,12 @@ export class VmImages {
       layers.push(...layerBlobsOf(pulled, this.#store));
     }
     return this.#bases.ensure({ layers, guestAgent: this.#options.guestAgent }, signal === undefined ? {} : { signal });
+  }
+
+  #checkSource(reference: string): void {
+    if (this.#options.localLayouts !== true && parseLayoutReference(reference) !== undefined) {
+      throw terminalError("InvalidReference", `Cannot use image ${JSON.stringify(reference)}: images from local OCI layouts are for imp run; a node pulls from registries`);
+    }
   }
 
   /** Base (hard link, read-only) and a fresh scratch disk in `vmDir`: O(1) in the image's size. */

@@ -37,7 +37,7 @@ export function registerRun(program: Command): void {
   program
     .command("run")
     .description("boot one VM from an image on this machine and run a command in it (no Kubernetes)")
-    .requiredOption("--image <ref>", "image reference: host[:port]/repository[:tag][@sha256:...]")
+    .requiredOption("--image <ref>", "image: host[:port]/repository[:tag][@sha256:...] from a registry, oci:DIR[:TAG] (an OCI image layout) or oci-archive:FILE[:TAG]")
     .option("--cpus <n>", "vCPUs", "1")
     .option("--memory <MiB>", "guest memory in MiB", "512")
     .option("--vmm <kind>", "qemu | firecracker (Firecracker needs usable KVM)", "qemu")
@@ -122,6 +122,7 @@ async function openRun(argv: readonly string[], opts: RunOpts, shape: RunShape, 
     firecracker: { binary: opts.firecracker ?? join(cache, "firecracker-1.12.1", "bin", "firecracker") },
     imageCacheMaxBytes: 20 * 1024 ** 3,
     plainHttpRegistries: opts.plainHttp === true ? "all" : [],
+    localLayouts: true,
     logger: silentLogger,
   });
   if (shape.vmm === "firecracker" && !host.vmms.includes("firecracker")) throw terminalError("KvmUnavailable", `Cannot run under Firecracker: no usable KVM here (${host.kvm.reason})`);

@@ -8,6 +8,7 @@
 export type * from "./types.ts";
 export { ImagePuller, pullImage } from "./pull-image.ts";
 export { isLoopbackRegistry } from "./http.ts";
+export { parseLayoutReference, type LayoutReference } from "./oci-layout.ts";
 export type { PullerOptions } from "./pull-image.ts";
 export { MediaTypes } from "./media-types.ts";
 export { credentialsFromDockerConfig, credentialsFromSecretData, firstCredentials } from "./docker-config.ts";

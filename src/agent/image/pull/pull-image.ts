@@ -4,6 +4,7 @@
  * size while it streams. The index (if any) and manifest bytes are stored too, so the build side can
  * re-read exactly what was pulled. A puller keeps registry tokens cached across pulls.
  */
+import { rm } from "node:fs/promises";
 import { Readable } from "node:stream";
 import type { BackoffPolicy, Clock } from "../../../shared/index.ts";
 import { describeError, systemClock, terminalError } from "../../../shared/index.ts";
@@ -11,7 +12,8 @@ import type { ContentStore } from "../store/index.ts";
 import { ImageRefs } from "../store/index.ts";
 import { parseManifestDocument, type ManifestDocument } from "./media-types.ts";
 import { formatPlatform, nodePlatform, selectPlatform } from "./platform.ts";
-import { formatReference, parseReference, type ImageReference } from "./reference.ts";
+import { OciLayoutSource, parseLayoutReference, unpackLayoutArchive } from "./oci-layout.ts";
+import { formatReference, parseReference } from "./reference.ts";
 import { RegistryAuth } from "./registry-auth.ts";
 import { RegistryClient, type FetchedManifest } from "./registry-client.ts";
 import type { CredentialLookup, Descriptor, ImageConfig, Platform, PulledImage, PullOptions } from "./types.ts";
@@ -35,6 +37,16 @@ export interface PullerOptions {
 }
 
 const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
+
+/** Where one image's manifests and blobs come from: a registry, or an OCI layout on disk (`oci-layout.ts`). */
+interface ImageSource {
+  /** The image's name in messages and records. */
+  readonly name: string;
+  /** The tag or digest the pull starts from. */
+  top(): Promise<string>;
+  getManifest(tagOrDigest: string, signal?: AbortSignal): Promise<FetchedManifest>;
+  fetchBlob(blob: Descriptor, store: ContentStore, options: { readonly signal?: AbortSignal; readonly onBytes?: (received: number) => void }): Promise<void>;
+}
 const DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 ** 3;
 
 export class ImagePuller {
@@ -58,23 +70,37 @@ export class ImagePuller {
    * registry stayed unavailable through every retry), or with the signal's reason when aborted.
    */
   async pull(reference: string, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
+    const layout = parseLayoutReference(reference);
+    const unpacked = layout?.kind === "oci-archive" ? await unpackLayoutArchive(layout.path) : undefined;
     try {
-      return await this.#pull(reference, options);
+      return await this.#pull(layout === undefined ? this.#registrySource(reference, options) : new OciLayoutSource(unpacked ?? layout.path, layout.tag, reference), options);
     } catch (err) {
       if (options.signal?.aborted === true) throw options.signal.reason;
       throw err;
+    } finally {
+      if (unpacked !== undefined) await rm(unpacked, { recursive: true, force: true });
     }
   }
 
-  async #pull(reference: string, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
+  /** A registry as the source of one image's manifests and blobs. */
+  #registrySource(reference: string, options: Omit<PullOptions, "auth">): ImageSource {
     const ref = parseReference(reference, this.#options.defaultRegistry);
-    const name = formatReference(ref);
-    const platform = options.platform ?? nodePlatform();
     const client = this.#client(options);
+    return {
+      name: formatReference(ref),
+      top: async () => ref.digest ?? (ref.tag as string),
+      getManifest: (tagOrDigest, signal) => client.getManifest(ref.registry, ref.repository, tagOrDigest, signal),
+      fetchBlob: (blob, store, o) => client.fetchBlob(ref.registry, ref.repository, blob, store, o),
+    };
+  }
+
+  async #pull(source: ImageSource, options: Omit<PullOptions, "auth">): Promise<PulledImage> {
+    const name = source.name;
+    const platform = options.platform ?? nodePlatform();
     const signal = options.signal;
     const store = options.store;
 
-    const top = await client.getManifest(ref.registry, ref.repository, ref.digest ?? (ref.tag as string), signal);
+    const top = await source.getManifest(await source.top(), signal);
     let doc = parseManifestDocument(top.bytes, top.contentType, name);
     let manifest: FetchedManifest = top;
     let indexDigest: string | undefined;
@@ -83,7 +109,7 @@ export class ImagePuller {
       indexDigest = top.digest;
       const entry = selectPlatform(doc.manifests, platform, name);
       chosenPlatform = entry.platform;
-      manifest = await client.getManifest(ref.registry, ref.repository, entry.digest, signal);
+      manifest = await source.getManifest(entry.digest, signal);
       if (manifest.bytes.byteLength !== entry.size) {
         throw terminalError("SizeMismatch", `Cannot pull ${name}: manifest ${entry.digest} has ${manifest.bytes.byteLength} bytes, the index says ${entry.size}`);
       }
@@ -96,7 +122,7 @@ export class ImagePuller {
     await storeBytes(store, manifest);
 
     if (image.config.size > MAX_CONFIG_BYTES) throw terminalError("ConfigTooLarge", `Cannot pull ${name}: config of ${image.config.size} bytes is over ${MAX_CONFIG_BYTES}`);
-    await client.fetchBlob(ref.registry, ref.repository, image.config, store, signal === undefined ? {} : { signal });
+    await source.fetchBlob(image.config, store, signal === undefined ? {} : { signal });
     const config = parseConfig(await store.readBytes(image.config.digest, MAX_CONFIG_BYTES), name);
     const imagePlatform = chosenPlatform ?? platformOfConfig(config, platform);
     if (imagePlatform.os !== platform.os || imagePlatform.architecture !== platform.architecture) {
@@ -106,7 +132,7 @@ export class ImagePuller {
     const layers = image.layers.map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType }));
     options.onProgress?.({ kind: "resolved", reference: name, manifestDigest: manifest.digest, layers });
     const unique = [...new Map(image.layers.map((l) => [l.digest, l])).values()];
-    await mapBounded(unique, options.concurrency ?? 3, (layer, sig) => this.#fetchLayer(client, ref, layer, store, options, sig), signal);
+    await mapBounded(unique, options.concurrency ?? 3, (layer, sig) => this.#fetchLayer(source, layer, store, options, sig), signal);
 
     const pulled: PulledImage = {
       reference: name,
@@ -121,14 +147,14 @@ export class ImagePuller {
     return pulled;
   }
 
-  async #fetchLayer(client: RegistryClient, ref: ImageReference, layer: Descriptor, store: ContentStore, options: Omit<PullOptions, "auth">, signal: AbortSignal): Promise<void> {
+  async #fetchLayer(source: ImageSource, layer: Descriptor, store: ContentStore, options: Omit<PullOptions, "auth">, signal: AbortSignal): Promise<void> {
     const progress = options.onProgress;
     if (await store.has(layer.digest)) {
       progress?.({ kind: "layer-cached", digest: layer.digest, size: layer.size });
       return;
     }
     progress?.({ kind: "layer-start", digest: layer.digest, size: layer.size });
-    await client.fetchBlob(ref.registry, ref.repository, layer, store, {
+    await source.fetchBlob(layer, store, {
       signal,
       onBytes: (received) => progress?.({ kind: "layer-bytes", digest: layer.digest, received, size: layer.size }),
     });
