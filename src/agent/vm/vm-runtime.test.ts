@@ -12,7 +12,7 @@ import { after, describe, it } from "node:test";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
 import { FakeVmmDriver, type FakeVmScript } from "../vmm/fake/fake-driver.ts";
 import type { FakeWorkload } from "../vmm/fake/fake-guest.ts";
-import type { VmmProcess, VmSpec } from "../vmm/index.ts";
+import type { VmExit, VmmProcess, VmSpec } from "../vmm/index.ts";
 import { exitRecordLine, newExitRecordKey } from "../guest/index.ts";
 import type { LocalVm } from "./local-vm.ts";
 import type { VmBootRequest, VmImageSource } from "./ports.ts";
@@ -226,28 +226,28 @@ describe("VmRuntime on the fake VMM", () => {
     await w.runtime.release(ref);
   });
 
-  it("ends a VM whose VMM its memory cgroup's OOM killer ended with OOMKilled, saying the limit and peak", async () => {
-    const w = await world({ hog: exits(0, 600_000) });
-    const { ref, request } = vm({ name: "hog" });
+  /** The outcome of a VM whose VMM ends with `exit` while its workload runs. */
+  async function vmmEndsWith(name: string, exit: VmExit): Promise<LocalVm["outcome"]> {
+    const w = await world({ [name]: exits(0, 600_000) });
+    const { ref, request } = vm({ name });
     w.runtime.start(ref, request);
     await w.until(ref.uid, (l) => l.stage === "running");
-    const limitBytes = 640 * 1024 * 1024;
-    w.driver.vms.get(VmDir.of(w.stateDir, ref.uid).vmm())?.end({ code: null, signal: "SIGKILL", memory: { oomKilled: true, peakBytes: limitBytes, limitBytes } });
+    w.driver.vms.get(VmDir.of(w.stateDir, ref.uid).vmm())?.end(exit);
     const l = await w.until(ref.uid, ended);
-    assert.equal(l.outcome?.reason, "OOMKilled", l.outcome?.message);
-    assert.match(l.outcome?.message ?? "", /limit 640 MiB .*peak 640 MiB/);
     await w.runtime.release(ref);
+    return l.outcome;
+  }
+
+  it("ends a VM whose VMM its memory cgroup's OOM killer ended with OOMKilled, saying the limit and peak", async () => {
+    const limitBytes = 640 * 1024 * 1024;
+    const outcome = await vmmEndsWith("hog", { code: null, signal: "SIGKILL", memory: { oomKilled: true, peakBytes: limitBytes, limitBytes } });
+    assert.equal(outcome?.reason, "OOMKilled", outcome?.message);
+    assert.match(outcome?.message ?? "", /limit 640 MiB .*peak 640 MiB/);
   });
 
   it("keeps VmmExited for a VMM killed by a signal while its cgroup saw no OOM kill", async () => {
-    const w = await world({ plain: exits(0, 600_000) });
-    const { ref, request } = vm({ name: "plain" });
-    w.runtime.start(ref, request);
-    await w.until(ref.uid, (l) => l.stage === "running");
-    w.driver.vms.get(VmDir.of(w.stateDir, ref.uid).vmm())?.end({ code: null, signal: "SIGKILL", memory: { oomKilled: false, peakBytes: 1, limitBytes: 2 } });
-    const l = await w.until(ref.uid, ended);
-    assert.equal(l.outcome?.reason, "VmmExited", l.outcome?.message);
-    await w.runtime.release(ref);
+    const outcome = await vmmEndsWith("plain", { code: null, signal: "SIGKILL", memory: { oomKilled: false, peakBytes: 1, limitBytes: 2 } });
+    assert.equal(outcome?.reason, "VmmExited", outcome?.message);
   });
 
   it("asks the guest again over a fresh channel when the channel is lost while the workload runs", async () => {
