@@ -187,7 +187,11 @@ export class QemuVm implements RunningVm {
         graceMs,
         // Past the grace, at once: QEMU had its SIGTERM.
         killGraceMs: 0,
-        cleanup: () => this.#teardown(),
+        // The console is read to its end (a panic line says more than QEMU's exit) before the teardown closes it.
+        cleanup: async () => {
+          await this.#exited;
+          await this.#teardown();
+        },
       });
       this.#stopped = report;
       return this.#exited;
