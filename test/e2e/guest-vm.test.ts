@@ -63,6 +63,26 @@ describe("a QEMU VM running the guest agent", { timeout: 300_000 }, (suite) => {
     assert.deepEqual(result.stdout.trimEnd().split("\n").sort(), ["A=1", "B=two words", `PATH=${PATH}`]);
   });
 
+  it("gives a job what it expects of a hosted runner: /dev/fd and the std links, 65536 open files, its hostname in /etc/hosts", async () => {
+    await t.client.configure({ hostname: "conform-vm" });
+    const script = [
+      "echo fd=$(readlink /dev/fd) stdout=$(readlink /dev/stdout)",
+      "echo piped | cat /dev/stdin",
+      "echo to-stderr > /dev/stderr",
+      "echo nofile=$(ulimit -n) hard=$(ulimit -Hn)",
+      "grep conform-vm /etc/hosts",
+      "cat /etc/hostname",
+    ].join("\n");
+    const result = await runExec(t.client, { execId: "conform-1", argv: ["/bin/sh", "-c", script], env: { PATH } });
+    assert.equal(result.exitCode, 0, result.stderr);
+    assert.match(result.stdout, /^fd=\/proc\/self\/fd stdout=\/proc\/self\/fd\/1$/m);
+    assert.match(result.stdout, /^piped$/m);
+    assert.match(result.stderr, /^to-stderr$/m);
+    assert.match(result.stdout, /^nofile=65536 hard=65536$/m);
+    assert.match(result.stdout, /^127\.0\.1\.1\tconform-vm\t# imp-guest$/m);
+    assert.match(result.stdout, /^conform-vm$/m);
+  });
+
   it("reports a non-zero exit code exactly, in the exit event and in exec.status", async () => {
     const result = await runExec(t.client, { execId: "exit-42", argv: ["/bin/sh", "-c", "echo out; echo err >&2; exit 42"], env: { PATH } });
     assert.equal(result.exitCode, 42);

@@ -25,6 +25,7 @@ func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 		}},
 		{Name: "ctrl-alt-del.off", Run: DisableCtrlAltDel},
 		{Name: "harden", Run: Harden},
+		{Name: "limits", Run: func() error { return SetLimits(WorkloadLimits()) }},
 		{Name: "root.overlay", Run: func() error {
 			if cmdline.Scratch == "" {
 				log.Warn("no imp.scratch on the kernel command line; running on the plain root")

@@ -43,6 +43,9 @@ func (l *Linux) Configure(_ context.Context, req *proto.ConfigureRequest) error 
 		if err := unix.Sethostname([]byte(*req.Hostname)); err != nil {
 			return fmt.Errorf("hostname: %w", err)
 		}
+		if err := writeHostname(l.Root, *req.Hostname); err != nil {
+			return fmt.Errorf("hostname files: %w", err)
+		}
 		l.Log.Info("hostname set", "hostname", *req.Hostname)
 	}
 	if req.Network != nil {
@@ -117,14 +120,7 @@ func writeResolvConf(path string, dns []string) error {
 	for _, d := range dns {
 		b.WriteString("nameserver " + d + "\n")
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".imp-tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return replaceFile(path, b.String())
 }
 
 // AddEntropy credits seed to the kernel pool with RNDADDENTROPY (8 bits per byte).

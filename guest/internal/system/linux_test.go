@@ -83,6 +83,13 @@ func TestLinuxConfigureAppliesHostnameAddressRouteAndResolvConf(t *testing.T) {
 			t.Errorf("no default route via the gateway: %v", routes)
 		}
 	})
+	hosts, err := os.ReadFile(filepath.Join(root, "etc/hosts"))
+	if err != nil || strings.Count(string(hosts), hostname) != 1 || !strings.Contains(string(hosts), "127.0.1.1\t"+hostname) || !strings.Contains(string(hosts), "127.0.0.1\tlocalhost") {
+		t.Fatalf("/etc/hosts = %q, %v", hosts, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc/hostname")); err != nil || string(b) != hostname+"\n" {
+		t.Fatalf("/etc/hostname = %q, %v", b, err)
+	}
 	b, err := os.ReadFile(filepath.Join(root, "etc/resolv.conf"))
 	if err != nil || string(b) != "# written by imp-guest\nnameserver 192.0.2.53\nnameserver 2001:db8::53\n" {
 		t.Fatalf("resolv.conf = %q, %v", b, err)

@@ -139,7 +139,11 @@ export interface RuntimeTimeouts {
 
 /** The PATH a workload starts with unless it sets its own (the kernel gives init almost none). */
 export const DEFAULT_WORKLOAD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/** The environment a node's workloads start with, below their own. */
-export const DEFAULT_WORKLOAD_ENV: Readonly<Record<string, string>> = { PATH: DEFAULT_WORKLOAD_PATH, HOME: "/root" };
+/**
+ * The environment workloads start with, below their own (the node agent's and `imp run`'s): a
+ * hosted runner's jobs run in a UTF-8 locale (C.UTF-8 is built into glibc, so every Debian-based
+ * image has it); without LANG, tools fall back to ASCII and mangle non-ASCII output and file names.
+ */
+export const DEFAULT_WORKLOAD_ENV: Readonly<Record<string, string>> = { PATH: DEFAULT_WORKLOAD_PATH, HOME: "/root", LANG: "C.UTF-8" };
 
 export const DEFAULT_RUNTIME_TIMEOUTS: RuntimeTimeouts = { bootMs: 120_000, stopGraceMs: 10_000, setupWaitMs: 300_000, requestMs: 30_000, powerOffMs: 15_000 };

@@ -14,7 +14,7 @@ import type { Command } from "commander";
 import {
   bootPipeline,
   DEFAULT_MAX_CONSOLE_BYTES,
-  DEFAULT_WORKLOAD_PATH,
+  DEFAULT_WORKLOAD_ENV,
   DirectLauncher,
   openVmHost,
   runToEnd,
@@ -147,7 +147,7 @@ async function openRun(argv: readonly string[], opts: RunOpts, shape: RunShape, 
     kernel: { kernel, ...(initrd === undefined ? {} : { initrd }), args: ["console=ttyS0", "quiet"] },
     bootArgs: [],
     requiresSetup: false,
-    workload: { argv, env: { PATH: DEFAULT_WORKLOAD_PATH, ...env }, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) },
+    workload: { argv, env: { ...DEFAULT_WORKLOAD_ENV, ...env }, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }) },
   };
   return { host, request, stateDir };
 }
