@@ -131,10 +131,10 @@ function launchPorts(config: AgentConfig, host: VmHost, o: { readonly netns: str
   const supervisorBinary = config.supervised ? config.supervisorBinary : undefined;
   return {
     drivers: host.drivers,
-    launcherFor: (request, dir) => {
+    launcherFor: (request, dir, driver) => {
       const launcher: ProcessLauncher =
         supervisorBinary !== undefined
-          ? new SupervisorLauncher({ supervisorBinary, vmId: request.id, vmDir: dir.root, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(request.memoryMiB) })
+          ? new SupervisorLauncher({ supervisorBinary, vmId: request.id, vmDir: dir.root, cgroup: { parent: config.cgroupParent }, memoryLimitBytes: () => vmMemoryLimitBytes(request.memoryMiB, driver.memoryOverheadMiB) })
           : new DirectLauncher({ dieWithParent: o.dieWithParent });
       return o.netns === undefined ? launcher : new NetnsLauncher(launcher, o.netns);
     },

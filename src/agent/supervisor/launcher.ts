@@ -34,11 +34,11 @@ export interface SupervisorLauncherOptions {
 }
 
 /**
- * Guest memory plus what the VMM itself needs beyond it (device emulation, page tables, its own heap).
- * 128 MiB is a deliberately roomy default for QEMU; Firecracker needs far less. The limit exists so a
- * runaway VMM is stopped at its own cgroup and not at the node's.
+ * Guest memory plus what the VMM itself needs beyond it (its driver's `memoryOverheadMiB`: device
+ * emulation, its own heap, TCG's code buffer). The limit exists so a runaway VMM is stopped at its own
+ * cgroup and not at the node's; when it is reached the VM ends `OOMKilled`.
  */
-export function vmMemoryLimitBytes(memoryMiB: number, overheadMiB = 128): number {
+export function vmMemoryLimitBytes(memoryMiB: number, overheadMiB: number): number {
   return (memoryMiB + overheadMiB) * 1024 * 1024;
 }
 

@@ -123,7 +123,7 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
       ...(s.lease === undefined ? {} : { network: { tap: s.lease.tap, mac: s.lease.mac } }),
       guestCid: cid,
     };
-    const vm = await driver.start(spec, { launcher: deps.launch.launcherFor(s.request, s.dir), clock: deps.clock, logger: s.log }, ctx.signal);
+    const vm = await driver.start(spec, { launcher: deps.launch.launcherFor(s.request, s.dir, driver), clock: deps.clock, logger: s.log }, ctx.signal);
     ctx.onCleanup("stop vmm", async () => {
       await vm.stop(deps.timeouts.stopGraceMs);
     });
@@ -251,7 +251,7 @@ export function adoptSteps(deps: BootDeps, facts: AdoptionFacts, processes: read
     if (exitKey === undefined) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its exit record key is missing`);
     if (driver.adopt === undefined) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: the ${driver.kind} driver cannot adopt`);
     if (processes.length === 0 || processes.some((p) => !p.running)) throw terminalError("VmAdoptFailed", `Cannot adopt VM in ${dir.root}: its VMM is no longer running`);
-    const vm = await driver.adopt(record.spec, processes, { launcher: deps.launch.launcherFor({ id: s.request.id, memoryMiB: record.spec.memoryMiB }, dir), clock: deps.clock, logger: s.log });
+    const vm = await driver.adopt(record.spec, processes, { launcher: deps.launch.launcherFor({ id: s.request.id, memoryMiB: record.spec.memoryMiB }, dir, driver), clock: deps.clock, logger: s.log });
     ctx.onCleanup("stop vmm", async () => {
       await vm.stop(deps.timeouts.stopGraceMs);
     });

@@ -80,7 +80,7 @@ export interface VmImageSource {
 export interface VmLaunchPorts {
   readonly drivers: ReadonlyMap<VmmKind, VmmDriver>;
   /** Directly (tests, `imp run`) or under the VM's own supervisor (outlives an agent restart). */
-  launcherFor(request: Pick<VmBootRequest, "id" | "memoryMiB">, dir: VmDir): ProcessLauncher;
+  launcherFor(request: Pick<VmBootRequest, "id" | "memoryMiB">, dir: VmDir, driver: Pick<VmmDriver, "memoryOverheadMiB">): ProcessLauncher;
   /** Processes of this VM that an earlier agent run started and that still exist (re-adoption, release). */
   adoptProcesses?(dir: VmDir): Promise<readonly VmmProcess[]>;
   /** A guest CID unique on this node; the same id gets the same CID until released. */

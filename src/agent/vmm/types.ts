@@ -146,6 +146,11 @@ export interface VmmDriver {
    * power-off device and exits on a guest reboot (`reboot=k`).
    */
   readonly shutdownMode: ShutdownMode;
+  /**
+   * Host memory the VMM process needs beyond the guest's RAM (its own heap, device emulation, and
+   * under QEMU's TCG the translated-code buffer): the VM's memory cgroup limit is guest RAM plus this.
+   */
+  readonly memoryOverheadMiB: number;
   /** The guest channel of the VMs this driver starts: hybrid vsock, or virtio-serial (one stream, hello may be lost). */
   readonly guestChannel: "vsock" | "serial";
   /** The whole kernel command line for `parts`, with the arguments this VMM needs. Throws a terminal error for an argument it cannot carry. */

@@ -16,7 +16,7 @@ import { connectGuest } from "../../../src/agent/vm/index.ts";
 import { adoptAllSupervised, SupervisorLauncher, vmMemoryLimitBytes, type SupervisedProcess, type ProcessRef } from "../../../src/agent/supervisor/index.ts";
 import { memoryMount } from "../../../src/agent/supervisor/cgroups.ts";
 import { liveness } from "../../../src/agent/supervisor/proc.ts";
-import { QemuDriver, readHostTscKhz, readVmRecord, vmRecordPath } from "../../../src/agent/vmm/index.ts";
+import { QEMU_TCG_MEMORY_OVERHEAD_MIB, QemuDriver, readHostTscKhz, readVmRecord, vmRecordPath } from "../../../src/agent/vmm/index.ts";
 import { FirecrackerDriver } from "../../../src/agent/vmm/firecracker/index.ts";
 import type { LaunchRequest, ProcessLauncher, VmSpec } from "../../../src/agent/vmm/types.ts";
 import { ImpError, silentLogger, systemClock, waitFor } from "../../../src/shared/index.ts";
@@ -43,7 +43,7 @@ function recordingLauncher(vmId: string, vmDir: string, memoryMiB: number): { la
   const inner = new SupervisorLauncher({
     supervisorBinary, vmId, vmDir,
     ...(withCgroup ? { cgroup: { parent: cgroupParent } } : {}),
-    memoryLimitBytes: () => vmMemoryLimitBytes(memoryMiB),
+    memoryLimitBytes: () => vmMemoryLimitBytes(memoryMiB, QEMU_TCG_MEMORY_OVERHEAD_MIB),
   });
   const launched: SupervisedProcess[] = [];
   return {

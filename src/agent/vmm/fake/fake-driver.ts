@@ -166,6 +166,8 @@ export class FakeVmmDriver implements VmmDriver {
   readonly kind: VmmKind;
   readonly shutdownMode = "poweroff" as const;
   readonly guestChannel = "vsock" as const;
+  /** A fake VMM holds no guest memory: nothing is limited by it. */
+  readonly memoryOverheadMiB = 0;
   /** Every VM started, by its directory (adoption finds them here, as a real driver finds its processes). */
   readonly vms = new Map<string, FakeVm>();
   readonly #script: (spec: VmSpec) => FakeVmScript;

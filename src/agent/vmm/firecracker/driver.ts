@@ -38,6 +38,8 @@ export class FirecrackerDriver implements VmmDriver {
   readonly kind = "firecracker" as const;
   /** Firecracker has no power-off device; a guest reboot (`reboot=k`) ends it. */
   readonly shutdownMode = "reboot" as const;
+  /** Firecracker's own footprint is a few MiB per VM (its documented figure is under 5 MiB); 64 leaves room for its buffers. */
+  readonly memoryOverheadMiB = 64;
   readonly guestChannel = "vsock" as const;
   readonly #options: ResolvedOptions;
 

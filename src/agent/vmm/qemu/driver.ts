@@ -6,6 +6,15 @@ import { QemuVmDir } from "./layout.ts";
 import type { QemuChannelKind, QemuVmOptions } from "./steps.ts";
 import { QemuVm } from "./vm.ts";
 
+/**
+ * QEMU's memory beyond guest RAM, measured on busybox and a JIT-like workload that rewrites 1 MiB of
+ * code in a loop (docs/workloads.md): 24 MiB of file pages, 35–40 MiB of its own, and under TCG the
+ * translated-code buffer, bounded by TCG_TB_SIZE_MIB, plus its bookkeeping: 205 MiB at the worst.
+ */
+export const QEMU_TCG_MEMORY_OVERHEAD_MIB = 256;
+/** With KVM the guest's code runs natively: no code buffer; the earlier roomy default stays. */
+export const QEMU_KVM_MEMORY_OVERHEAD_MIB = 128;
+
 export interface QemuDriverOptions {
   readonly qemuBinary?: string;
   /** rust-vmm vhost-device-vsock. Given: the guest channel is hybrid vsock; absent: virtio-serial. */
@@ -29,10 +38,13 @@ export class QemuDriver implements VmmDriver {
   readonly kind = "qemu" as const;
   /** QEMU exits when the guest powers off. */
   readonly shutdownMode = "poweroff" as const;
+  /** Measured (docs/workloads.md): TCG 205 MiB at worst with a 128 MiB code buffer; with KVM there is none. */
+  readonly memoryOverheadMiB: number;
   readonly #options: QemuDriverOptions;
 
   constructor(options: QemuDriverOptions = {}) {
     this.#options = options;
+    this.memoryOverheadMiB = (options.accel ?? "tcg") === "tcg" ? QEMU_TCG_MEMORY_OVERHEAD_MIB : QEMU_KVM_MEMORY_OVERHEAD_MIB;
   }
 
   /** The guest channel VMs of this driver get. */
