@@ -6,7 +6,7 @@
  * to it unchanged: a layout is as untrusted as a registry.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream } from "node:fs";
 import { mkdir, mkdtemp, open, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -82,10 +82,16 @@ export class OciLayoutSource {
   /** Copies a blob into the store, which checks its size and digest as it streams. */
   async fetchBlob(blob: Descriptor, store: ContentStore, options: { readonly signal?: AbortSignal; readonly onBytes?: (received: number) => void } = {}): Promise<void> {
     if (!DIGEST.test(blob.digest)) throw terminalError("InvalidReference", `Cannot read blob ${JSON.stringify(blob.digest)} of ${this.name}: not a sha256 digest`);
-    let received = 0;
     const stream = createReadStream(this.#blobPath(blob.digest), options.signal === undefined ? {} : { signal: options.signal });
-    stream.on("data", (chunk) => options.onBytes?.((received += chunk.length)));
-    await store.write({ digest: blob.digest, size: blob.size }, stream).catch((err: unknown) => {
+    // Counted as the store reads them: a "data" listener would start the flow before the store listens.
+    const counted = async function* (): AsyncGenerator<Uint8Array> {
+      let received = 0;
+      for await (const chunk of stream as AsyncIterable<Buffer>) {
+        options.onBytes?.((received += chunk.length));
+        yield chunk;
+      }
+    };
+    await store.write({ digest: blob.digest, size: blob.size }, counted()).catch((err: unknown) => {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") throw terminalError("BlobNotFound", `Cannot read blob ${blob.digest} of ${this.name}: the layout does not hold it`, { cause: err });
       throw err;
     });
@@ -112,6 +118,15 @@ export class OciLayoutSource {
   }
 }
 
+async function copyEntry(body: AsyncIterable<Uint8Array>, path: string): Promise<void> {
+  const handle = await open(path, "wx", 0o600);
+  try {
+    for await (const chunk of body) await handle.write(chunk);
+  } finally {
+    await handle.close();
+  }
+}
+
 /** The files of an OCI layout; nothing else in an archive is unpacked (no path of the archive's choosing). */
 const LAYOUT_ENTRY = /^(?:\.\/)?(index\.json|oci-layout|blobs\/sha256\/[0-9a-f]{64})$/;
 
@@ -124,15 +139,22 @@ export async function unpackLayoutArchive(file: string): Promise<string> {
   try {
     await mkdir(join(dir, "blobs", "sha256"), { recursive: true });
     const untar = extract();
+    const copies: Promise<void>[] = [];
     untar.on("entry", (header, body, next) => {
       const m = header.type === "file" ? LAYOUT_ENTRY.exec(header.name) : null;
       if (m === null) {
         body.on("end", next).resume();
         return;
       }
-      pipeline(body, createWriteStream(join(dir, m[1] ?? ""), { flags: "wx", mode: 0o600 })).then(() => next(), next);
+      // tar-stream's entries are streamx streams: copied chunk by chunk into a file handle, which is
+      // closed (all bytes written) before the next entry is asked for.
+      const copy = copyEntry(body as AsyncIterable<Uint8Array>, join(dir, m[1] ?? ""));
+      copies.push(copy);
+      copy.then(() => next(), next);
     });
     await pipeline(createReadStream(file), untar);
+    // The extractor can finish before the last entry's copy has closed its file.
+    await Promise.all(copies);
     return dir;
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
