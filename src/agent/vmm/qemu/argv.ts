@@ -53,13 +53,7 @@ export interface QemuMachineSpec {
 
 const invalid = (message: string): Error => terminalError("VmSpecInvalid", message);
 
-/**
- * TCG's translated-code buffer that Imp means to pass (`-accel tcg,tb-size=`), in MiB. QEMU 7.2's
- * default is 1 GiB, and it stays resident once filled: a code-generating job grew QEMU 1.2 GiB past
- * guest RAM (docs/workloads.md). Not passed yet: with it, a supervised QEMU re-adopted after an agent
- * restart was SIGKILLed within seconds (test/integration/agent/restart.test.ts); why is not found yet.
- */
-export const TCG_TB_SIZE_MIB = 128;
+
 
 const SAFE_ID = /^[A-Za-z][A-Za-z0-9_-]{0,31}$/;
 const SAFE_CMDLINE_ARG = /^[\x21-\x7e]+$/;
@@ -110,6 +104,9 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   const vsock = spec.channel?.kind === "vsock";
   const argv: string[] = [
     "-M", vsock ? "microvm,memory-backend=mem" : "microvm",
+    // TCG's code buffer stays QEMU's default (1 GiB, resident once filled; docs/workloads.md): with
+    // `tcg,tb-size=128` a supervised QEMU re-adopted after an agent restart was SIGKILLed within
+    // seconds (test/integration/agent/restart.test.ts), for a reason not found yet.
     "-accel", spec.accel,
     "-cpu", spec.accel === "kvm" ? "host" : "max",
     "-m", `${spec.memoryMiB}M`,

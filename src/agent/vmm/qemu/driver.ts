@@ -10,7 +10,7 @@ import { QemuVm } from "./vm.ts";
  * QEMU's memory beyond guest RAM, measured on busybox and a JIT-like workload that rewrites 1 MiB of
  * code in a loop (docs/workloads.md): 24 MiB of file pages, 35–40 MiB of its own, and under TCG the
  * translated-code buffer: ~130 MiB for ordinary jobs, 205 MiB at the worst with a 128 MiB buffer,
- * 1.2 GiB with QEMU's default 1 GiB one (which Imp still uses: see TCG_TB_SIZE_MIB).
+ * 1.2 GiB with QEMU's default 1 GiB one (which Imp still uses: see argv.ts).
  */
 export const QEMU_TCG_MEMORY_OVERHEAD_MIB = 256;
 /** With KVM the guest's code runs natively: no code buffer; the earlier roomy default stays. */
