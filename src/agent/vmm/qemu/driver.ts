@@ -9,8 +9,7 @@ import { QemuVm } from "./vm.ts";
 /**
  * QEMU's memory beyond guest RAM, measured on busybox and a JIT-like workload that rewrites 1 MiB of
  * code in a loop (docs/workloads.md): 24 MiB of file pages, 35–40 MiB of its own, and under TCG the
- * translated-code buffer: ~130 MiB for ordinary jobs, 205 MiB at the worst with a 128 MiB buffer,
- * 1.2 GiB with QEMU's default 1 GiB one (which Imp still uses: see argv.ts).
+ * translated-code buffer, bounded by TCG_TB_SIZE_MIB, plus its bookkeeping: 205 MiB at the worst.
  */
 export const QEMU_TCG_MEMORY_OVERHEAD_MIB = 256;
 /** With KVM the guest's code runs natively: no code buffer; the earlier roomy default stays. */
@@ -39,7 +38,7 @@ export class QemuDriver implements VmmDriver {
   readonly kind = "qemu" as const;
   /** QEMU exits when the guest powers off. */
   readonly shutdownMode = "poweroff" as const;
-  /** From the measurement in docs/workloads.md; with KVM there is no code buffer. */
+  /** Measured (docs/workloads.md): TCG 205 MiB at worst with a 128 MiB code buffer; with KVM there is none. */
   readonly memoryOverheadMiB: number;
   readonly #options: QemuDriverOptions;
 
