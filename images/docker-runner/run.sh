@@ -19,18 +19,25 @@ if [[ -n "${DOCKERD_INSECURE_REGISTRIES:-}" ]]; then
 fi
 started=$(date +%s%N)
 dockerd >/var/log/dockerd.log 2>&1 </dev/null &
-for _ in $(seq 1 600); do
-  if docker info >/dev/null 2>&1; then break; fi
+# A deadline in seconds, not a count of tries: under emulation each `docker info` takes far longer
+# than the pause between tries.
+deadline=$(($(date +%s) + 60))
+until docker info >/dev/null 2>&1; do
+  if (($(date +%s) >= deadline)); then
+    echo "run.sh: dockerd did not answer within 60 s:" >&2
+    tail -n 30 /var/log/dockerd.log >&2
+    exit 2
+  fi
   sleep 0.1
 done
-if ! docker info >/dev/null 2>&1; then
-  echo "run.sh: dockerd did not answer within 60 s:" >&2
-  tail -n 30 /var/log/dockerd.log >&2
-  exit 2
-fi
 # For the job and the measurements: how long the daemon took, and since the kernel booted.
 ready_ms=$((($(date +%s%N) - started) / 1000000))
 printf 'dockerd ready in %s ms; %s s after the kernel started\n' "$ready_ms" "$(cut -d' ' -f1 /proc/uptime)" | tee /run/imp-docker-ready >&2
-export HOME=/home/runner USER=runner
+# The runner's session as a login would give it on a hosted runner: its own runtime directory
+# (where a runner program keeps what must not be on disk), and its output pipes, which the guest
+# agent (root) created 0600, handed over so that `/dev/stdout` and `/dev/stderr` open as the runner.
+install -d -m 0700 -o 1001 -g 1001 /run/user/1001
+for fd in 1 2; do [[ -p /proc/self/fd/$fd ]] && chown 1001:1001 /proc/self/fd/$fd; done
+export HOME=/home/runner USER=runner LOGNAME=runner XDG_RUNTIME_DIR=/run/user/1001
 cd /home/runner
 exec setpriv --reuid=1001 --regid=1001 --init-groups /runner/run.sh "$@"

@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,7 +139,7 @@ type StepResult struct {
 
 // runSteps runs steps in order with /bin/sh -e, output to out, and stops at the first failure (as
 // Actions does without continue-on-error).
-func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]StepResult, string) {
+func runSteps(ctx context.Context, steps []Step, dir string, runnerEnv []string, out io.Writer) ([]StepResult, string) {
 	results := make([]StepResult, 0, len(steps))
 	for _, step := range steps {
 		fmt.Fprintf(out, "##[group]Run %s\n", step.Name)
@@ -151,7 +152,7 @@ func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]S
 		cmd.Dir = dir
 		cmd.Stdout = out
 		cmd.Stderr = out
-		cmd.Env = append(os.Environ(), "CI=true", "GITHUB_ACTIONS=true", "RUNNER_TEMP="+dir)
+		cmd.Env = append(os.Environ(), runnerEnv...)
 		// The setup must not reach the job through the environment.
 		cmd.Env = withoutJitConfig(cmd.Env)
 		code := 0
@@ -171,6 +172,18 @@ func runSteps(ctx context.Context, steps []Step, dir string, out io.Writer) ([]S
 		}
 	}
 	return results, "success"
+}
+
+// stepEnv is what the real runner sets for every step that a workflow commonly reads (a subset of
+// GitHub's "default environment variables"): the hosted-runner conformance job checks them.
+func stepEnv(runnerName, workDir string) []string {
+	temp := filepath.Join(workDir, "_temp")
+	_ = os.MkdirAll(temp, 0o755)
+	arch := map[string]string{"amd64": "X64", "arm64": "ARM64", "386": "X86", "arm": "ARM"}[runtime.GOARCH]
+	return []string{
+		"CI=true", "GITHUB_ACTIONS=true", "RUNNER_OS=Linux", "RUNNER_ARCH=" + arch, "RUNNER_NAME=" + runnerName,
+		"RUNNER_TEMP=" + temp, "GITHUB_WORKSPACE=" + workDir,
+	}
 }
 
 func withoutJitConfig(env []string) []string {
@@ -351,7 +364,7 @@ func listen(ctx context.Context, setup Setup, cfg config, stdout, stderr io.Writ
 	if err != nil {
 		fmt.Fprintf(stderr, "Cannot prepare the work folder: %v\n", err)
 	} else {
-		results, conclusion = runSteps(jobCtx, job.Job.Steps, workDir, io.MultiWriter(stdout, jobLog))
+		results, conclusion = runSteps(jobCtx, job.Job.Steps, workDir, stepEnv(name, workDir), io.MultiWriter(stdout, jobLog))
 	}
 	stopJob()
 	switch <-renewed {
