@@ -167,6 +167,7 @@ interface WorldParts {
   readonly gitea: GiteaServer | undefined;
   readonly giteaImage: string | undefined;
   readonly dockerImage: string | undefined;
+  readonly giteaDockerImage: string | undefined;
   readonly registryForwarder: TcpForwarder | undefined;
   readonly operatorKubeconfigPath: string;
   readonly agentKubeconfigPath: string;
@@ -193,6 +194,8 @@ export class RunnerWorld {
   readonly giteaImage: string | undefined;
   /** The Docker runner image, and the registry's address as the VMs reach it (worlds with `docker: true`). */
   readonly dockerImage: string | undefined;
+  /** The Docker runner image with gitea-runner (worlds with `gitea: true, docker: true`). */
+  readonly giteaDockerImage: string | undefined;
   readonly registryForVms: string | undefined;
   /**
    * Kubeconfigs holding a token of the imp-operator and imp-agent ServiceAccounts of deploy/rbac:
@@ -228,6 +231,7 @@ export class RunnerWorld {
     this.gitea = parts.gitea;
     this.giteaImage = parts.giteaImage;
     this.dockerImage = parts.dockerImage;
+    this.giteaDockerImage = parts.giteaDockerImage;
     this.registryForVms = parts.registryForwarder?.address;
     this.#registryForwarder = parts.registryForwarder;
     this.#webhookSecret = parts.webhookSecret;
@@ -332,6 +336,7 @@ export class RunnerWorld {
         say(`Gitea 1.27.3 at ${gitea.url} (organization ${GITEA_REPO.owner}, repository ${GITEA_REPO.repo}); ${giteaImage}: Debian 12 + gitea-runner v1.0.8`);
       }
       let dockerImage: string | undefined;
+      let giteaDockerImage: string | undefined;
       let registryForwarder: TcpForwarder | undefined;
       if (options.docker === true) {
         const t0 = Date.now();
@@ -341,12 +346,17 @@ export class RunnerWorld {
         cleanups.push(() => forward.close());
         registryForwarder = forward;
         say(`${dockerImage}: Debian 12 + docker.io + the runner user, pushed in ${((Date.now() - t0) / 1000).toFixed(1)} s; the registry is at ${forward.address} for the VMs' docker`);
+        if (gitea !== undefined) {
+          await pushImage(registry.url, "ci/gitea-docker-runner", "1", buildImage([await rootfsLayer("docker-runner"), await giteaDockerRunnerLayer(GITEA_RUNNER_BIN)]));
+          giteaDockerImage = `${registry.host}/ci/gitea-docker-runner:1`;
+          say(`${giteaDockerImage}: the Docker runner image with gitea-runner as its runner program`);
+        }
       }
 
       const kernel = await kernelConfig();
       const kit = await loadBootKit();
       const webhookPort = await freePort();
-      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, gitea, giteaImage, dockerImage, registryForwarder, operatorKubeconfigPath, agentKubeconfigPath, say });
+      const world = new RunnerWorld({ root, plane, registry, github, githubPrivateKey: keys.privateKey, sim, kernelLabel: kernel.label, baseImage, runnerImage, webhookUrl: `http://127.0.0.1:${webhookPort}/webhooks/github`, webhookSecret, gitea, giteaImage, dockerImage, giteaDockerImage, registryForwarder, operatorKubeconfigPath, agentKubeconfigPath, say });
       // From here the world's own dispose removes everything, the processes it started included.
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
@@ -441,6 +451,7 @@ export class RunnerWorld {
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
       await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner", "runner-small", this.giteaImage));
+      if (this.giteaDockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner", "runner-docker", this.giteaDockerImage));
     }
   }
 
@@ -471,9 +482,10 @@ export class RunnerWorld {
   }
 
   /** `kubectl apply` of a Gitea runner pool for the Gitea repository (worlds started with `gitea: true`). */
-  async applyGiteaPool(name: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, namespace = NAMESPACE, repository = `${GITEA_REPO.owner}/${GITEA_REPO.repo}`): Promise<string> {
+  async applyGiteaPool(name: string, spec: GiteaPoolShape, namespace = NAMESPACE, repository = `${GITEA_REPO.owner}/${GITEA_REPO.repo}`): Promise<string> {
     if (this.gitea === undefined) throw new Error("this world has no Gitea: start it with { gitea: true }");
-    return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec, repository));
+    if (spec.docker === true && this.giteaDockerImage === undefined) throw new Error("this world has no Docker runner image: start it with { gitea: true, docker: true }");
+    return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec, repository, this.registryForVms));
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -722,6 +734,16 @@ spec:
 `;
 }
 
+/** The Docker runner image's layer for Gitea: gitea-runner as the runner program, the image's entry point. */
+async function giteaDockerRunnerLayer(runnerBinary: string): Promise<Awaited<ReturnType<typeof buildLayer>>> {
+  return buildLayer([
+    { path: "usr/local/bin/gitea-runner", content: await readFile(runnerBinary), mode: 0o755 },
+    { path: "runner/", type: "directory" },
+    { path: "runner/run.sh", content: await readFile(join(repoRoot, "images/gitea-runner/run.sh")), mode: 0o755 },
+    { path: "usr/local/bin/imp-docker-entrypoint", content: await readFile(join(repoRoot, "images/docker-runner/run.sh")), mode: 0o755 },
+  ]);
+}
+
 /** The Docker runner image's own layer: this world's runner program and the image's entry point. */
 async function dockerRunnerLayer(): Promise<Awaited<ReturnType<typeof buildLayer>>> {
   return buildLayer([
@@ -759,14 +781,23 @@ export async function forwardTcp(host: string, target: URL): Promise<TcpForwarde
   };
 }
 
-function giteaPoolYaml(namespace: string, name: string, url: string, spec: { minIdle: number; maxConcurrent: number; labels: readonly string[] }, repository: string): string {
+export interface GiteaPoolShape {
+  readonly minIdle: number;
+  readonly maxConcurrent: number;
+  readonly labels: readonly string[];
+  /** The Docker runner image with gitea-runner (worlds with `gitea: true, docker: true`): the runner runs as `runner`, dockerd beside it. */
+  readonly docker?: boolean;
+}
+
+function giteaPoolYaml(namespace: string, name: string, url: string, spec: GiteaPoolShape, repository: string, registryForVms: string | undefined): string {
+  const docker = spec.docker === true;
   return `apiVersion: ${API_VERSION}
 kind: ImpVMRunnerPool
 metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: gitea-runner
+  templateName: ${docker ? "gitea-docker-runner" : "gitea-runner"}
   gitea:
     url: ${url}
     credentialsSecretRef:
@@ -776,9 +807,9 @@ spec:
     labels: [${spec.labels.join(", ")}]
   minIdle: ${spec.minIdle}
   maxConcurrent: ${spec.maxConcurrent}
-  runnerCommand: ["/runner/run.sh"]
+  runnerCommand: ["${docker ? "/usr/local/bin/imp-docker-entrypoint" : "/runner/run.sh"}"]
   runnerSetupDelivery: Stdin
-`;
+${docker && registryForVms !== undefined ? `  runnerEnv:\n    - { name: DOCKERD_INSECURE_REGISTRIES, value: "${registryForVms}" }\n` : ""}`;
 }
 
 export interface PoolShape {
