@@ -3,6 +3,9 @@
  * runner path, on the real world of test/e2e/runner-path (two nodes, real QEMU, the GitHub test
  * server). After each case the invariant checker judges I1–I6 (test/fault/fault-case.ts).
  */
+import assert from "node:assert/strict";
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
@@ -52,7 +55,50 @@ const cases: FaultCase[] = [
       return `${nameOf(vm)} ended ${ended?.status?.phase ?? "(deleted)"} ${ended?.status?.reason ?? ""}; killed ${pids.length} QEMU process(es); replacement ${nameOf(replacement)} online`;
     },
   },
+  {
+    id: "vmm-oom-job-running",
+    injected: "the VM's memory cgroup limit lowered to what QEMU uses + 32 MiB, then the job fills a 150 MiB buffer of guest RAM",
+    where: "while the job runs: QEMU's memory cgroup reaches its limit and the kernel's OOM killer ends QEMU",
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const barrier = `${ctx.world.github.url}/_imp-test/control/barriers/${ctx.pool}-oom-${Date.now()}`;
+      // The job waits at a barrier until the limit is lowered, then makes its VMM grow: busybox dd
+      // allocates and fills a 150 MiB buffer per block, pages the guest had never touched.
+      const fill = `n=0; until [ -n "$(wget -q -O - --header 'content-type: application/json' --post-data '{"parties":2,"party":"job"}' '${barrier}' 2>/dev/null)" ]; do n=$((n+1)); [ $n -lt 30 ] || exit 9; done
+echo "limit lowered; filling"
+dd if=/dev/zero of=/dev/null bs=150M count=2
+dd if=/dev/zero of=/dev/null bs=150M count=2
+echo "still alive after filling"
+sleep 600`;
+      const job = ctx.world.queueJob(`${ctx.pool}-oom`, [{ name: "fill", run: fill }], ctx.labels);
+      await ctx.world.waitForJob(job, "in_progress");
+      const [qemu] = await processesMentioning(vm.metadata.uid ?? "", "qemu");
+      assert.ok(qemu !== undefined, `QEMU of ${nameOf(vm)} is running`);
+      const cgroup = await memoryCgroupOf(qemu);
+      const usage = Number(await readFile(join(cgroup, "memory.usage_in_bytes"), "utf8"));
+      const limit = usage + 32 * 1024 * 1024;
+      await writeFile(join(cgroup, "memory.limit_in_bytes"), String(limit));
+      ctx.faultNow();
+      const go = await fetch(barrier, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parties: 2, party: "test" }) });
+      assert.equal(go.status, 200, "the job was waiting at the barrier");
+      const ended = await ctx.vm("the VM ended OOMKilled", (v) => nameOf(v) === nameOf(vm) && v.status?.phase === "Failed", 180_000);
+      assert.equal(ended.status?.reason, "OOMKilled", `${nameOf(vm)} ended for its memory: ${JSON.stringify(ended.status)}`);
+      assert.match(ended.status?.message ?? "", /memory limit was reached.*limit \d+ MiB.*peak \d+ MiB/, "the message says the limit and the peak");
+      const replacement = await ctx.idleRunner();
+      return `QEMU of ${nameOf(vm)} used ${Math.round(usage / 1048576)} MiB; with its limit at ${Math.round(limit / 1048576)} MiB the job's fill got it OOM-killed; the VM ended Failed/OOMKilled: "${ended.status?.message ?? ""}"; replacement ${nameOf(replacement)} online`;
+    },
+  },
 ];
+
+/** The memory cgroup directory of a process (cgroup v1's memory hierarchy, or the v2 tree). */
+async function memoryCgroupOf(pid: number): Promise<string> {
+  const lines = (await readFile(`/proc/${pid}/cgroup`, "utf8")).split("\n");
+  const v1 = lines.find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
+  if (v1 !== undefined) return join("/sys/fs/cgroup/memory", v1.slice(v1.lastIndexOf(":") + 1));
+  const v2 = lines.find((l) => l.startsWith("0::"));
+  if (v2 === undefined) throw new Error(`no memory cgroup for ${pid}: ${lines.join(" | ")}`);
+  return join("/sys/fs/cgroup", v2.slice(3));
+}
 
 describe("failure proof: agent, VMM and supervisor faults", { skip: unavailable, timeout: 3_600_000, concurrency: 1 }, () => {
   let world: RunnerWorld;
