@@ -210,6 +210,41 @@ const cases: FaultCase[] = [
     },
   },
   {
+    id: "github-webhook-queued-replayed-after-restart",
+    injected: "right after the operator restarts (its memory of deliveries and jobs gone), the validly signed workflow_job queued body of a job that already completed is delivered again under a new X-GitHub-Delivery",
+    where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled, no VM; the job completed seconds ago, so its body still looks recent",
+    pool: { minIdle: 0, maxConcurrent: 2 },
+    async run(ctx) {
+      const { github } = ctx.world;
+      const a = queue(ctx, "replayed-restart");
+      await ctx.world.waitForJob(a, "completed");
+      assert.equal(a.conclusion, "success");
+      await noLiveVm(ctx, "job A done, minIdle 0");
+      const before = vmsSeen(ctx).length;
+      const original = github.webhooks.sent.find((w) => w.action === "queued" && (w.payload["workflow_job"] as { id?: number } | undefined)?.id === a.id);
+      assert.ok(original !== undefined, "job A's queued delivery was sent");
+      await ctx.world.restartOperator();
+      ctx.faultNow();
+      // As soon as the restarted operator's webhook endpoint answers (a refused connection is no delivery).
+      const replayed = await waitFor("the restarted operator's webhook endpoint took the replay", async () => {
+        const r = await github.webhooks.replay(original);
+        return r?.status === "failed" ? undefined : r;
+      }, { timeoutMs: 60_000, intervalMs: 100 });
+      assert.equal(replayed?.status, 202, "the replay is signed validly and accepted as a delivery by the restarted operator");
+      const log = (): string => readFileSync(ctx.world.operator.logPath, "utf8");
+      const verdict = new RegExp(`"deliveryId":"${replayed?.deliveryId ?? "?"}"[^\n]*no longer waits`);
+      await waitFor("the restarted operator asked GitHub about the job and did not count it", () => (verdict.test(log()) ? true : undefined), { timeoutMs: 30_000, intervalMs: 100 });
+      const listingsBefore = (log().match(/listed the jobs waiting on the forge/g) ?? []).length;
+      await waitFor("the pool's next demand listing", () => ((log().match(/listed the jobs waiting on the forge/g) ?? []).length > listingsBefore ? true : undefined), { timeoutMs: DEMAND_LIST_INTERVAL_MS + 30_000, intervalMs: 200 });
+      const after = vmsSeen(ctx);
+      assert.equal(after.length, before, `no VM for a job that already completed: ${after.join(", ")}`);
+      assert.equal([...github.runners.values()].filter((r) => r.name.startsWith(`${ctx.pool}-`)).length, 0, "and no runner registered for it");
+      const asked = github.requests.filter((r) => r.operationId === "actions/get-job-for-workflow-run" && r.path.endsWith(`/jobs/${a.id}`));
+      assert.ok(asked.length >= 1, "the job's state was asked of GitHub");
+      return `job A's queued body, replayed under a new delivery id right after the operator restarted (202, signature valid, no memory of job A left): the operator asked GitHub (get-job-for-workflow-run: completed) and did not count it; no VM and no registration after the pool's next listing`;
+    },
+  },
+  {
     id: "github-webhook-queued-duplicated",
     injected: "the workflow_job queued webhook of the job is delivered twice with the same X-GitHub-Delivery (webhooks.duplicateNext = 1)",
     where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled, no VM",

@@ -99,7 +99,8 @@ describe("PoolController", () => {
       vms,
       poolCache,
       vmCache: new Informer({ client: vms }),
-      forges: new PoolForges({ secrets: new FakeResourceClient<SecretObject>(SECRETS), logger: silentLogger }),
+      // Every job still waits, as the forge answers the verification of each queued delivery.
+      forges: { forPool: async () => ({ kind: "github", mint: () => Promise.reject(new Error("no mint here")), removeRunner: async () => "done", listRunners: async () => [], jobState: async () => "queued" }) },
       recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
       registry: new Registry(),
       logger: silentLogger,
@@ -124,9 +125,11 @@ describe("PoolController", () => {
         createdAt: Date.now(),
       });
       controller.onWorkflowJob(job("queued", 1, null), new Set(["ns/b"]));
+      await controller.demandSettled();
       assert.equal(controller.activity.queuedJobs("ns/a"), 0, "pool a comes first by name, but the secret was b's");
       assert.equal(controller.activity.queuedJobs("ns/b"), 1);
       controller.onWorkflowJob(job("queued", 2, null), "all");
+      await controller.demandSettled();
       assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret speaks for every pool: the first match takes it");
       controller.onWorkflowJob(job("in_progress", 1, "a-bcdfg"), new Set(["ns/b"]));
       assert.equal(controller.activity.isBusy("a-bcdfg"), false, "b's secret cannot mark a's runner busy");
@@ -137,6 +140,7 @@ describe("PoolController", () => {
       // Cancelled while queued: completed with no runner (as GitHub sends it). It ends the demand,
       // but only in the pools the delivery's secret speaks for.
       controller.onWorkflowJob({ ...job("queued", 3, null), deliveryId: "d-3-q" }, new Set(["ns/b"]));
+      await controller.demandSettled();
       assert.equal(controller.activity.queuedJobs("ns/b"), 1);
       const cancelled = { ...job("completed", 3, null), conclusion: "cancelled" };
       controller.onWorkflowJob(cancelled, new Set(["ns/a"]));
@@ -144,6 +148,7 @@ describe("PoolController", () => {
       controller.onWorkflowJob(cancelled, new Set(["ns/b"]));
       assert.equal(controller.activity.queuedJobs("ns/b"), 0, "a job cancelled while queued is no longer demand");
       controller.onWorkflowJob(job("queued", 4, null), "all");
+      await controller.demandSettled();
       assert.equal(controller.activity.queuedJobs("ns/a"), 2);
       controller.onWorkflowJob({ ...job("completed", 4, null), conclusion: "cancelled" }, "all");
       assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret ends it wherever it was counted");
@@ -293,23 +298,24 @@ describe("PoolController demand: replayed and stale deliveries, and listings", (
     (await registry.getSingleMetric("imp_operator_demand_signals_total")?.get())?.values.find((v) => v.labels.source === source && v.labels.result === result)?.value ?? 0;
 
   it("never counts a queued delivery for a job seen taken or completed (a replay), whatever its delivery id", async () => {
-    const h = await harness({});
+    const h = await harness({ jobState: async () => "queued" });
     try {
       const now = h.clock.now();
       h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
-      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1);
+      await h.controller.demandSettled();
+      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1, "the forge says job 7 waits");
       h.controller.onWorkflowJob(delivery("completed", 7, now, "w-bcdfg"), "all");
       assert.equal(h.controller.activity.queuedJobs("ns/w"), 0);
       h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
       assert.equal(h.controller.activity.queuedJobs("ns/w"), 0, "the signed body replayed under a new delivery id");
       assert.equal(await signals(h.registry, "webhook", "replayed"), 1);
-      assert.deepEqual(h.asked, [], "a known replay costs no call to the forge");
+      assert.deepEqual(h.asked, [7], "the first delivery was verified; a known replay costs no call to the forge");
     } finally {
       h.stop.abort();
     }
   });
 
-  it("checks a delivery that is not fresh with the forge, and counts it only while the job waits", async () => {
+  it("checks every queued delivery with the forge, however recent, and counts it only while the job waits", async () => {
     const states = new Map<number, JobState>([[8, "done"], [9, "queued"]]);
     const h = await harness({ jobState: async (_repo, id) => states.get(id) ?? "unknown" });
     try {
@@ -321,9 +327,12 @@ describe("PoolController demand: replayed and stale deliveries, and listings", (
       assert.deepEqual(h.asked.sort(), [10, 8, 9].sort());
       assert.equal(h.controller.activity.queuedJobs("ns/w"), 1, "only job 9, which still waits");
       assert.equal(h.controller.activity.isQueued("ns/w", 9), true);
+      // Queued five seconds ago, but done by now (a replay after the operator forgot it): not counted.
+      states.set(11, "done");
       h.controller.onWorkflowJob(delivery("queued", 11, h.clock.now() - 5_000), "all");
-      assert.equal(h.controller.activity.isQueued("ns/w", 11), true, "a fresh delivery counts at once, unasked");
-      assert.ok(!h.asked.includes(11));
+      await h.controller.demandSettled();
+      assert.ok(h.asked.includes(11), "a recent delivery is asked about too");
+      assert.equal(h.controller.activity.isQueued("ns/w", 11), false, "and not counted: the forge says its job no longer waits");
     } finally {
       h.stop.abort();
     }

@@ -5,10 +5,12 @@
  * `demandListIntervalMs`, busy runners from webhooks) → `decidePool` (pure) → act (create VMs,
  * deregister and delete idle ones, delete terminal ones, one status write, Events).
  *
- * Demand is verified before it costs a VM: a `queued` delivery for a job seen taken or completed is
- * a replay and never counts; one that is not fresh (queued more than `FRESH_QUEUED_MS` ago, or
- * without a time) counts only once the forge says the job still waits. A dropped delivery is found
- * by the next listing.
+ * Demand is verified before it costs a VM, whatever the operator remembers: a `queued` delivery for
+ * a job seen taken or completed is a replay and never counts (no call to the forge); any other
+ * counts only once the forge says the job still waits. A delivery's id is not signed, and the
+ * memory of jobs seen is gone after a restart, so a validly signed body replayed under a new id
+ * must meet the forge's own answer, however recent the job. A dropped delivery is found by the
+ * next listing.
  *
  * Scale-set pools (spec.github.scaleSet) take their demand from their listener instead
  * (src/operator/scale-sets): the jobs GitHub assigned to the scale set and no runner runs yet,
@@ -63,12 +65,6 @@ export const DEFAULT_RUNNER_LIST_INTERVAL_MS = 30_000;
 export const DEFAULT_DEMAND_LIST_INTERVAL_MS = 30_000;
 /** How often a Gitea pool lists the jobs waiting on Gitea: one request per pool, the most a job waits for its VM to be ordered. */
 export const DEFAULT_QUEUE_LIST_INTERVAL_MS = 5_000;
-/**
- * A `queued` delivery counts at once only if its job was queued this recently (GitHub sends it
- * within seconds; a minute of clock skew allowed): anything older, replayed or redelivered by hand,
- * is checked with the forge first.
- */
-export const FRESH_QUEUED_MS = 120_000;
 /** What became of each demand signal, by where it came from. */
 export const DEMAND_RESULTS = ["counted", "replayed", "stale", "unverified"] as const;
 const POOL_VM_INDEX = "imp-operator/vm-by-pool";
@@ -128,6 +124,8 @@ export class PoolController {
   readonly #github = new Map<string, GitHubView>();
   /** When each webhook pool last listed its queued jobs. */
   readonly #demandListedAt = new Map<string, number>();
+  /** Verifications of queued deliveries still asking the forge. */
+  readonly #verifying = new Set<Promise<void>>();
   readonly #demandIntervalMs: number;
   readonly #queueListIntervalMs: number;
   readonly #demand: Counter;
@@ -204,7 +202,7 @@ export class PoolController {
     this.controller.enqueue(poolKey);
   }
 
-  /** A verified `queued` delivery for `pool`: counted if fresh, checked with the forge if not, never if its job settled. */
+  /** A signed `queued` delivery for `pool`: never counted if its job settled, else counted once the forge says it waits. */
   #queuedDelivery(pool: Readonly<Stored<ImpVMRunnerPool>>, event: WorkflowJobEvent): void {
     const key = keyOf(pool);
     if (this.activity.isSettled(event.jobId, key)) {
@@ -212,13 +210,13 @@ export class PoolController {
       this.#o.logger.warn({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId }, "a queued delivery for a job already taken or completed: a replay; not counted");
       return;
     }
-    const now = this.#clock.now();
-    const fresh = event.createdAt !== undefined && now - event.createdAt <= FRESH_QUEUED_MS && event.createdAt - now <= 60_000;
-    if (fresh) {
-      this.#count(key, "webhook", event.jobId, event.repository.fullName);
-      return;
-    }
-    void this.#verifyThenCount(pool, event);
+    const check = this.#verifyThenCount(pool, event).finally(() => this.#verifying.delete(check));
+    this.#verifying.add(check);
+  }
+
+  /** Resolves once every delivery received so far was verified and counted or dropped (tests wait on it). */
+  async demandSettled(): Promise<void> {
+    while (this.#verifying.size > 0) await Promise.all([...this.#verifying]);
   }
 
   async #verifyThenCount(pool: Readonly<Stored<ImpVMRunnerPool>>, event: WorkflowJobEvent): Promise<void> {
@@ -231,11 +229,11 @@ export class PoolController {
         return;
       }
       this.#demand.inc({ source: "webhook", result: "stale" });
-      this.#o.logger.info({ pool: key, jobId: event.jobId, state }, "a queued delivery that is not fresh, for a job that no longer waits; not counted");
+      this.#o.logger.info({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId, state }, "a queued delivery for a job that no longer waits (the forge says so); not counted");
     } catch (err) {
       // Not counted: the next listing finds the job if it really waits.
       this.#demand.inc({ source: "webhook", result: "unverified" });
-      this.#o.logger.warn({ pool: key, jobId: event.jobId, err: describeError(err) }, "cannot verify a queued delivery that is not fresh; the next listing decides");
+      this.#o.logger.warn({ pool: key, jobId: event.jobId, err: describeError(err) }, "cannot verify a queued delivery with the forge; the next listing decides");
     }
   }
 
