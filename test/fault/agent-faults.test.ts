@@ -4,10 +4,12 @@
  * server). After each case the invariant checker judges I1–I6 (test/fault/fault-case.ts).
  */
 import assert from "node:assert/strict";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES } from "../../src/agent/index.ts";
+import { waitFor } from "../../src/shared/index.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
 import { armAgents, jobRunsThrough, oneAgentCrashed, runFaultCase, type FaultCase } from "./fault-case.ts";
 
@@ -86,6 +88,49 @@ sleep 600`;
       assert.match(ended.status?.message ?? "", /memory limit was reached.*limit \d+ MiB.*peak \d+ MiB/, "the message says the limit and the peak");
       const replacement = await ctx.idleRunner();
       return `QEMU of ${nameOf(vm)} used ${Math.round(usage / 1048576)} MiB; with its limit at ${Math.round(limit / 1048576)} MiB the job's fill got it OOM-killed; the VM ended Failed/OOMKilled: "${ended.status?.message ?? ""}"; replacement ${nameOf(replacement)} online`;
+    },
+  },
+  {
+    id: "console-flood-no-agent",
+    injected: "the job writes to the serial console without end while the node's agent is stopped",
+    where: "while the job runs and no agent watches its VM (an upgrade, a crash): only the VM's supervisor is left to bound what it writes to the node's disk",
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      const node = ctx.world.nodes.find((n) => n.name === vm.status?.nodeName);
+      assert.ok(node !== undefined, `the node of ${nameOf(vm)}`);
+      const uid = vm.metadata.uid ?? "";
+      const barrier = `${ctx.world.github.url}/_imp-test/control/barriers/${ctx.pool}-flood-${Date.now()}`;
+      // The job floods only once the agent is gone (a barrier the test passes after stopping it).
+      const flood = `n=0; until [ -n "$(wget -q -O - --header 'content-type: application/json' --post-data '{"parties":2,"party":"job"}' '${barrier}' 2>/dev/null)" ]; do n=$((n+1)); [ $n -lt 30 ] || exit 9; done
+while :; do echo "flooding the console while no agent watches, one line after another" > /dev/console; done`;
+      const job = ctx.world.queueJob(`${ctx.pool}-flood`, [{ name: "flood", run: flood }], ctx.labels);
+      await ctx.world.waitForJob(job, "in_progress");
+      await node.agent.stop();
+      const go = await fetch(barrier, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parties: 2, party: "test" }) });
+      assert.equal(go.status, 200, "the job was waiting at the barrier");
+      const floodAt = Date.now();
+      await waitFor("the flooding VM's QEMU ended with no agent running", async () => ((await processesMentioning(uid, "qemu")).length === 0 ? true : undefined), { timeoutMs: 600_000, intervalMs: 500 });
+      const serialLog = join(node.stateDir, "vms", uid, "vmm", "serial.log");
+      const size = (await stat(serialLog)).size;
+      assert.ok(size > DEFAULT_MAX_CONSOLE_BYTES, `the job did flood: ${size} bytes`);
+      assert.ok(size <= DEFAULT_MAX_CONSOLE_BYTES + 2 * 1024 * 1024, `the console log stopped near its bound with no agent: ${size} bytes, bound ${DEFAULT_MAX_CONSOLE_BYTES}`);
+      const exit = JSON.parse(await readFile(join(node.stateDir, "vms", uid, "supervised", "qemu", "exit.json"), "utf8")) as { signal?: string; fileBound?: { bytes: number; maxBytes: number } };
+      assert.equal(exit.signal, "SIGKILL", `QEMU's supervisor recorded the kill: ${JSON.stringify(exit)}`);
+      assert.equal(exit.fileBound?.maxBytes, DEFAULT_MAX_CONSOLE_BYTES, `for the console's bound: ${JSON.stringify(exit)}`);
+      const floodMs = Date.now() - floodAt;
+      // Recovery is judged from the agent's return: until then only the supervisor could act, and
+      // what it did is checked above; how long the flood took is the emulated UART's speed.
+      await node.agent.start();
+      ctx.faultNow();
+      // An agent away past the Lease's bound (40 s) makes the operator declare the node lost first;
+      // otherwise the returning agent reads why QEMU died. Either way the VM ends Failed and goes.
+      const ended = await ctx.vm("the VM ended", (v) => nameOf(v) === nameOf(vm) && v.status?.phase === "Failed", 180_000);
+      if (ended.status?.reason !== "NodeLost") {
+        assert.equal(ended.status?.reason, "GuestMisbehaved", JSON.stringify(ended.status));
+        assert.match(ended.status?.message ?? "", /console log, over the \d+-byte bound.*supervisor killed the VMM.*while no agent watched/, "the message says what happened");
+      }
+      const replacement = await ctx.idleRunner();
+      return `with the agent on ${node.name} stopped, the job flooded the console; after ${Math.round(floodMs / 1000)} s the VM's supervisor killed QEMU at ${size} bytes of serial.log (bound ${DEFAULT_MAX_CONSOLE_BYTES}, exit.json: ${exit.fileBound?.bytes ?? "?"} bytes seen); ${nameOf(vm)} ended Failed/${ended.status?.reason ?? "?"} ("${ended.status?.message ?? ""}"); replacement ${nameOf(replacement)} online`;
     },
   },
 ];

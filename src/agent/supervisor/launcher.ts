@@ -90,6 +90,7 @@ export class SupervisorLauncher implements ProcessLauncher {
       ...(request.cwd === undefined ? [] : ["--cwd", request.cwd]),
       ...(o.cgroup === undefined ? [] : ["--cgroup-root", o.cgroup.root ?? "/sys/fs/cgroup", "--cgroup-parent", o.cgroup.parent]),
       ...(limit === undefined ? [] : ["--memory-limit", String(Math.floor(limit))]),
+      ...(request.boundFile === undefined ? [] : ["--bound-file", request.boundFile.path, "--bound-bytes", String(Math.floor(request.boundFile.maxBytes))]),
       "--", request.binary, ...request.args,
     ];
     const log = openSync(join(dir, SUPERVISOR_FILES.log), "a", 0o600);

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { terminalError } from "../../shared/index.ts";
-import type { VmmMemoryUse } from "../vmm/types.ts";
+import type { VmmFileBound, VmmMemoryUse } from "../vmm/types.ts";
 import type { ProcessRef } from "./proc.ts";
 
 /** Files the supervisor keeps in its directory (see docs/supervisor.md). */
@@ -75,12 +75,19 @@ export function parseExit(v: unknown): SupervisorExit | undefined {
   if (!isObject(v) || typeof v.at !== "string") return undefined;
   const memory = v.memory === undefined ? undefined : parseMemoryUse(v.memory);
   if (v.memory !== undefined && memory === undefined) return undefined;
+  const fileBound = v.fileBound === undefined ? undefined : parseFileBound(v.fileBound);
+  if (v.fileBound !== undefined && fileBound === undefined) return undefined;
   const code = v.code === null || v.code === undefined ? null : v.code;
   const signal = v.signal === null || v.signal === undefined ? null : v.signal;
   if (code !== null && !(typeof code === "number" && Number.isInteger(code))) return undefined;
   if (signal !== null && !(typeof signal === "string" && /^SIG[A-Z0-9]+$/.test(signal))) return undefined;
   if ((code === null) === (signal === null)) return undefined; // exactly one of them
-  return { code, signal: signal as NodeJS.Signals | null, at: v.at, ...(memory === undefined ? {} : { memory }) };
+  return { code, signal: signal as NodeJS.Signals | null, at: v.at, ...(memory === undefined ? {} : { memory }), ...(fileBound === undefined ? {} : { fileBound }) };
+}
+
+function parseFileBound(v: unknown): VmmFileBound | undefined {
+  if (!isObject(v) || typeof v.path !== "string" || !isCount(v.bytes) || !isCount(v.maxBytes)) return undefined;
+  return { path: v.path, bytes: v.bytes, maxBytes: v.maxBytes };
 }
 
 function parseMemoryUse(v: unknown): VmmMemoryUse | undefined {

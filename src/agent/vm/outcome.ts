@@ -75,12 +75,31 @@ export function oomKilledOutcome(exit: VmExit | undefined): VmOutcome | undefine
 }
 
 /**
- * An outcome that ended in the VMM's death, told more precisely when that death was an OOM kill;
- * an outcome the workload itself decided (its exit code is known) stands as it is.
+ * The VM's end when its supervisor killed the VMM because the guest's console log passed its bound
+ * (the agent stops such a VM itself while it watches; the supervisor does it while no agent runs).
+ */
+export function consoleFloodOutcome(exit: VmExit | undefined): VmOutcome | undefined {
+  const bound = exit?.fileBound;
+  if (bound === undefined) return undefined;
+  return {
+    succeeded: false,
+    reason: VM_REASONS.GuestMisbehaved,
+    message: `the guest misbehaved and was stopped: it wrote ${bound.bytes} bytes to its console log, over the ${bound.maxBytes}-byte bound (a guest flooding its console would fill the node's disk), and its supervisor killed the VMM; the last lines are in ${bound.path}`.slice(0, MAX_MESSAGE),
+  };
+}
+
+/** Why a VMM died, when the kernel (OOM) or its supervisor (console bound) ended it; else undefined. */
+export function vmmDeathCause(vmmExit: VmExit | undefined): VmOutcome | undefined {
+  return oomKilledOutcome(vmmExit) ?? consoleFloodOutcome(vmmExit);
+}
+
+/**
+ * An outcome that ended in the VMM's death, told more precisely when that death was an OOM kill or
+ * a console flood; an outcome the workload itself decided (its exit code is known) stands as it is.
  */
 export function explainVmmDeath(outcome: VmOutcome, vmmExit: VmExit | undefined): VmOutcome {
   if (outcome.succeeded || outcome.exitCode !== undefined) return outcome;
-  return oomKilledOutcome(vmmExit) ?? outcome;
+  return vmmDeathCause(vmmExit) ?? outcome;
 }
 
 export function misbehaved(err: unknown): VmOutcome {
@@ -95,8 +114,8 @@ export function misbehaved(err: unknown): VmOutcome {
 export function outcomeAfterTheFact(record: WorkloadExitRecord | undefined, vmmExit: VmExit | undefined, why: string): VmOutcome {
   const vmm = vmmExit === undefined ? "its VMM is gone" : `its VMM ${describeExit(vmmExit)}`;
   if (record === undefined) {
-    const oom = oomKilledOutcome(vmmExit);
-    if (oom !== undefined) return { ...oom, message: `${oom.message} (while no agent watched the VM)` };
+    const cause = vmmDeathCause(vmmExit);
+    if (cause !== undefined) return { ...cause, message: `${cause.message} (while no agent watched the VM)`.slice(0, MAX_MESSAGE) };
   }
   if (record !== undefined) {
     const seen = outcomeOfExit({ execId: record.execId, state: "exited", exitCode: record.exitCode, ...(record.signal === undefined ? {} : { signal: record.signal }) });

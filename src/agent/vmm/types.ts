@@ -56,8 +56,18 @@ export interface VmmMemoryUse {
   readonly limitBytes?: number;
 }
 
-/** How a VMM process ended; `memory` where a supervisor kept it in its own cgroup. */
-export type VmExit = ChildExit & { readonly memory?: VmmMemoryUse };
+/** A file a VMM writes on the node (its console log) that passed its bound, so its supervisor killed it. */
+export interface VmmFileBound {
+  readonly path: string;
+  readonly bytes: number;
+  readonly maxBytes: number;
+}
+
+/**
+ * How a VMM process ended; `memory` where a supervisor kept it in its own cgroup, `fileBound` where
+ * its supervisor killed it for writing past a bound.
+ */
+export type VmExit = ChildExit & { readonly memory?: VmmMemoryUse; readonly fileBound?: VmmFileBound };
 
 /** One process a driver started (the VMM itself, or a helper such as QEMU's vsock backend). */
 export interface VmmProcess {
@@ -81,6 +91,12 @@ export interface LaunchRequest {
   readonly stdoutPath: string;
   readonly stderrPath: string;
   readonly cwd?: string;
+  /**
+   * A file the process writes whose size is bounded (the guest's console log): a supervisor kills
+   * the process once it is larger, also while no agent runs. A direct launcher leaves this to the
+   * agent's own watch of the console, which dies with the agent anyway.
+   */
+  readonly boundFile?: { readonly path: string; readonly maxBytes: number };
 }
 
 /** Starts processes: as direct children ({@link VmmProcess} backed by `Child`) or under a supervisor. */

@@ -40,6 +40,8 @@ func main() {
 	memLimit := fs.Int64("memory-limit", 0, "memory limit of the process's cgroup in bytes; 0: none")
 	grace := fs.Duration("stop-grace", 10*time.Second, "after SIGTERM to the supervisor, SIGKILL the process this much later")
 	readyFd := fs.Int("ready-fd", -1, "file descriptor to report readiness on (one JSON line), then close")
+	boundFile := fs.String("bound-file", "", "a file the process writes (its console log) whose size is bounded")
+	boundBytes := fs.Int64("bound-bytes", 0, "kill the process once --bound-file is larger than this")
 	_ = fs.Parse(os.Args[2:])
 	rest := fs.Args()
 	if *dir == "" || *name == "" || *vmID == "" || len(rest) == 0 {
@@ -58,6 +60,13 @@ func main() {
 			msg := fmt.Sprintf(format, args...)
 			fmt.Fprintf(os.Stderr, "%s imp-supervisor[%d] %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), os.Getpid(), *name, strings.TrimSpace(msg))
 		},
+	}
+	if (*boundFile == "") != (*boundBytes <= 0) {
+		fmt.Fprintln(os.Stderr, "imp-supervisor: --bound-file and a positive --bound-bytes go together")
+		os.Exit(2)
+	}
+	if *boundFile != "" {
+		cfg.Bound = &supervise.FileBound{Path: *boundFile, MaxBytes: *boundBytes}
 	}
 	if *cgParent != "" {
 		cfg.Cgroup = &cgroup.Config{Root: *cgRoot, Parent: *cgParent, MemoryLimit: *memLimit}

@@ -26,6 +26,16 @@ type Exit struct {
 	At string `json:"at"`
 	// Memory is what the process's memory cgroup saw, read as it exited; nil without a cgroup.
 	Memory *MemoryUse `json:"memory,omitempty"`
+	// FileBound says the supervisor killed the process because a file it writes passed its bound
+	// (the VM's console log); nil otherwise.
+	FileBound *FileBoundExceeded `json:"fileBound,omitempty"`
+}
+
+// FileBoundExceeded is the file that passed its bound, its size when the supervisor saw it, and the bound.
+type FileBoundExceeded struct {
+	Path     string `json:"path"`
+	Bytes    int64  `json:"bytes"`
+	MaxBytes int64  `json:"maxBytes"`
 }
 
 // MemoryUse is a memory cgroup's account of its process: whether the kernel's OOM killer ended

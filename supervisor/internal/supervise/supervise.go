@@ -44,6 +44,8 @@ type Config struct {
 	Cgroup *cgroup.Config
 	// StopGrace is how long a SIGTERM sent to the supervisor itself is given before SIGKILL.
 	StopGrace time.Duration
+	// Bound, when set, caps a file the process writes (its console log): past it the process is killed.
+	Bound *FileBound
 	// Ready receives one JSON line once the process runs (or why it could not start), then is closed.
 	Ready io.WriteCloser
 	// Self is the supervisor's own executable, re-run as the process's first stage.
@@ -263,6 +265,10 @@ func Run(cfg Config) (err error) {
 	srv := server.New(ln, s)
 	go srv.Serve()
 	stopSignals := s.forwardSignals()
+	var bound *boundWatch
+	if cfg.Bound != nil {
+		bound = watchBound(*cfg.Bound, func() { s.deliver(syscall.SIGKILL) }, cfg.Logf)
+	}
 	ready(readyLine{OK: true, Identity: &id})
 	cfg.Logf("started %s pid %d", cfg.Binary, id.Process.Pid)
 
@@ -283,6 +289,11 @@ func Run(cfg Config) (err error) {
 	}
 	if cg != nil {
 		exit.Memory = memoryUse(cg)
+	}
+	if bound != nil {
+		if size := bound.finish(); size != nil {
+			exit.FileBound = &server.FileBoundExceeded{Path: cfg.Bound.Path, Bytes: *size, MaxBytes: cfg.Bound.MaxBytes}
+		}
 	}
 	s.mu.Lock()
 	s.status.State = "exited"

@@ -376,3 +376,44 @@ func TestStatusOfGivesUpWaitingAtItsBound(t *testing.T) {
 		t.Fatalf("state %q", st.State)
 	}
 }
+
+func TestKillsTheProcessOnceItsBoundedFilePassesTheBound(t *testing.T) {
+	dir := t.TempDir()
+	console := filepath.Join(dir, "console.log")
+	// Writes without end to its stdout, which is appended to the bounded file: a guest flooding its console.
+	s := start(t, Config{Dir: dir, Binary: "sh", Args: []string{"-c", "while :; do echo flooding the console with one more line of text; done"}, Stdout: console, Bound: &FileBound{Path: console, MaxBytes: 256 * 1024, Interval: 20 * time.Millisecond}})
+	if !s.ready.OK {
+		t.Fatalf("ready: %+v", s.ready)
+	}
+	if err := s.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	rec := readExit(t, dir)
+	if rec.Signal == nil || *rec.Signal != "SIGKILL" {
+		t.Fatalf("exit record %+v, want SIGKILL", rec)
+	}
+	if rec.FileBound == nil || rec.FileBound.Path != console || rec.FileBound.MaxBytes != 256*1024 || rec.FileBound.Bytes <= 256*1024 {
+		t.Fatalf("exit record's fileBound %+v, want the console over 256 KiB", rec.FileBound)
+	}
+	info, err := os.Stat(console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The overshoot is what the loop writes between two checks and the kill, not unbounded.
+	if info.Size() > 64*1024*1024 {
+		t.Fatalf("the console grew to %d bytes after its bound", info.Size())
+	}
+}
+
+func TestABoundNotReachedLeavesTheExitAlone(t *testing.T) {
+	dir := t.TempDir()
+	console := filepath.Join(dir, "console.log")
+	s := start(t, Config{Dir: dir, Binary: "sh", Args: []string{"-c", "echo a few bytes; exit 3"}, Stdout: console, Bound: &FileBound{Path: console, MaxBytes: 1024, Interval: 5 * time.Millisecond}})
+	if err := s.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	rec := readExit(t, dir)
+	if rec.Code == nil || *rec.Code != 3 || rec.FileBound != nil {
+		t.Fatalf("exit record %+v, want code 3 and no fileBound", rec)
+	}
+}

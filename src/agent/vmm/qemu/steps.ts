@@ -165,7 +165,7 @@ export const BOOT_STEPS: readonly Step<Boot, QemuStepName>[] = [
       const { cfg, dir } = boot;
       const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
       boot.argv = argv;
-      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog() });
+      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog(), boundFile: { path: dir.serialLog(), maxBytes: cfg.maxConsoleBytes } });
       boot.qemu = qemu;
       step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
     },
