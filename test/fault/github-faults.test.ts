@@ -15,6 +15,7 @@ import type { ImpVM } from "../../src/api/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { RunnerWorld, REPO, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
 import type { TestJob } from "../github/server.ts";
+import type { SentWebhook } from "../github/webhook-sender.ts";
 import { runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
@@ -64,6 +65,29 @@ async function deleteVm(ctx: CaseContext, vm: ImpVM): Promise<void> {
 async function registrationGone(ctx: CaseContext, name: string, timeoutMs = 180_000): Promise<number> {
   await waitFor(`runner ${name} gone from GitHub`, () => (ctx.world.github.runnerNamed(name) === undefined ? true : undefined), { timeoutMs, intervalMs: 100 });
   return Date.now();
+}
+
+const operatorLog = (ctx: CaseContext): string => readFileSync(ctx.world.operator.logPath, "utf8");
+
+/** Job A run to success on a pool of minIdle 0, its VM gone; its `queued` delivery as GitHub sent it. */
+async function completedJobAndItsQueuedDelivery(ctx: CaseContext, name: string): Promise<{ job: TestJob; queued: SentWebhook; vmsBefore: number }> {
+  const job = queue(ctx, name);
+  await ctx.world.waitForJob(job, "completed");
+  assert.equal(job.conclusion, "success");
+  await noLiveVm(ctx, "job A done, minIdle 0");
+  const queued = ctx.world.github.webhooks.sent.find((w) => w.action === "queued" && (w.payload["workflow_job"] as { id?: number } | undefined)?.id === job.id);
+  assert.ok(queued !== undefined, "job A's queued delivery was sent");
+  return { job, queued, vmsBefore: vmsSeen(ctx).length };
+}
+
+/** After the pool's next demand listing (it has reconciled since), still no VM and no runner for the replayed job. */
+async function noVmAfterNextListing(ctx: CaseContext, vmsBefore: number): Promise<void> {
+  const listings = (): number => (operatorLog(ctx).match(/listed the jobs waiting on the forge/g) ?? []).length;
+  const listingsBefore = listings();
+  await waitFor("the pool's next demand listing", () => (listings() > listingsBefore ? true : undefined), { timeoutMs: DEMAND_LIST_INTERVAL_MS + 30_000, intervalMs: 200 });
+  const after = vmsSeen(ctx);
+  assert.equal(after.length, vmsBefore, `no VM for a job that no longer waits: ${after.join(", ")}`);
+  assert.equal([...ctx.world.github.runners.values()].filter((r) => r.name.startsWith(`${ctx.pool}-`)).length, 0, "and no runner registered for it");
 }
 
 const cases: FaultCase[] = [
@@ -187,25 +211,13 @@ const cases: FaultCase[] = [
     pool: { minIdle: 0, maxConcurrent: 2 },
     async run(ctx) {
       const { github } = ctx.world;
-      const a = queue(ctx, "replayed");
-      await ctx.world.waitForJob(a, "completed");
-      assert.equal(a.conclusion, "success");
-      await noLiveVm(ctx, "job A done, minIdle 0");
-      const before = vmsSeen(ctx).length;
-      const original = github.webhooks.sent.find((w) => w.action === "queued" && (w.payload["workflow_job"] as { id?: number } | undefined)?.id === a.id);
-      assert.ok(original !== undefined, "job A's queued delivery was sent");
+      const done = await completedJobAndItsQueuedDelivery(ctx, "replayed");
       ctx.faultNow();
-      const replayed = await github.webhooks.replay(original);
+      const replayed = await github.webhooks.replay(done.queued);
       assert.equal(replayed?.status, 202, "the replay is signed validly and accepted as a delivery");
-      assert.notEqual(replayed?.deliveryId, original.deliveryId);
-      const log = (): string => readFileSync(ctx.world.operator.logPath, "utf8");
-      await waitFor("the operator recognised the replay", () => (/a replay; not counted/.test(log()) ? true : undefined), { timeoutMs: 30_000, intervalMs: 100 });
-      // The pool has reconciled since: its next demand listing ran after the replay.
-      const listingsBefore = (log().match(/listed the jobs waiting on the forge/g) ?? []).length;
-      await waitFor("the pool's next demand listing", () => ((log().match(/listed the jobs waiting on the forge/g) ?? []).length > listingsBefore ? true : undefined), { timeoutMs: DEMAND_LIST_INTERVAL_MS + 30_000, intervalMs: 200 });
-      const after = vmsSeen(ctx);
-      assert.equal(after.length, before, `no VM for a job that no longer exists: ${after.join(", ")}`);
-      assert.equal([...github.runners.values()].filter((r) => r.name.startsWith(`${ctx.pool}-`)).length, 0, "and no runner registered for it");
+      assert.notEqual(replayed?.deliveryId, done.queued.deliveryId);
+      await waitFor("the operator recognised the replay", () => (/a replay; not counted/.test(operatorLog(ctx)) ? true : undefined), { timeoutMs: 30_000, intervalMs: 100 });
+      await noVmAfterNextListing(ctx, done.vmsBefore);
       return `job A's queued body replayed under a new delivery id (202, signature valid): recognised as a replay, no VM and no registration after the pool's next reconcile and listing`;
     },
   },
@@ -216,30 +228,19 @@ const cases: FaultCase[] = [
     pool: { minIdle: 0, maxConcurrent: 2 },
     async run(ctx) {
       const { github } = ctx.world;
-      const a = queue(ctx, "replayed-restart");
-      await ctx.world.waitForJob(a, "completed");
-      assert.equal(a.conclusion, "success");
-      await noLiveVm(ctx, "job A done, minIdle 0");
-      const before = vmsSeen(ctx).length;
-      const original = github.webhooks.sent.find((w) => w.action === "queued" && (w.payload["workflow_job"] as { id?: number } | undefined)?.id === a.id);
-      assert.ok(original !== undefined, "job A's queued delivery was sent");
+      const done = await completedJobAndItsQueuedDelivery(ctx, "replayed-restart");
       await ctx.world.restartOperator();
       ctx.faultNow();
       // As soon as the restarted operator's webhook endpoint answers (a refused connection is no delivery).
       const replayed = await waitFor("the restarted operator's webhook endpoint took the replay", async () => {
-        const r = await github.webhooks.replay(original);
+        const r = await github.webhooks.replay(done.queued);
         return r?.status === "failed" ? undefined : r;
       }, { timeoutMs: 60_000, intervalMs: 100 });
-      assert.equal(replayed?.status, 202, "the replay is signed validly and accepted as a delivery by the restarted operator");
-      const log = (): string => readFileSync(ctx.world.operator.logPath, "utf8");
-      const verdict = new RegExp(`"deliveryId":"${replayed?.deliveryId ?? "?"}"[^\n]*no longer waits`);
-      await waitFor("the restarted operator asked GitHub about the job and did not count it", () => (verdict.test(log()) ? true : undefined), { timeoutMs: 30_000, intervalMs: 100 });
-      const listingsBefore = (log().match(/listed the jobs waiting on the forge/g) ?? []).length;
-      await waitFor("the pool's next demand listing", () => ((log().match(/listed the jobs waiting on the forge/g) ?? []).length > listingsBefore ? true : undefined), { timeoutMs: DEMAND_LIST_INTERVAL_MS + 30_000, intervalMs: 200 });
-      const after = vmsSeen(ctx);
-      assert.equal(after.length, before, `no VM for a job that already completed: ${after.join(", ")}`);
-      assert.equal([...github.runners.values()].filter((r) => r.name.startsWith(`${ctx.pool}-`)).length, 0, "and no runner registered for it");
-      const asked = github.requests.filter((r) => r.operationId === "actions/get-job-for-workflow-run" && r.path.endsWith(`/jobs/${a.id}`));
+      assert.equal(replayed.status, 202, "the replay is signed validly and accepted as a delivery by the restarted operator");
+      const verdict = new RegExp(`"deliveryId":"${replayed.deliveryId}"[^\n]*no longer waits`);
+      await waitFor("the restarted operator asked GitHub about the job and did not count it", () => (verdict.test(operatorLog(ctx)) ? true : undefined), { timeoutMs: 30_000, intervalMs: 100 });
+      await noVmAfterNextListing(ctx, done.vmsBefore);
+      const asked = github.requests.filter((r) => r.operationId === "actions/get-job-for-workflow-run" && r.path.endsWith(`/jobs/${done.job.id}`));
       assert.ok(asked.length >= 1, "the job's state was asked of GitHub");
       return `job A's queued body, replayed under a new delivery id right after the operator restarted (202, signature valid, no memory of job A left): the operator asked GitHub (get-job-for-workflow-run: completed) and did not count it; no VM and no registration after the pool's next listing`;
     },
