@@ -7,7 +7,7 @@ export { createNodeAgent, loadAgentConfig, parseAgentConfig, NodeAgent, type Age
 // `imp run`: the same VM host and boot pipeline the agent runs, with its own ports.
 export { openVmHost, VmImages, type VmHost } from "./host/index.ts";
 export { bootPipeline, DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, runToEnd, VmDir, type BootDeps, type RuntimeTimeouts, type VmBootRequest, type VmOutcome } from "./vm/index.ts";
-export { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, FirecrackerDriver, probeKvm, QemuDriver, readHostTscKhz, type VmmDriver, type VmmKind } from "./vmm/index.ts";
+export { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, supervisedConsoleBound, FirecrackerDriver, probeKvm, QemuDriver, readHostTscKhz, type VmmDriver, type VmmKind } from "./vmm/index.ts";
 export { GuestClient, type ExitEvent, type OutputEvent, type SignalName } from "./guest/index.ts";
 
 // `imp image`: pull, store, build and cache images without Kubernetes.

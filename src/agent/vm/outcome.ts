@@ -84,7 +84,7 @@ export function consoleFloodOutcome(exit: VmExit | undefined): VmOutcome | undef
   return {
     succeeded: false,
     reason: VM_REASONS.GuestMisbehaved,
-    message: `the guest misbehaved and was stopped: it wrote ${bound.bytes} bytes to its console log, over the ${bound.maxBytes}-byte bound (a guest flooding its console would fill the node's disk), and its supervisor killed the VMM; the last lines are in ${bound.path}`.slice(0, MAX_MESSAGE),
+    message: `the guest misbehaved and was stopped: it wrote ${bound.bytes} bytes to the serial console, over the ${bound.maxBytes}-byte limit (a guest flooding its console would fill the node's disk), and its supervisor killed the VMM; the last lines are in ${bound.path}`.slice(0, MAX_MESSAGE),
   };
 }
 

@@ -32,6 +32,15 @@ export function findFatalConsoleLine(text: string): string | undefined {
 export const DEFAULT_MAX_CONSOLE_BYTES = 16 * 1024 * 1024;
 
 /**
+ * The bound a VMM's supervisor keeps on its console file: the agent's own limit plus room for the
+ * agent's stop of a flooding VM (a TCG guest writes a few hundred KiB/s; the stop takes seconds),
+ * so that an agent that watches acts first, and the supervisor is the backstop while none does.
+ */
+export function supervisedConsoleBound(maxConsoleBytes: number): number {
+  return maxConsoleBytes + 4 * 1024 * 1024;
+}
+
+/**
  * The guest's serial console, which the VMM appends to a file (QEMU's `serial.log`, Firecracker's
  * `console.log`): this follows the file (polling every `pollMs`; inotify would add little for one
  * small file and misses nothing a poll would catch), keeps the last `tailBytes` in memory for error

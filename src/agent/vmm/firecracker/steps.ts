@@ -6,7 +6,7 @@
 import { createConnection } from "node:net";
 import { open, rm, stat } from "node:fs/promises";
 import { assertExecutable, describeExit, ImpError, retryableError, terminalError, waitFor, type Step } from "../../../shared/index.ts";
-import { DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
+import { DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../console-log.ts";
 import type { DriverContext, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 import type { FirecrackerApi, FirecrackerInstanceInfo } from "./api-client.ts";
@@ -78,7 +78,7 @@ export const BOOT_STEPS: readonly Step<BootState, FirecrackerStepName>[] = [
       const request = jailer === undefined
         ? { name: "firecracker", binary: o.firecrackerBinary, args: firecrackerArgv(s.layout) }
         : { name: "firecracker", binary: jailer.binary, args: jailerArgv(jailer, o.firecrackerBinary, s.layout, jailer.netnsOf?.(s.spec)) };
-      const process = await s.context.launcher.launch({ ...request, stdoutPath: s.layout.host.consoleLog, stderrPath: s.layout.host.stderrLog, cwd: s.spec.dir, boundFile: { path: s.layout.host.consoleLog, maxBytes: o.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES } });
+      const process = await s.context.launcher.launch({ ...request, stdoutPath: s.layout.host.consoleLog, stderrPath: s.layout.host.stderrLog, cwd: s.spec.dir, boundFile: { path: s.layout.host.consoleLog, maxBytes: supervisedConsoleBound(o.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES) } });
       c.onCleanup("stop firecracker", async () => {
         await process.stop(o.killGraceMs);
       });

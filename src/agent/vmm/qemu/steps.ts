@@ -5,7 +5,7 @@
  */
 import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { retryableError, silentLogger, systemClock, terminalError, type Clock, type Logger, type Step } from "../../../shared/index.ts";
-import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
+import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../console-log.ts";
 import type { ProcessLauncher, VmExit, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
@@ -165,7 +165,7 @@ export const BOOT_STEPS: readonly Step<Boot, QemuStepName>[] = [
       const { cfg, dir } = boot;
       const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
       boot.argv = argv;
-      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog(), boundFile: { path: dir.serialLog(), maxBytes: cfg.maxConsoleBytes } });
+      const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog(), boundFile: { path: dir.serialLog(), maxBytes: supervisedConsoleBound(cfg.maxConsoleBytes) } });
       boot.qemu = qemu;
       step.onCleanup("stop qemu", async () => { await qemu.stop(1_000); });
     },
