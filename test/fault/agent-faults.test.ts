@@ -11,7 +11,7 @@ import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.
 import { DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../../src/agent/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
-import { armAgents, jobRunsThrough, oneAgentCrashed, runFaultCase, type FaultCase } from "./fault-case.ts";
+import { armAgents, jobRunsThrough, oneAgentCrashed, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (agent): cannot run on this machine: ${unavailable}\n`);
@@ -63,10 +63,10 @@ const cases: FaultCase[] = [
     where: "while the job runs: QEMU's memory cgroup reaches its limit and the kernel's OOM killer ends QEMU",
     async run(ctx) {
       const vm = await ctx.idleRunner();
-      const barrier = `${ctx.world.github.url}/_imp-test/control/barriers/${ctx.pool}-oom-${Date.now()}`;
+      const gate = jobGate(ctx, "oom");
       // The job waits at a barrier until the limit is lowered, then makes its VMM grow: busybox dd
       // allocates and fills a 150 MiB buffer per block, pages the guest had never touched.
-      const fill = `n=0; until [ -n "$(wget -q -O - --header 'content-type: application/json' --post-data '{"parties":2,"party":"job"}' '${barrier}' 2>/dev/null)" ]; do n=$((n+1)); [ $n -lt 30 ] || exit 9; done
+      const fill = `${gate.wait}
 echo "limit lowered; filling"
 dd if=/dev/zero of=/dev/null bs=150M count=2
 dd if=/dev/zero of=/dev/null bs=150M count=2
@@ -81,8 +81,7 @@ sleep 600`;
       const limit = usage + 32 * 1024 * 1024;
       await writeFile(join(cgroup, "memory.limit_in_bytes"), String(limit));
       ctx.faultNow();
-      const go = await fetch(barrier, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parties: 2, party: "test" }) });
-      assert.equal(go.status, 200, "the job was waiting at the barrier");
+      await gate.open();
       const ended = await ctx.vm("the VM ended OOMKilled", (v) => nameOf(v) === nameOf(vm) && v.status?.phase === "Failed", 180_000);
       assert.equal(ended.status?.reason, "OOMKilled", `${nameOf(vm)} ended for its memory: ${JSON.stringify(ended.status)}`);
       assert.match(ended.status?.message ?? "", /memory limit was reached.*limit \d+ MiB.*peak \d+ MiB/, "the message says the limit and the peak");
@@ -99,15 +98,14 @@ sleep 600`;
       const node = ctx.world.nodes.find((n) => n.name === vm.status?.nodeName);
       assert.ok(node !== undefined, `the node of ${nameOf(vm)}`);
       const uid = vm.metadata.uid ?? "";
-      const barrier = `${ctx.world.github.url}/_imp-test/control/barriers/${ctx.pool}-flood-${Date.now()}`;
+      const gate = jobGate(ctx, "flood");
       // The job floods only once the agent is gone (a barrier the test passes after stopping it).
-      const flood = `n=0; until [ -n "$(wget -q -O - --header 'content-type: application/json' --post-data '{"parties":2,"party":"job"}' '${barrier}' 2>/dev/null)" ]; do n=$((n+1)); [ $n -lt 30 ] || exit 9; done
+      const flood = `${gate.wait}
 while :; do echo "flooding the console while no agent watches, one line after another" > /dev/console; done`;
       const job = ctx.world.queueJob(`${ctx.pool}-flood`, [{ name: "flood", run: flood }], ctx.labels);
       await ctx.world.waitForJob(job, "in_progress");
       await node.agent.stop();
-      const go = await fetch(barrier, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parties: 2, party: "test" }) });
-      assert.equal(go.status, 200, "the job was waiting at the barrier");
+      await gate.open();
       const floodAt = Date.now();
       await waitFor("the flooding VM's QEMU ended with no agent running", async () => ((await processesMentioning(uid, "qemu")).length === 0 ? true : undefined), { timeoutMs: 600_000, intervalMs: 500 });
       const serialLog = join(node.stateDir, "vms", uid, "vmm", "serial.log");
@@ -135,6 +133,21 @@ while :; do echo "flooding the console while no agent watches, one line after an
     },
   },
 ];
+
+/**
+ * A gate the job waits at (a barrier on the GitHub test server, which its VM reaches) until the test
+ * opens it: the job's fault starts exactly after the test's own step, without a sleep.
+ */
+function jobGate(ctx: CaseContext, name: string): { wait: string; open(): Promise<void> } {
+  const barrier = `${ctx.world.github.url}/_imp-test/control/barriers/${ctx.pool}-${name}-${Date.now()}`;
+  return {
+    wait: `n=0; until [ -n "$(wget -q -O - --header 'content-type: application/json' --post-data '{"parties":2,"party":"job"}' '${barrier}' 2>/dev/null)" ]; do n=$((n+1)); [ $n -lt 30 ] || exit 9; done`,
+    async open() {
+      const go = await fetch(barrier, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parties: 2, party: "test" }) });
+      assert.equal(go.status, 200, "the job was waiting at the barrier");
+    },
+  };
+}
 
 /** The memory cgroup directory of a process (cgroup v1's memory hierarchy, or the v2 tree). */
 async function memoryCgroupOf(pid: number): Promise<string> {
