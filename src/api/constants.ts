@@ -58,18 +58,14 @@ export const crdName = (k: KindNames): string => `${k.plural}.${GROUP}`;
 export const LABELS = {
   /** On ImpVMs created by a pool: the pool's name. Shown as the POOL printer column. */
   pool: "imp.dev/pool",
-  /** On ImpVMs and their setup Secrets: the node the VM is bound to (set with status.nodeName). */
+  /** On ImpVMs: the node the VM is bound to (set with status.nodeName). */
   node: "imp.dev/node",
-  /** On setup Secrets: the ImpVM they belong to. */
-  vm: "imp.dev/vm",
   /** On objects Imp creates: which Imp component manages them (`operator`, `agent`). */
   managedBy: "app.kubernetes.io/managed-by",
 } as const;
 
 /** Annotations Imp sets. */
 export const ANNOTATIONS = {
-  /** On setup Secrets: the exec id the setup is bound to (the ambiguous-handoff rule, docs/agent.md). */
-  execId: "imp.dev/exec-id",
   /** On ImpVMs: the reason a controller asked for termination (for `kubectl describe`). */
   terminationReason: "imp.dev/termination-reason",
   /**
@@ -90,12 +86,11 @@ export const FINALIZERS = {
   runnerRegistration: "imp.dev/runner-registration",
 } as const;
 
-/** The setup Secret of a runner VM: owned by the ImpVM, holds the one-time JIT runner config. */
-export const SETUP_SECRET = {
-  /** Secret `type`, so setup Secrets can be told apart from user Secrets. */
-  type: "imp.dev/runner-setup",
-  /** Data key holding the sealed JIT config (a JSON SealedSetup envelope; never the plaintext). */
-  sealedKey: "sealed",
+/**
+ * How a runner VM's workload receives its one-time setup (sealed by the operator into
+ * `status.setup.sealed`, opened by the node's agent, handed to the guest in memory).
+ */
+export const RUNNER_SETUP = {
   /** Environment variable the runner command receives the JIT config in (inside the guest only). */
   envName: "IMP_RUNNER_JITCONFIG",
   /** The same value under the name GitHub's runner reads its `--jitconfig` argument from, so no argv carries it. */
@@ -103,9 +98,6 @@ export const SETUP_SECRET = {
   /** With delivery `Stdin`: set to `stdin` (the setup itself is on the runner's stdin, in no variable). */
   deliveryEnvName: "IMP_RUNNER_SETUP",
 } as const;
-
-/** Deterministic setup Secret name for a VM: the name is the idempotency key. */
-export const setupSecretName = (vmName: string): string => `${vmName}-setup`;
 
 /** Keys of the GitHub App credentials Secret referenced by `ImpVMRunnerPool.spec.github.credentialsSecretRef`. */
 export const GITHUB_APP_SECRET_KEYS = {

@@ -8,10 +8,12 @@ export const API_ERROR_CODES = [
   "IllegalPhaseTransition",
   "InvalidDuration",
   "InvalidSize",
+  "NoWorkload",
   "SetupKeyInvalid",
   "SetupOpenFailed",
   "SetupSealedInvalid",
   "SetupSealedToOtherKey",
+  "TemplateNotFound",
 ] as const;
 
 declare module "../shared/errors.ts" {

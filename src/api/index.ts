@@ -19,4 +19,6 @@ export { REFERENCE_DOC_PATH, renderReferenceDoc } from "./reference-doc.ts";
 export { SchemaError, structuralViolations, toK8sSchema, type JsonSchema } from "./structural.ts";
 export { parseDurationMs, parseSizeMiB } from "./units.ts";
 export * from "./setup-seal.ts";
+export * from "./vm-inputs.ts";
+export { holdsSealed, withoutSealed } from "./sealed-status.ts";
 export { API_ERROR_CODES } from "./error-codes.ts";

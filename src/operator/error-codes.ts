@@ -12,7 +12,9 @@ export const OPERATOR_ERROR_CODES = [
   "PoolSpecInvalid",
   "ReservationRefused",
   "RunnerGroupNotFound",
-  "SetupSecretNotOwned",
+  "SetupAlreadyRecorded",
+  "SetupVmEnded",
+  "SetupVmReplaced",
 ] as const;
 
 declare module "../shared/errors.ts" {

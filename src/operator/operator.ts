@@ -27,7 +27,7 @@ import { NodeLossController } from "./nodes/index.ts";
 import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
 import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
-import { PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
+import { InputsController, PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
 import { DEFAULT_LISTENER_TIMINGS, ScaleSetListeners } from "./scale-sets/index.ts";
@@ -151,6 +151,9 @@ export class Operator {
   readonly nodeCache: Informer<ImpNode>;
   readonly scheduler: SchedulerController | undefined;
   readonly nodeLoss: NodeLossController | undefined;
+  /** Seals each VM's Secret inputs to its node (agents cannot read Secrets). */
+  readonly inputs: InputsController;
+  readonly templateCache: Informer<ImpVMTemplate>;
   /** ARC-named job metrics, job Events and per-step VM histograms (docs/operator.md). */
   readonly jobs: JobObserver;
   /** One scale-set listener per scale-set pool, on the leader. */
@@ -180,11 +183,13 @@ export class Operator {
     this.scaleSets = this.#scaleSetListeners(forges, recorder);
     const common = { vmCache: this.vmCache, poolCache: this.poolCache, forges, recorder, registry: this.registry, logger: c.logger, clock: c.clock, faults: c.faults };
     this.pools = new PoolController({ ...common, scaleSets: this.scaleSets, pools: api.pools, vms: api.vms, failureBudget: c.failureBudget, runnerListIntervalMs: c.runnerListIntervalMs, demandListIntervalMs: c.demandListIntervalMs, queueListIntervalMs: c.queueListIntervalMs });
-    this.setup = new SetupController({ ...common, vms: api.vms, secrets: api.secrets, nodeCache: this.nodeCache, workers: c.setupWorkers });
+    this.setup = new SetupController({ ...common, vms: api.vms, nodeCache: this.nodeCache, workers: c.setupWorkers });
+    this.templateCache = cache(createResourceClient<ImpVMTemplate>(c.kubeConfig, IMP_VM_TEMPLATES), "impvmtemplates", true);
+    this.inputs = new InputsController({ vms: api.vms, secrets: api.secrets, vmCache: this.vmCache, nodeCache: this.nodeCache, templateCache: this.templateCache, recorder, registry: this.registry, logger: c.logger, clock: c.clock });
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
     const nodes = c.scheduler || c.nodeLoss ? this.#nodeView(cache) : undefined;
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
-    this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, secrets: api.secrets, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
+    this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);
     this.health = c.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(nodes === undefined ? {} : { agentLeases: nodes.leaseCache }) }, port: c.healthPort, host: c.healthHost, logger: c.logger });
   }
@@ -222,8 +227,7 @@ export class Operator {
   #schedulerOf(nodes: NodeView, recorder: EventRecorder, cache: <T extends KubeObject>(client: ResourceClient<T>, name: string, scoped: boolean) => Informer<T>): SchedulerController {
     const c = this.#c;
     const classCache = cache(createResourceClient<ImpVMClass>(c.kubeConfig, IMP_VM_CLASSES), "impvmclasses", false);
-    const templateCache = cache(createResourceClient<ImpVMTemplate>(c.kubeConfig, IMP_VM_TEMPLATES), "impvmtemplates", true);
-    this.#extraCaches.push(classCache as unknown as Informer<KubeObject>, templateCache as unknown as Informer<KubeObject>);
+    this.#extraCaches.push(classCache as unknown as Informer<KubeObject>);
     return new SchedulerController({
       vms: this.#api.vms,
       nodes: this.#api.nodes,
@@ -232,7 +236,7 @@ export class Operator {
       leaseInformer: nodes.leaseCache,
       leaseNamespace: c.agentLeaseNamespace,
       classInformer: classCache,
-      templateInformer: templateCache,
+      templateInformer: this.templateCache,
       registry: this.registry,
       recorder,
       clock: c.clock,
@@ -270,11 +274,12 @@ export class Operator {
     })
       .addCache(this.poolCache)
       .addCache(this.vmCache)
-      .addCache(this.nodeCache);
+      .addCache(this.nodeCache)
+      .addCache(this.templateCache);
     for (const cache of this.#extraCaches) manager.addCache(cache);
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
-    manager.addController(this.pools.controller).addController(this.setup.controller).addController(this.scaleSets);
+    manager.addController(this.pools.controller).addController(this.setup.controller).addController(this.inputs.controller).addController(this.scaleSets);
     if (this.webhook !== undefined) manager.addServer(this.webhook);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);

@@ -11,7 +11,7 @@ import { BUILTIN_BLOCKED_V4, BUILTIN_BLOCKED_V6, NON_PUBLIC_V4, renderRuleset } 
 import { readFirewall } from "./invariants.ts";
 import { judgeI6, type Observation } from "./judge.ts";
 
-const observation = (firewalls: Observation["firewalls"]): Observation => ({ at: 0, vms: [], setupSecrets: [], github: { runners: [], sessionRefusals: 0, staleSetups: 0 }, nodeResources: [], firewalls });
+const observation = (firewalls: Observation["firewalls"]): Observation => ({ at: 0, vms: [], github: { runners: [], sessionRefusals: 0, staleSetups: 0 }, nodeResources: [], firewalls });
 
 function load(netns: string, blockedV4: readonly string[]): void {
   const ruleset = renderRuleset({

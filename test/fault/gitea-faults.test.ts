@@ -11,7 +11,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { nodeKeyPairFromPrivate, openSetup, parseSealedSetup, setupSecretName, SETUP_SECRET, type ImpVM } from "../../src/api/index.ts";
+import { nodeKeyPairFromPrivate, openSetup, parseSealedSetup, type ImpVM } from "../../src/api/index.ts";
 import { VmDir } from "../../src/agent/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { giteaWorldUnavailable, nameOf, RunnerWorld } from "../e2e/runner-path/world.ts";
@@ -98,7 +98,7 @@ const cases: FaultCase[] = [
   {
     id: "gitea-operator-crash-after-register",
     injected: "operator SIGKILL (fault point setup.after-mint=crash@1)",
-    where: "SetupController, right after Gitea's Register answered for the pool's first VM, before its .runner was sealed into a Secret: a runner is registered on Gitea that nothing in the API records",
+    where: "SetupController, right after Gitea's Register answered for the pool's first VM, before its .runner was sealed into the VM's status: a runner is registered on Gitea that nothing in the API records",
     forge: "gitea",
     arm: (ctx) => ctx.world.restartOperator(plan("setup.after-mint=crash@1")),
     async run(ctx) {
@@ -112,7 +112,7 @@ const cases: FaultCase[] = [
       await pushWorkflow(ctx, "after-register", "echo after the crash");
       const job = await jobReaches(ctx, "after-register", "completed");
       assert.equal(job.conclusion, "success");
-      return `at the crash Gitea had ${registered.length} runner(s) (${registered.join(", ") || "none"}) and no Secret recorded one; the restarted operator removed the registration of that name and registered once more; runner ${nameOf(vm)} online once; ${job.name} ${job.conclusion ?? "?"}`;
+      return `at the crash Gitea had ${registered.length} runner(s) (${registered.join(", ") || "none"}) and no VM recorded one; the restarted operator removed the registration of that name and registered once more; runner ${nameOf(vm)} online once; ${job.name} ${job.conclusion ?? "?"}`;
     },
   },
   {
@@ -170,15 +170,14 @@ const cases: FaultCase[] = [
   },
   {
     id: "gitea-runner-credential-replayed",
-    injected: "a VM's .runner (opened from its sealed Secret with its node's key, as an attacker holding both would) replayed with the real gitea-runner after the VM's job",
+    injected: "a VM's .runner (opened from the VM's sealed setup with its node's key, as an attacker holding both would) replayed with the real gitea-runner after the VM's job",
     where: "an ephemeral Gitea runner's one-time credential, used once already",
     forge: "gitea",
     async run(ctx) {
       const vm = await idleGiteaRunner(ctx);
       const node = ctx.world.nodes.find((n) => n.name === vm.status?.nodeName);
       assert.ok(node !== undefined);
-      const secret = await ctx.world.secrets.get({ namespace: ctx.namespace, name: setupSecretName(nameOf(vm)) });
-      const sealed = parseSealedSetup(Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8"));
+      const sealed = parseSealedSetup(vm.status?.setup?.sealed ?? "");
       const key = await nodeKeyPairFromPrivate(new Uint8Array(await readFile(join(node.stateDir, "setup-key"))));
       const dotRunner = Buffer.from(await openSetup(sealed, key, vm.metadata.uid ?? "")).toString("utf8");
       await pushWorkflow(ctx, "first-use", "echo used once");

@@ -1,6 +1,6 @@
 /**
  * The checker against real parts: a real API server, the GitHub test server and a node's real host
- * state, with the traces a broken teardown would leave (a registration and a setup Secret of a VM
+ * state, with the traces a broken teardown would leave (a registration and a sealed setup of a VM
  * that ended, its directory and disk, a one-time setup presented twice). The checker must find each
  * one — and, once they are gone, report every invariant held with the time it took.
  */
@@ -9,10 +9,10 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, LABELS, SETUP_SECRET, type ImpVM, buildAllCrds } from "../../src/api/index.ts";
+import { API_VERSION, LABELS, type ImpVM, buildAllCrds } from "../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../src/devcluster/index.ts";
 import { createResourceClient, type KubeObject, type ResourceClient, installCrds } from "../../src/kube/index.ts";
-import { IMP_VMS, SECRETS, type SecretObject } from "../../src/operator/index.ts";
+import { IMP_VMS } from "../../src/operator/index.ts";
 import { startGitHub } from "../github/harness.ts";
 import { checkInvariants, observe, type FaultWorld } from "./invariants.ts";
 
@@ -22,13 +22,11 @@ const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Name
 describe("checkInvariants on a real API server, GitHub test server and node", { timeout: 300_000 }, () => {
   let plane: ControlPlane;
   let vms: ResourceClient<ImpVM>;
-  let secrets: ResourceClient<SecretObject>;
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
     await installCrds(plane.kubeConfig, buildAllCrds());
     vms = createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS);
-    secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRETS);
     await createResourceClient<KubeObject>(plane.kubeConfig, NAMESPACES).create({ apiVersion: "v1", kind: "Namespace", metadata: { name: NS } });
   });
 
@@ -47,7 +45,7 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
     return created;
   }
 
-  it("finds a double setup use, a registration, a Secret and node files of an ended VM; all held once they are gone", async (t) => {
+  it("finds a double setup use, a registration, a sealed setup and node files of an ended VM; all held once they are gone", async (t) => {
     const gh = await startGitHub(t);
     const stateDir = await mkdtemp(join(tmpdir(), "imp-fault-check-"));
     t.after(() => rm(stateDir, { recursive: true, force: true }));
@@ -57,13 +55,7 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
     const ended = await runnerVm("pool-bbbbb", ["Scheduled", "Preparing", "Booting", "Running", "Succeeded"]);
     const { runner: liveRunner } = gh.server.registerRunner("repo:acme/api", { name: "pool-aaaaa", runner_group_id: 1, labels: ["imp"] });
     const { runner: endedRunner } = gh.server.registerRunner("repo:acme/api", { name: "pool-bbbbb", runner_group_id: 1, labels: ["imp"] });
-    await secrets.create({
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: { name: "pool-bbbbb-setup", namespace: NS, ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVM", name: "pool-bbbbb", uid: ended.metadata.uid ?? "", controller: true }] },
-      type: SETUP_SECRET.type,
-      data: { [SETUP_SECRET.sealedKey]: Buffer.from("{}").toString("base64") },
-    });
+    await vms.patchStatus({ namespace: NS, name: "pool-bbbbb" }, { status: { setup: { state: "Delivered", sealed: "{}" } } });
     const endedDir = join(stateDir, "vms", ended.metadata.uid ?? "");
     await mkdir(endedDir, { recursive: true });
     await writeFile(join(endedDir, "scratch.ext4"), Buffer.alloc(4096));
@@ -88,16 +80,16 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
     assert.match(broken.get("I3")?.detail ?? "", new RegExp(`pool-bbbbb \\(id ${endedRunner.id}`));
     assert.doesNotMatch(broken.get("I3")?.detail ?? "", /pool-aaaaa/);
     assert.equal(broken.get("I4")?.held, false);
-    assert.match(broken.get("I4")?.detail ?? "", /pool-bbbbb-setup \(VM Succeeded\)/);
+    assert.match(broken.get("I4")?.detail ?? "", /pool-bbbbb \(VM Succeeded: setup\)/);
     assert.equal(broken.get("I5")?.held, false);
     assert.match(broken.get("I5")?.detail ?? "", new RegExp(`disk ${ended.metadata.uid ?? ""}: vms/.*/scratch\\.ext4`));
     assert.match(broken.get("I5")?.detail ?? "", /vm-dir/);
     assert.equal(broken.get("I6")?.held, true);
 
-    // Teardown done right: registration removed, Secret deleted, files gone. Counting only from now on, all hold.
+    // Teardown done right: registration removed, sealed setup removed, files gone. Counting only from now on, all hold.
     const faultAt = Date.now();
     gh.server.runners.delete(endedRunner.id);
-    await secrets.delete({ namespace: NS, name: "pool-bbbbb-setup" });
+    await vms.patchStatus({ namespace: NS, name: "pool-bbbbb" }, { status: { setup: { state: "Deleted", sealed: null } } } as never);
     await rm(endedDir, { recursive: true, force: true });
     const healed = await checkInvariants(world, { faultAt, since: faultAt, boundsMs: { I2: 30_000, I3: 30_000, I4: 30_000, I5: 30_000 }, intervalMs: 200 });
     for (const o of healed) assert.equal(o.held, true, `${o.id}: ${o.detail}`);

@@ -8,9 +8,9 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { LABELS, SETUP_SECRET, type ImpVM } from "../../src/api/index.ts";
+import { LABELS, type ImpVM } from "../../src/api/index.ts";
 import { createResourceClient } from "../../src/kube/index.ts";
-import { IMP_VMS, SECRETS, type SecretObject } from "../../src/operator/index.ts";
+import { IMP_VMS } from "../../src/operator/index.ts";
 import type { GitHubTestServer } from "../github/server.ts";
 import { JUDGES, SAFETY, type IsolationProbe, type NodeFirewall, type Observation, type VmObservation } from "./judge.ts";
 import { readNodeState, type SimulatedNode } from "./node-state.ts";
@@ -50,10 +50,8 @@ export const DEFAULT_BOUNDS_MS: Readonly<Record<InvariantId, number>> = { I1: 0,
 
 export async function observe(world: FaultWorld, options: Pick<CheckOptions, "since" | "probes" | "runnerFilter"> = {}): Promise<Observation> {
   const vmClient = createResourceClient<ImpVM>(world.kubeConfig, IMP_VMS);
-  const secretClient = createResourceClient<SecretObject>(world.kubeConfig, SECRETS);
-  const [vmList, secretList, nodeResources, firewalls, probes, forgeRunners] = await Promise.all([
+  const [vmList, nodeResources, firewalls, probes, forgeRunners] = await Promise.all([
     vmClient.list({ namespace: world.namespace }),
-    secretClient.list({ namespace: world.namespace }),
     Promise.all(world.nodes.map((n) => readNodeState(n))).then((lists) => lists.flat()),
     Promise.all(world.nodes.map((n) => readFirewall(n))),
     options.probes?.(),
@@ -65,7 +63,6 @@ export async function observe(world: FaultWorld, options: Pick<CheckOptions, "si
   return {
     at: Date.now(),
     vms: vmList.items.map(vmObservation),
-    setupSecrets: secretList.items.filter((s) => s.type === SETUP_SECRET.type).map((s) => ({ name: s.metadata?.name ?? "", ownerUid: s.metadata?.ownerReferences?.find((o) => o.kind === "ImpVM")?.uid })),
     github: {
       runners: [...[...world.github.runners.values()].map((r) => ({ id: r.id, name: r.name, status: r.status, busy: r.busy })), ...forgeRunners.map((r) => ({ id: r.id, name: r.name, status: r.status === "online" ? ("online" as const) : ("offline" as const), busy: r.busy }))].filter((r) => keep(r.name)),
       sessionRefusals: sessions.filter((r) => r.status === 409).length,
@@ -87,6 +84,7 @@ function vmObservation(vm: ImpVM): VmObservation {
     nodeName: vm.status?.nodeName,
     pool: vm.metadata.labels?.[LABELS.pool],
     setupState: vm.status?.setup?.state,
+    sealed: [...(vm.status?.setup?.sealed === undefined ? [] : ["setup" as const]), ...(vm.status?.inputs === undefined ? [] : ["inputs" as const])],
   };
 }
 

@@ -15,15 +15,14 @@ const RULESET =
   "\tchain refused { ip daddr @allowed_v4 return; drop }\n" +
   "\tchain forward { iifname imp-br0 ip daddr @blocked_v4 drop; iifname imp-br0 ip daddr @refused_v4 jump refused }\n}";
 
-const vm = (name: string, phase: string | undefined, extra: Partial<VmObservation> = {}): VmObservation => ({ name, uid: `uid-${name}`, phase, deleting: false, nodeName: "node-a", pool: "pool", setupState: undefined, ...extra });
+const vm = (name: string, phase: string | undefined, extra: Partial<VmObservation> = {}): VmObservation => ({ name, uid: `uid-${name}`, phase, deleting: false, nodeName: "node-a", pool: "pool", setupState: undefined, sealed: [], ...extra });
 const res = (kind: NodeResource["kind"], uid: string | undefined, detail = "x", node = "node-a"): NodeResource => ({ node, kind, uid, detail });
 
 /** A healthy world: one idle runner VM online, one finished VM whose traces are all gone. */
 function world(patch: Partial<Observation> = {}): Observation {
   return {
     at: 1_000,
-    vms: [vm("pool-aaaaa", "Running", { setupState: "Delivered" }), vm("pool-bbbbb", "Succeeded", { setupState: "Deleted" })],
-    setupSecrets: [{ name: "pool-aaaaa-setup", ownerUid: "uid-pool-aaaaa" }],
+    vms: [vm("pool-aaaaa", "Running", { setupState: "Delivered", sealed: ["setup", "inputs"] }), vm("pool-bbbbb", "Succeeded", { setupState: "Deleted" })],
     github: { runners: [{ id: 1, name: "pool-aaaaa", status: "online", busy: false }], sessionRefusals: 0, staleSetups: 0 },
     nodeResources: [res("process", "uid-pool-aaaaa", "pid 10 qemu-system-x86: qemu …"), res("tap", "uid-pool-aaaaa"), res("disk", "uid-pool-aaaaa"), res("vm-dir", "uid-pool-aaaaa")],
     firewalls: [{ node: "node-a", noNetwork: false, ruleset: RULESET }],
@@ -77,10 +76,12 @@ describe("invariant judgments", () => {
     assert.match(deleting.detail, /pool-aaaaa \(id 1/);
   });
 
-  it("I4 fails on a setup Secret of an ended, vanished, or no VM", () => {
-    assert.equal(judgeI4(world({ setupSecrets: [{ name: "pool-bbbbb-setup", ownerUid: "uid-pool-bbbbb" }] })).held, false);
-    assert.match(judgeI4(world({ setupSecrets: [{ name: "gone-setup", ownerUid: "uid-gone" }] })).detail, /gone/);
-    assert.equal(judgeI4(world({ setupSecrets: [{ name: "orphan-setup", ownerUid: undefined }] })).held, false);
+  it("I4 fails on sealed material in the status of an ended or deleting VM", () => {
+    const ended = judgeI4(world({ vms: [vm("pool-bbbbb", "Succeeded", { sealed: ["setup"] })] }));
+    assert.equal(ended.held, false);
+    assert.match(ended.detail, /pool-bbbbb \(VM Succeeded: setup\)/);
+    assert.match(judgeI4(world({ vms: [vm("pool-ccccc", "Running", { deleting: true, sealed: ["inputs"] })] })).detail, /deleting: inputs/);
+    assert.equal(judgeI4(world({ vms: [vm("pool-ddddd", "Failed", { sealed: ["setup", "inputs"] })] })).held, false);
   });
 
   it("I5 fails on anything of an ended VM, of nobody, or of a VM bound to another node", () => {
@@ -129,7 +130,7 @@ describe("checkInvariants polling", () => {
         i++;
         const at = t0 + i * 20;
         // A setup Secret that never goes; one refused second session in the second observation only.
-        return Promise.resolve(world({ at, setupSecrets: [{ name: "pool-bbbbb-setup", ownerUid: "uid-pool-bbbbb" }], ...(i === 2 ? { github: { runners: world().github.runners, sessionRefusals: 1, staleSetups: 0 } } : {}) }));
+        return Promise.resolve(world({ at, vms: [vm("pool-aaaaa", "Running", { setupState: "Delivered" }), vm("pool-bbbbb", "Succeeded", { sealed: ["setup"] })], ...(i === 2 ? { github: { runners: world().github.runners, sessionRefusals: 1, staleSetups: 0 } } : {}) }));
       },
     });
     const byId = new Map(outcomes.map((o) => [o.id, o]));

@@ -1,6 +1,6 @@
 /**
  * The invariants I1–I6 (report.ts INVARIANTS) as pure judgments of one observation of the world:
- * the ImpVMs and setup Secrets of the case's namespace, the GitHub test server's runners and
+ * the ImpVMs of the case's namespace (with the sealed material their status holds), the GitHub test server's runners and
  * session log, and each node's host state. No I/O here; invariants.ts observes and polls, and
  * judge.test.ts proves each judgment can fail.
  *
@@ -21,12 +21,8 @@ export interface VmObservation {
   /** The imp.dev/pool label: a runner VM. */
   readonly pool: string | undefined;
   readonly setupState: string | undefined;
-}
-
-export interface SecretObservation {
-  readonly name: string;
-  /** ownerReferences[].uid of the ImpVM that owns it. */
-  readonly ownerUid: string | undefined;
+  /** Sealed material the VM's status still holds: its one-time setup, its Secret inputs. */
+  readonly sealed: readonly ("setup" | "inputs")[];
 }
 
 export interface RunnerObservation {
@@ -62,7 +58,6 @@ export interface Observation {
   /** Date.now() of the observation. */
   readonly at: number;
   readonly vms: readonly VmObservation[];
-  readonly setupSecrets: readonly SecretObservation[];
   readonly github: GitHubObservation;
   /** Host state of every node, each resource tagged with its node. */
   readonly nodeResources: readonly NodeResource[];
@@ -130,15 +125,12 @@ export function judgeI3(o: Observation): Judgment {
   return { held: true, detail: `${o.github.runners.length} registration(s), each of a live VM` };
 }
 
-/** I4: every setup Secret is owned by a live VM. */
+/** I4: nothing sealed (setup, Secret inputs) outlives its VM's run: only a live VM's status holds any. */
 export function judgeI4(o: Observation): Judgment {
-  const live = new Set(o.vms.filter(isLive).map((vm) => vm.uid));
-  const left = o.setupSecrets.filter((s) => s.ownerUid === undefined || !live.has(s.ownerUid));
-  if (left.length > 0) {
-    const byUid = new Map(o.vms.map((vm) => [vm.uid, vm]));
-    return { held: false, detail: `setup Secret(s) outliving their VM: ${left.map((s) => `${s.name} (VM ${s.ownerUid === undefined ? "none" : (byUid.get(s.ownerUid)?.phase ?? "gone")})`).join(", ")}` };
-  }
-  return { held: true, detail: `${o.setupSecrets.length} setup Secret(s), each of a live VM` };
+  const holding = o.vms.filter((vm) => vm.sealed.length > 0);
+  const left = holding.filter((vm) => !isLive(vm));
+  if (left.length > 0) return { held: false, detail: `sealed material outliving its VM's run: ${left.map((vm) => `${vm.name} (VM ${vm.phase ?? "Pending"}${vm.deleting ? ", deleting" : ""}: ${vm.sealed.join(", ")})`).join(", ")}` };
+  return { held: true, detail: `${holding.length} VM(s) hold sealed material, each live` };
 }
 
 /** I5: every process, socket, tap, cgroup, disk and VM dir on a node belongs to a live VM bound to that node. */

@@ -104,22 +104,22 @@ const cases: FaultCase[] = [
     },
   },
   {
-    id: "agent-crash-before-secret-delete",
-    injected: "agent SIGKILL (fault point teardown.before-secret-delete=crash@1)",
-    where: "in the teardown of a VM whose runner finished its job: VM terminal, its VMM, tap, directory and CID freed, its setup Secret and teardown finalizer still there",
-    arm: (ctx) => armAgents(ctx.world, "teardown.before-secret-delete=crash@1"),
+    id: "agent-crash-before-sealed-removal",
+    injected: "agent SIGKILL (fault point teardown.before-sealed-removal=crash@1)",
+    where: "in the teardown of a VM whose runner finished its job: VM terminal, its VMM, tap, directory and CID freed, its sealed setup still in its status and its teardown finalizer still there",
+    arm: (ctx) => armAgents(ctx.world, "teardown.before-sealed-removal=crash@1"),
     async run(ctx) {
       await ctx.idleRunner();
       const job = ctx.world.queueJob(`${ctx.pool}-tears`, [{ name: "hi", run: "echo hi" }], ctx.labels);
       await jobReached(job, "completed");
       const vm = vmOfJob(ctx, job);
       const node = await waitFor("an agent crashed at its fault point", () => ctx.world.nodes.find((n) => !n.agent.running), { timeoutMs: 180_000, intervalMs: 100 });
-      // The state at the point, seen before the agent comes back: the Secret outlives its VM for now.
-      const secret = await ctx.world.secrets.get({ namespace: ctx.namespace, name: `${nameOf(vm)}-setup` }).catch(() => undefined);
+      // The state at the point, seen before the agent comes back: the sealed setup outlives the VM's run for now.
+      const sealedAtCrash = (await ctx.world.listVms()).find((v) => nameOf(v) === nameOf(vm))?.status?.setup?.sealed !== undefined;
       const left = await ctx.world.leftoversOf(node, vm.metadata.uid ?? "");
       await oneAgentCrashed(ctx);
       const replacement = await ctx.idleRunner();
-      return `job ${job.name} ${job.conclusion ?? "?"} on ${nameOf(vm)}; the agent on ${node.name} crashed in its teardown with ${secret === undefined ? "the Secret already gone" : "the setup Secret still there"} and ${left.length === 0 ? "nothing of the VM left on the node" : `on the node: ${left.join(", ")}`}; restarted, it released again (${nameOf(vm)} ${phaseOf(ctx.world, nameOf(vm))}); replacement ${nameOf(replacement)} online`;
+      return `job ${job.name} ${job.conclusion ?? "?"} on ${nameOf(vm)}; the agent on ${node.name} crashed in its teardown with ${sealedAtCrash ? "the sealed setup still in the VM's status" : "the sealed setup already removed"} and ${left.length === 0 ? "nothing of the VM left on the node" : `on the node: ${left.join(", ")}`}; restarted, it released again (${nameOf(vm)} ${phaseOf(ctx.world, nameOf(vm))}); replacement ${nameOf(replacement)} online`;
     },
   },
   {
@@ -197,11 +197,14 @@ const cases: FaultCase[] = [
       process.kill(pid, "SIGSTOP");
       let lost: ImpVM | undefined;
       let lostMs = 0;
-      let secretGone = false;
+      let sealedGone = false;
       try {
         lost = await ctx.vm(`${nameOf(vm)} Failed/NodeLost`, (v) => nameOf(v) === nameOf(vm) && v.status?.phase === "Failed" && v.status.reason === "NodeLost", NODE_LOST_AFTER_MS + 60_000).catch(() => undefined);
         lostMs = Date.now() - stoppedAt;
-        secretGone = await waitFor(`${nameOf(vm)}-setup deleted`, async () => ((await ctx.world.secrets.get({ namespace: ctx.namespace, name: `${nameOf(vm)}-setup` }).catch(() => undefined)) === undefined ? true : undefined), { timeoutMs: 30_000, intervalMs: 250 }).catch(() => false);
+        sealedGone = await waitFor(`${nameOf(vm)}'s sealed setup removed`, async () => {
+          const now = (await ctx.world.listVms()).find((v) => nameOf(v) === nameOf(vm));
+          return now === undefined || (now.status?.setup?.sealed === undefined && now.status?.inputs === undefined) ? true : undefined;
+        }, { timeoutMs: 30_000, intervalMs: 250 }).catch(() => false);
         // Keep the agent stopped a little past the bound, so the operator acts on a node still silent.
         const rest = NODE_LOST_AFTER_MS + 15_000 - (Date.now() - stoppedAt);
         if (rest > 0) await new Promise((r) => setTimeout(r, rest));
@@ -209,10 +212,10 @@ const cases: FaultCase[] = [
         process.kill(pid, "SIGCONT");
       }
       assert.ok(lost !== undefined, `${nameOf(vm)} was not marked Failed/NodeLost: ${phaseOf(ctx.world, nameOf(vm))}`);
-      assert.ok(secretGone, `${nameOf(vm)}-setup outlived the NodeLost VM while the agent was stopped`);
+      assert.ok(sealedGone, `${nameOf(vm)}'s sealed setup outlived the NodeLost VM while the agent was stopped`);
       const replacement = await ctx.idleRunner();
       const gone = await waitFor(`${nameOf(vm)}'s VMM gone from ${node.name}`, async () => ((await processesOf(vm.metadata.uid ?? "", "qemu-system-x86_64")).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 500 }).catch(() => false);
-      return `the operator marked ${nameOf(vm)} Failed/NodeLost while ${node.name}'s agent was stopped (seen ${Math.round(lostMs / 1000)} s after SIGSTOP), removed its Secret and, once its runner was no longer busy, its registration; replacement ${nameOf(replacement)} online on ${replacement.status?.nodeName ?? "?"}; after SIGCONT the agent ${gone ? "tore the lost VM's VMM down and did not boot it again" : "still had the lost VM's VMM running"}; job ${job.status} ${job.conclusion ?? ""}`;
+      return `the operator marked ${nameOf(vm)} Failed/NodeLost while ${node.name}'s agent was stopped (seen ${Math.round(lostMs / 1000)} s after SIGSTOP), removed its sealed setup and, once its runner was no longer busy, its registration; replacement ${nameOf(replacement)} online on ${replacement.status?.nodeName ?? "?"}; after SIGCONT the agent ${gone ? "tore the lost VM's VMM down and did not boot it again" : "still had the lost VM's VMM running"}; job ${job.status} ${job.conclusion ?? ""}`;
     },
   },
   {

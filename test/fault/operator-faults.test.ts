@@ -88,19 +88,23 @@ const cases: FaultCase[] = [
       const vm = await ctx.idleRunner();
       const job = await jobRunsThrough(ctx, "after-mint");
       const answers = ctx.world.github.requestsTo(/generate-jitconfig/, "POST").filter((r) => r.name !== undefined && minted.includes(r.name)).map((r) => r.status);
-      return `generate-jitconfig for ${minted.join(", ")} answered ${answers.join(", ")}: the restarted operator found no Secret, was refused the registered name (409), removed the stale runner and minted once more; runner ${nameOf(vm)} online once; ${job}`;
+      return `generate-jitconfig for ${minted.join(", ")} answered ${answers.join(", ")}: the restarted operator found no setup recorded, was refused the registered name (409), removed the stale runner and minted once more; runner ${nameOf(vm)} online once; ${job}`;
     },
   },
   {
-    id: "operator-crash-after-store",
-    injected: "operator SIGKILL (fault point setup.after-store=crash@1)",
-    where: "SetupController, after the VM's <vm>-setup Secret (the sealed setup) was created, before status.runner/status.setup were written: the VM does not say Minted, so no agent proceeds",
-    arm: (ctx) => ctx.world.restartOperator(plan("setup.after-store=crash@1")),
+    id: "operator-crash-after-record",
+    injected: "operator SIGKILL (fault point setup.after-record=crash@1)",
+    where: "SetupController, right after status.runner and status.setup (Minted, with the sealed setup) were written in one write, before the reconcile ended: a cache that has not seen that write says the VM has no setup",
+    arm: (ctx) => ctx.world.restartOperator(plan("setup.after-record=crash@1")),
     async run(ctx) {
       await operatorCrashedAndRestarted(ctx);
       const vm = await ctx.idleRunner();
-      const job = await jobRunsThrough(ctx, "after-store");
-      return `the restarted operator found the Secret and recorded it without minting again; runner ${nameOf(vm)} online; ${job}`;
+      const job = await jobRunsThrough(ctx, "after-record");
+      // Every VM of the pool, the one whose reconcile crashed included, was minted exactly once.
+      const byName = new Map<string, number[]>();
+      for (const r of ctx.world.github.requestsTo(/generate-jitconfig/, "POST")) if (r.name?.startsWith(`${ctx.pool}-`) === true) byName.set(r.name, [...(byName.get(r.name) ?? []), r.status]);
+      for (const [name, answers] of byName) assert.deepEqual(answers, [201], `${name} was minted once`);
+      return `the restarted operator read the recorded setup from the VM and did not mint again (generate-jitconfig: ${[...byName].map(([n, a]) => `${n} ${a.join("/")}`).join(", ")}); runner ${nameOf(vm)} online; ${job}`;
     },
   },
   {

@@ -12,7 +12,7 @@ export const INVARIANTS: Readonly<Record<InvariantId, string>> = {
   I1: "A one-time setup is delivered to at most one running process, ever; no runner name is registered twice.",
   I2: "Every ImpVM reaches a terminal phase or is deleted within a bound, whatever fails.",
   I3: "Every GitHub registration made by Imp is removed within a bound after its VM ends.",
-  I4: "No setup Secret outlives its VM.",
+  I4: "Nothing sealed to a node (one-time setup, Secret inputs) outlives its VM's run.",
   I5: "No VMM process, tap, socket or disk on a node outlives its ImpVM (checked at the process level).",
   I6: "A VM cannot reach the node's own services, the Kubernetes API or cloud metadata addresses.",
 };

@@ -8,7 +8,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { canTransitionVM, FINALIZERS, LABELS, openSetup, parseSealedSetup, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
+import { canTransitionVM, FINALIZERS, LABELS, openSetup, parseSealedSetup, parseVmInputs, secretKeysNeeded, templateOf, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
 import {
   Controller,
   createResourceClient,
@@ -22,7 +22,6 @@ import {
   Manager,
   mutateWithRetry,
   requeueAfter, type CoreEvent,
-  type KubeObject,
   type Lease,
   type ReconcileContext,
   type ReconcileResult,
@@ -33,7 +32,6 @@ import {
   type Stored,
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, ImpError, retryableError, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
-import { credentialsFromSecretData } from "../image/pull/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
@@ -43,14 +41,7 @@ import { decideDecommission, type DecommissionRequest } from "./decide-decommiss
 import { NodeReporter, type DecommissionOutcome, type NodeFacts } from "./node-reporter.ts";
 import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
 import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
-import { bootRequestOf, planVm, secretsNeeded, templateOf, workloadOf, type KernelFiles, type VmPlan } from "./vm-plan.ts";
-
-export interface SecretObject extends KubeObject {
-  type?: string;
-  data?: Record<string, string>;
-}
-
-export const SECRET_RESOURCE = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true } as const;
+import { bootRequestOf, planVm, withImageCredentials, type KernelFiles, type VmPlan } from "./vm-plan.ts";
 
 export interface NodeAgentOptions {
   readonly kubeConfig: KubeConfig;
@@ -105,7 +96,6 @@ export class NodeAgent {
   readonly #o: NodeAgentOptions;
   readonly #clock: Clock;
   readonly #log: Logger;
-  readonly #secrets: ResourceClient<SecretObject>;
   readonly #templates: ResourceClient<ImpVMTemplate>;
   readonly #classes: ResourceClient<ImpVMClass>;
   readonly #cache: Informer<ImpVM>;
@@ -128,14 +118,13 @@ export class NodeAgent {
     this.metrics = new AgentMetrics(this.registry);
     const kc = options.kubeConfig;
     this.vms = createResourceClient<ImpVM>(kc, IMP_VMS);
-    this.#secrets = createResourceClient<SecretObject>(kc, SECRET_RESOURCE);
     this.#templates = createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES);
     this.#classes = createResourceClient<ImpVMClass>(kc, IMP_VM_CLASSES);
     this.#events = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-agent", instance: options.nodeName, clock: this.#clock });
     this.faults = options.faults ?? NO_FAULTS;
     this.#setupWaitMs = options.runtime.timeouts?.setupWaitMs ?? DEFAULT_RUNTIME_TIMEOUTS.setupWaitMs;
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
-    this.#setups = new KubeSetupStore({ vms: this.vms, secrets: this.#secrets, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
+    this.#setups = new KubeSetupStore({ vms: this.vms, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
     this.runtime = new VmRuntime({
       ...options.runtime,
       clock: this.#clock,
@@ -371,17 +360,31 @@ export class NodeAgent {
     const template = vm.spec.templateRef === undefined ? undefined : (await this.#templates.get({ namespace, name: vm.spec.templateRef.name }, signal).catch(notFoundAs(`template ${vm.spec.templateRef.name}`))).spec;
     const t = templateOf(vm, template);
     const vmClass = (await this.#classes.get({ name: t.classRef.name }, signal).catch(notFoundAs(`ImpVMClass ${t.classRef.name}`))).spec;
-    const secrets = new Map<string, Record<string, string>>();
-    for (const name of secretsNeeded(workloadOf(vm, t))) {
-      const secret = await this.#secrets.get({ namespace, name }, signal).catch(notFoundAs(`Secret ${name}`));
-      secrets.set(name, decodeData(secret.data));
-    }
+    const secrets = secretKeysNeeded(vm, t).size === 0 ? new Map<string, Readonly<Record<string, string>>>() : await this.#openInputs(vm);
     const plan = planVm({ vm, template, vmClass, secrets, kernels: this.#o.kernels, baseEnv: this.#o.baseEnv ?? DEFAULT_WORKLOAD_ENV });
-    if (plan.pullSecretName !== undefined) {
-      const pull = await this.#secrets.get({ namespace, name: plan.pullSecretName }, signal).catch(notFoundAs(`image pull Secret ${plan.pullSecretName}`));
-      return { ...plan, imageCredentials: credentialsFromSecretData(decodeData(pull.data)) };
+    return withImageCredentials(plan, secrets);
+  }
+
+  /**
+   * The Secret values the VM reads, which the operator sealed to this node (agents cannot read
+   * Secrets): opened in memory only. Not sealed yet is retried, up to the same bound a booted VM
+   * waits for its setup; then the VM fails with the reason.
+   */
+  async #openInputs(vm: Readonly<Stored<ImpVM>>): Promise<Map<string, Readonly<Record<string, string>>>> {
+    const sealed = vm.status?.inputs?.sealed;
+    if (sealed === undefined) {
+      const bound = Date.parse(vm.status?.phaseTimestamps?.scheduled ?? "");
+      if (Number.isFinite(bound) && this.#clock.now() - bound > this.#setupWaitMs) {
+        throw terminalError("InputsNotSealed", `Cannot plan the VM: the operator did not seal its Secret inputs to node ${this.#o.nodeName} within ${Math.round(this.#setupWaitMs / 1000)} s of binding (see the VM's InputsNotSealed events and the operator's log)`);
+      }
+      throw retryableError("InputsNotSealed", `Cannot plan ${vm.metadata.name} yet: its Secret inputs are not sealed to this node yet`);
     }
-    return plan;
+    const plain = await openSetup(parseSealedSetup(sealed, "inputs"), this.#o.key, vm.metadata.uid, "inputs");
+    try {
+      return new Map(Object.entries(parseVmInputs(Buffer.from(plain).toString("utf8")).secrets));
+    } finally {
+      plain.fill(0);
+    }
   }
 
   /**
@@ -394,7 +397,7 @@ export class NodeAgent {
     let setup: string;
     try {
       const raw = await this.#setups.readSealed(refOf(vm));
-      if (raw === undefined) throw retryableError("SetupSecretMissing", `Cannot deliver the setup of ${vm.metadata.name}: the status says Minted but its Secret is not readable yet`);
+      if (raw === undefined) throw retryableError("SetupSecretMissing", `Cannot deliver the setup of ${vm.metadata.name}: the status says Minted but holds no sealed setup yet`);
       const plain = await openSetup(parseSealedSetup(raw), this.#o.key, uid);
       try {
         setup = Buffer.from(plain).toString("utf8");
@@ -454,10 +457,6 @@ function phaseMessage(phase: string, status: Readonly<ImpVMStatus>): string {
     default:
       return status.message ?? phase;
   }
-}
-
-function decodeData(data: Readonly<Record<string, string>> | undefined): Record<string, string> {
-  return Object.fromEntries(Object.entries(data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString("utf8")]));
 }
 
 function notFoundAs(what: string): (err: unknown) => never {

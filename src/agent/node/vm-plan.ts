@@ -1,12 +1,12 @@
 /**
- * From the API objects of one VM (the ImpVM, its template, its class, the Secrets its environment
- * reads) to what this node boots: a pure function, so every rule about what a VM gets is tested
+ * From the API objects of one VM (the ImpVM, its template, its class, the Secret values its
+ * operator sealed to this node) to what this node boots: a pure function, so every rule about what a VM gets is tested
  * without a cluster. Secret values pass through in memory only.
  */
-import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
+import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, templateOf, workloadOf, type ImpVM, type ImpVMClassSpec, type ImpVMTemplateSpec, type Workload } from "../../api/index.ts";
 import type { Stored } from "../../kube/index.ts";
 import { terminalError } from "../../shared/index.ts";
-import type { CredentialLookup } from "../image/pull/index.ts";
+import { credentialsFromDockerConfig, type CredentialLookup } from "../image/pull/index.ts";
 import type { KernelFiles, VmBootRequest } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 
@@ -22,7 +22,7 @@ export interface VmPlan {
   readonly image: string;
   readonly extraLayers: readonly string[];
   readonly pullSecretName?: string;
-  /** Registry credentials from the pull Secret (resolved by the agent; in memory only). */
+  /** Registry credentials from the pull Secret (opened from the VM's sealed inputs; in memory only). */
   readonly imageCredentials?: CredentialLookup;
   readonly kernel: KernelFiles;
   /** Extra kernel arguments from the template, already split and checked. */
@@ -52,7 +52,7 @@ export interface PlanInputs {
   /** The referenced template's spec, or undefined for an inline template. */
   readonly template: Readonly<ImpVMTemplateSpec> | undefined;
   readonly vmClass: Readonly<ImpVMClassSpec>;
-  /** Secret data by Secret name (values decoded), for env valueFrom and envFrom. */
+  /** Secret data by Secret name (values decoded, opened from the VM's sealed inputs), for env valueFrom and envFrom. */
   readonly secrets: ReadonlyMap<string, Readonly<Record<string, string>>>;
   readonly kernels: ReadonlyMap<string, KernelFiles>;
   /** Base environment every workload gets (PATH etc.), below the workload's own. */
@@ -62,28 +62,6 @@ export interface PlanInputs {
 const SAFE_BOOT_ARG = /^[\x21-\x7e]+$/;
 /** Kernel arguments a template may not set: they decide the root, init and the agent's own channel. */
 const RESERVED_BOOT_ARGS = /^(root|rootfstype|rootflags|init|rdinit|imp\.[a-z_.]+|console|panic|reboot)=/;
-
-export function templateOf(vm: Readonly<Stored<ImpVM>>, referenced: Readonly<ImpVMTemplateSpec> | undefined): Readonly<ImpVMTemplateSpec> {
-  const template = vm.spec.template ?? referenced;
-  if (template === undefined) {
-    throw terminalError("TemplateNotFound", `Cannot plan VM ${vm.metadata.namespace}/${vm.metadata.name}: template ${vm.spec.templateRef?.name ?? "(none)"} does not exist`);
-  }
-  return template;
-}
-
-/** Secret names the VM's environment reads (so the caller can fetch exactly those). */
-export function secretsNeeded(workload: Readonly<Workload>): string[] {
-  const names = new Set<string>();
-  for (const e of workload.env ?? []) if (e.valueFrom !== undefined) names.add(e.valueFrom.secretKeyRef.name);
-  for (const f of workload.envFrom ?? []) names.add(f.secretRef.name);
-  return [...names];
-}
-
-export function workloadOf(vm: Readonly<Stored<ImpVM>>, template: Readonly<ImpVMTemplateSpec>): Readonly<Workload> {
-  const workload = vm.spec.workload ?? template.workload;
-  if (workload === undefined) throw terminalError("NoWorkload", `Cannot plan VM ${vm.metadata.name}: neither the VM nor its template has a workload`);
-  return workload;
-}
 
 export function planVm(inputs: PlanInputs): VmPlan {
   const { vm } = inputs;
@@ -171,4 +149,17 @@ export function bootRequestOf(plan: VmPlan, vmm: VmmKind): VmBootRequest {
     setupDelivery: plan.setupDelivery,
     workload: plan.workload,
   };
+}
+
+/**
+ * The plan with its registry credentials, from the pull Secret's decoded `.dockerconfigjson` among
+ * the VM's opened inputs. A pull Secret that is missing or of another type fails the plan.
+ */
+export function withImageCredentials(plan: VmPlan, secrets: PlanInputs["secrets"]): VmPlan {
+  if (plan.pullSecretName === undefined) return plan;
+  const data = secrets.get(plan.pullSecretName);
+  if (data === undefined) throw terminalError("PlanInputNotFound", `Cannot plan the VM: image pull Secret ${plan.pullSecretName} does not exist`);
+  const config = data[".dockerconfigjson"];
+  if (config === undefined) throw terminalError("InvalidPullSecret", `Cannot read registry credentials: Secret ${plan.pullSecretName} has no .dockerconfigjson key (type kubernetes.io/dockerconfigjson expected)`);
+  return { ...plan, imageCredentials: credentialsFromDockerConfig(config) };
 }

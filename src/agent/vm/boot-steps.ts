@@ -7,7 +7,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
-import { SETUP_SECRET } from "../../api/index.ts";
+import { RUNNER_SETUP } from "../../api/index.ts";
 import { ImpError, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { CachedImage } from "../image/cache/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
@@ -176,10 +176,10 @@ export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Pr
       let stdin: Uint8Array | undefined;
       if (s.setup !== undefined && s.request.setupDelivery === "Stdin") {
         stdin = Buffer.from(s.setup, "utf8");
-        env[SETUP_SECRET.deliveryEnvName] = "stdin";
+        env[RUNNER_SETUP.deliveryEnvName] = "stdin";
       } else if (s.setup !== undefined) {
-        env[SETUP_SECRET.envName] = s.setup;
-        env[SETUP_SECRET.runnerInputEnvName] = s.setup;
+        env[RUNNER_SETUP.envName] = s.setup;
+        env[RUNNER_SETUP.runnerInputEnvName] = s.setup;
       }
       const onOutput = deps.workload.onOutput;
       const forward = (event: OutputEvent): void => {

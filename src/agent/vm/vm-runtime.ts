@@ -42,7 +42,7 @@ export interface VmRuntimeOptions {
   readonly timeouts?: Partial<RuntimeTimeouts>;
   /** Called for every delivered setup and every boot/prepare measurement (metrics). */
   readonly observe?: (event: RuntimeEvent) => void;
-  /** Test fault points agent.* and teardown.before-secret-delete (docs/failure-proof-points.md); default none. */
+  /** Test fault points agent.* and teardown.before-sealed-removal (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
 }
 
@@ -194,7 +194,7 @@ export class VmRuntime {
     await rm(dir.root, { recursive: true, force: true });
     this.#o.launch.releaseCid(ref.uid);
     const processGone = orphansGone && (task.pid === undefined || processState(task.pid) === "gone");
-    await this.#faults.hit("teardown.before-secret-delete");
+    await this.#faults.hit("teardown.before-sealed-removal");
     await this.#o.setups.delete(ref);
     task.local = { ...task.local, stage: "released", processGone, resourcesReleased: true, at: { ...task.local.at, released: this.#o.clock.now() } };
     this.#o.notify(ref);

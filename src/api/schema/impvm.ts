@@ -28,9 +28,9 @@ export const SETUP_DELIVERIES = ["Environment", "Stdin"] as const;
 export type SetupDelivery = (typeof SETUP_DELIVERIES)[number];
 
 /**
- * Where the one-time runner setup is: `Pending` (not minted), `Minted` (Secret exists = registered),
- * `Sent` (Exec sent, outcome unknown), `Delivered` (the guest started the process with it),
- * `Failed` (never delivered; the VM is terminal), `Deleted` (Secret removed after the VM ended).
+ * Where the one-time runner setup is: `Pending` (not minted), `Minted` (sealed into the status =
+ * registered), `Sent` (Exec sent, outcome unknown), `Delivered` (the guest started the process with
+ * it), `Failed` (never delivered; the VM is terminal), `Deleted` (the sealed setup removed after the VM ended).
  */
 export const SETUP_STATES = ["Pending", "Minted", "Sent", "Delivered", "Failed", "Deleted"] as const;
 export type SetupState = (typeof SETUP_STATES)[number];
@@ -140,11 +140,32 @@ export const ImpVMStatus = Type.Object(
       Type.Object(
         {
           state: StringEnum(SETUP_STATES, { description: "Where the one-time setup is." }),
-          secretName: Type.Optional(Type.String({ maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Setup Secret (owned by this ImpVM)." })),
-          mintedAt: Type.Optional(Timestamp("When GitHub issued the one-time setup (the runner was registered).")),
+          sealed: Type.Optional(
+            Type.String({
+              maxLength: 90_000,
+              description:
+                "The one-time setup sealed to the bound node's key (a JSON HPKE envelope; the VM uid is its associated data): only that node's agent can open it. Written with state Minted, never changed, removed when the VM ends.",
+            }),
+          ),
+          mintedAt: Type.Optional(Timestamp("When the forge issued the one-time setup (the runner was registered).")),
           deliveredAt: Type.Optional(Timestamp("When the guest confirmed the Exec.")),
         },
-        { description: "Delivery state of the one-time runner setup." },
+        {
+          description: "Delivery state of the one-time runner setup.",
+          ...cel({ rule: "!has(self.sealed) || (has(oldSelf.sealed) && self.sealed == oldSelf.sealed)", message: "the sealed setup is written once, with the setup, and may only be removed" }),
+        },
+      ),
+    ),
+    inputs: Type.Optional(
+      Type.Object(
+        {
+          sealed: Type.String({
+            maxLength: 350_000,
+            description:
+              "The Secret values the VM's environment and image pull read, sealed by the operator to the bound node's key (a JSON HPKE envelope, VM uid as associated data): node agents cannot read Secrets.",
+          }),
+        },
+        { description: "The VM's Secret inputs, sealed to its node. Set once.", ...cel({ rule: "self == oldSelf", message: "the sealed inputs are set once" }) },
       ),
     ),
     teardown: Type.Optional(

@@ -104,7 +104,7 @@ describe("JobObserver", () => {
     await pools.create(pool);
     await pools.patchStatus({ namespace: "ns", name: "p" }, { status: pool.status ?? {} });
     for (const vm of [
-      runnerVm("p-abcde", { phase: "Running", nodeName: "n1", setup: { state: "Delivered", secretName: "p-abcde-setup" } }),
+      runnerVm("p-abcde", { phase: "Running", nodeName: "n1", setup: { state: "Delivered" } }),
       // A VM from before the operator started: its steps must not be counted again on a restart.
       runnerVm("p-old00", { phase: "Succeeded", exitCode: 0, nodeName: "n1", phaseTimestamps: { pending: iso(T0 - 600_000), scheduled: iso(T0 - 599_000) } }),
     ]) {
@@ -192,7 +192,7 @@ describe("JobObserver", () => {
       for (let i = 0; i < 500 && !pred(vmCache.get(`ns/${name}`) as ImpVM | undefined); i++) await new Promise((r) => setTimeout(r, 5));
     };
     await vms.patchStatus(ref, { status: { phase: "Scheduled", nodeName: "n1", phaseTimestamps: { pending: iso(T0), scheduled: iso(T0 + 200) } } });
-    await vms.patchStatus(ref, { status: { setup: { state: "Minted", secretName: `${name}-setup`, mintedAt: iso(T0 + 900) } } });
+    await vms.patchStatus(ref, { status: { setup: { state: "Minted", mintedAt: iso(T0 + 900) } } });
     await vms.patchStatus(ref, {
       status: { phase: "Running", phaseTimestamps: { preparing: iso(T0 + 300), booting: iso(T0 + 700), running: iso(T0 + 1_500) }, prepareDurationMs: 400, bootDurationMs: 600, setup: { state: "Delivered", deliveredAt: iso(T0 + 1_500) } },
     });

@@ -18,7 +18,7 @@ const cold = vm("p-cold1", {
   phaseTimestamps: { pending: iso(1_100), scheduled: iso(1_300), preparing: iso(1_350), booting: iso(1_900), running: iso(2_800), succeeded: iso(9_000) },
   prepareDurationMs: 500,
   bootDurationMs: 700,
-  setup: { state: "Deleted", secretName: "p-cold1-setup", mintedAt: iso(1_600), deliveredAt: iso(2_800) },
+  setup: { state: "Deleted", mintedAt: iso(1_600), deliveredAt: iso(2_800) },
   teardown: { processGone: true, resourcesReleased: true, completedAt: iso(9_400) },
 });
 const replacement = vm("p-next1", { phase: "Running", nodeName: "node-b", setup: { state: "Delivered", deliveredAt: iso(4_500) } });

@@ -2,14 +2,14 @@
  * Marks the VMs of lost nodes Failed/NodeLost (decide-node-loss.ts decides). Keyed by node name;
  * any node that has bound VMs, an ImpNode or an agent Lease is looked at. Before failing anything it
  * reads the Lease from the API itself, so a cache that stopped hearing renewals (a broken watch)
- * cannot make a live node look lost. A lost node's agent cannot delete setup Secrets, so this
- * controller does (I4: no setup Secret outlives its VM's run): the Secrets of the VMs it fails, and of
- * VMs that ended there but whose Secret the agent never got to delete (status.setup not Deleted). It
- * is level-triggered on that status, so a crash between the two writes is mended on the next pass.
+ * cannot make a live node look lost. A lost node's agent cannot remove the VMs' sealed material
+ * (setup, Secret inputs) from their status, so this controller does (I4: nothing sealed outlives its
+ * VM's run): for the VMs it fails, and for VMs that ended there but still hold it. It is
+ * level-triggered on that status, so a crash between the two writes is mended on the next pass.
  * Registration removal for those VMs is the pool controller's (it reacts to terminal VMs).
  */
 import type { Registry } from "prom-client";
-import { setupSecretName, VM_REASONS, type ImpNode, type ImpVM } from "../../api/index.ts";
+import { holdsSealed, VM_REASONS, withoutSealed, type ImpNode, type ImpVM } from "../../api/index.ts";
 import {
   Controller,
   done,
@@ -26,7 +26,6 @@ import {
   type Cached,
 } from "../../kube/index.ts";
 import { silentLogger, systemClock, type Clock, type Logger } from "../../shared/index.ts";
-import type { SecretObject } from "../pools/resources.ts";
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
 import { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
@@ -35,8 +34,6 @@ import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss } from "./decide-node-loss.t
 export interface NodeLossControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
   readonly leases: Pick<ResourceClient<Lease>, "get">;
-  /** The VMs' setup Secrets, deleted for the VMs of lost nodes. */
-  readonly secrets: Pick<ResourceClient<SecretObject>, "delete">;
   readonly vmInformer: Informer<ImpVM>;
   readonly nodeInformer: Informer<ImpNode>;
   readonly leaseInformer: Informer<Lease>;
@@ -71,7 +68,7 @@ export class NodeLossController {
     const logger = (options.logger ?? silentLogger).child({ part: "node-loss" });
     addVmIndexes(options.vmInformer);
     this.#controller = new Controller({ name: options.name ?? "node-loss", registry: options.registry, clock: this.#clock, logger, workers: 1, reconcile: (ctx) => this.#reconcile(ctx) });
-    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSetupSecret(vm)) ? [] : [vm.status.nodeName]) });
+    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSealed(vm.status)) ? [] : [vm.status.nodeName]) });
     this.#controller.watch(options.nodeInformer);
     this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
     this.#kubeNodes = options.kubeNodes ?? new KubeNodeTracker();
@@ -95,8 +92,8 @@ export class NodeLossController {
     const nodeName = ctx.key;
     const onNode = (): Cached<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName);
     const victims = (): Cached<ImpVM>[] => onNode().filter((vm) => !isTerminalVM(vm));
-    const endedWithSecret = (): Cached<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSetupSecret(vm));
-    if (victims().length === 0 && endedWithSecret().length === 0) {
+    const endedSealed = (): Cached<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSealed(vm.status));
+    if (victims().length === 0 && endedSealed().length === 0) {
       this.#leaseMissingSince.delete(nodeName);
       return done;
     }
@@ -112,30 +109,27 @@ export class NodeLossController {
     }
     const decision = this.#decide(nodeName, live);
     if (!decision.lost) return requeueAfter(decision.recheckInMs + 1);
-    for (const vm of victims()) if (await this.#failVm(ctx, vm, decision.message)) await this.#deleteSetupSecret(ctx, vm);
-    for (const vm of endedWithSecret()) await this.#deleteSetupSecret(ctx, vm);
+    for (const vm of victims()) if (await this.#failVm(ctx, vm, decision.message)) await this.#removeSealed(ctx, vm);
+    for (const vm of endedSealed()) await this.#removeSealed(ctx, vm);
     return done;
   }
 
-  /** As the agent does in its teardown: the Secret, then status.setup.state Deleted (the record that it is gone). */
-  async #deleteSetupSecret(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
+  /** As the agent does at release: the sealed setup and inputs leave the status, the setup is recorded Deleted. */
+  async #removeSealed(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
     const namespace = vm.metadata.namespace ?? "";
-    const name = vm.status?.setup?.secretName ?? setupSecretName(vm.metadata.name);
-    await this.#o.secrets.delete({ namespace, name }, { signal: ctx.signal }).catch((err: unknown) => {
-      if (!isNotFound(err)) throw err;
-    });
     await mutateWithRetry(this.#o.vms, {
       ref: { namespace, name: vm.metadata.name },
       subresource: "status",
       signal: ctx.signal,
       mutate: (d) => {
-        if (d.metadata.uid !== vm.metadata.uid || d.status?.setup === undefined || d.status.setup.state === "Deleted") return false;
-        d.status = { ...d.status, setup: { ...d.status.setup, state: "Deleted" } };
+        const next = d.metadata.uid === vm.metadata.uid ? withoutSealed(d.status) : undefined;
+        if (next === undefined) return false;
+        d.status = next;
       },
     }).catch((err: unknown) => {
       if (!isNotFound(err)) throw err;
     });
-    ctx.logger.info({ vm: `${namespace}/${vm.metadata.name}`, secret: name }, "node lost: setup Secret deleted");
+    ctx.logger.info({ vm: `${namespace}/${vm.metadata.name}` }, "node lost: the VM's sealed setup and inputs removed");
   }
 
   /** Returns whether this call failed the VM (false: it had ended, moved or gone meanwhile). */
@@ -169,9 +163,3 @@ export class NodeLossController {
     return true;
   }
 }
-
-/** A setup was minted for the VM and nobody has recorded its Secret deleted. */
-function holdsSetupSecret(vm: Cached<ImpVM>): boolean {
-  return vm.status?.setup !== undefined && vm.status.setup.state !== "Deleted";
-}
-

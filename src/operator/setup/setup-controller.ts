@@ -3,27 +3,25 @@
  *
  *  - a VM bound to a node (status.nodeName, phase Scheduled/Preparing/Booting) without a setup gets
  *    one: register the runner on its pool's forge (name = VM name), seal the one-time setup to the
- *    bound node's published key with the VM uid as associated data, store the envelope in the Secret
- *    `<vm>-setup` owned by the VM, then record status.runner and status.setup (Minted);
+ *    bound node's published key with the VM uid as associated data, and record the envelope with
+ *    status.runner and status.setup (Minted) in one status write — no Secret, so node agents need no
+ *    access to Secrets at all (docs/install.md, "A compromised node");
  *  - a VM that is terminal or being deleted has its registration removed (gone counts as done,
  *    busy means wait) before the registration finalizer comes off.
  *
- * Idempotency: the Secret is the record that a VM is registered; it is created right after the
- * mint, and a reconcile that finds it never mints again. If the operator dies between mint and
- * Secret, the next reconcile finds no Secret, the forge refuses the name, the stale runner of that
- * name is removed and the mint repeated once (`PoolForge.mint`): one registered runner per VM name,
- * always. The plaintext exists only in memory between the forge's response and the seal.
+ * Idempotency: status.setup is the record that a VM is registered; it is written right after the
+ * mint, and a reconcile that finds it (read from the API, not the cache) never mints again. If the
+ * operator dies between mint and record, the next reconcile finds none, the forge refuses the name,
+ * the stale runner of that name is removed and the mint repeated once (`PoolForge.mint`): one
+ * registered runner per VM name, always. The plaintext exists only in memory between the forge's
+ * response and the seal.
  */
 import type { Registry } from "prom-client";
 import {
-  API_VERSION,
   CONDITION_TYPES,
   FINALIZERS,
-  IMP_VM,
   LABELS,
-  SETUP_SECRET,
   sealSetup,
-  setupSecretName,
   type ImpNode,
   type ImpVM,
   type ImpVMRunnerPool,
@@ -31,7 +29,6 @@ import {
 import {
   Controller,
   done,
-  isAlreadyExists,
   isNotFound,
   keyOf,
   mutateWithRetry,
@@ -48,7 +45,6 @@ import {
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
-import type { SecretObject } from "../pools/resources.ts";
 import type { PoolForges } from "./pool-forges.ts";
 
 /** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
@@ -62,7 +58,6 @@ const BUSY_RECHECK_MS = 10_000;
 
 export interface SetupControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
-  readonly secrets: Pick<ResourceClient<SecretObject>, "get" | "create">;
   readonly vmCache: Informer<ImpVM>;
   readonly poolCache: Informer<ImpVMRunnerPool>;
   readonly nodeCache: Informer<ImpNode>;
@@ -72,7 +67,7 @@ export interface SetupControllerOptions {
   readonly logger: Logger;
   readonly clock?: Clock;
   readonly workers?: number | undefined;
-  /** Test fault points setup.after-mint, setup.after-store, teardown.before-deregister (docs/failure-proof-points.md); default none. */
+  /** Test fault points setup.after-mint, setup.after-record, teardown.before-deregister (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
 }
 
@@ -138,22 +133,12 @@ export class SetupController {
   }
 
   async #setUp(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
-    const namespace = vm.metadata.namespace ?? "";
     const name = vm.metadata.name;
     const uid = vm.metadata.uid;
-    const secretName = setupSecretName(name);
-    const existing = await this.#o.secrets.get({ namespace, name: secretName }, ctx.signal).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
-    if (existing !== undefined) {
-      // The Secret is the record of a registration: never mint twice. Only the status is missing.
-      if (!(existing.metadata?.ownerReferences ?? []).some((o) => o.uid === uid)) {
-        throw terminalError("SetupSecretNotOwned", `Cannot set up runner ${name}: Secret ${namespace}/${secretName} exists and is not owned by this ImpVM`);
-      }
-      const forge = await this.#o.forges.forPool(pool, ctx.signal);
-      const ids = vm.status?.runner === undefined ? (await forge.listRunners(name, ctx.signal)).filter((r) => r.name === name).map((r) => r.id) : [vm.status.runner.id];
-      // The Secret was created right after the mint: its creation time is the best record of it.
-      await this.#recordMinted(ctx, vm, secretName, ids[0], Date.parse(existing.metadata?.creationTimestamp ?? ""));
-      return done;
-    }
+    // The status is the record of a registration, and the cache may not show our own last write
+    // yet: read the VM itself before minting, so a setup is never minted twice.
+    const live = await this.#o.vms.get({ namespace: vm.metadata.namespace, name }, ctx.signal).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
+    if (live === undefined || live.metadata.uid !== uid || live.status?.setup !== undefined) return done;
     const nodeName = vm.status?.nodeName ?? "";
     const key = (this.#o.nodeCache.get(nodeName) as Readonly<Stored<ImpNode>> | undefined)?.status?.setupKey;
     if (key === undefined) {
@@ -167,38 +152,21 @@ export class SetupController {
     await this.#faults.hit("setup.after-mint", ctx.signal);
     try {
       const sealed = await sealSetup(new TextEncoder().encode(runner.setup.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
-      await this.#o.secrets.create(
-        {
-          apiVersion: "v1",
-          kind: "Secret",
-          metadata: {
-            name: secretName,
-            namespace,
-            labels: { [LABELS.vm]: name, [LABELS.pool]: pool.metadata.name, [LABELS.node]: nodeName, [LABELS.managedBy]: "imp-operator" },
-            ownerReferences: [{ apiVersion: API_VERSION, kind: IMP_VM.kind, name, uid, controller: true, blockOwnerDeletion: true }],
-          },
-          type: SETUP_SECRET.type,
-          immutable: true,
-          data: { [SETUP_SECRET.sealedKey]: Buffer.from(JSON.stringify(sealed)).toString("base64") },
-        },
-        ctx.signal,
-      );
+      await this.#recordMinted(ctx, vm, JSON.stringify(sealed), runner.runnerId, mintedAt);
     } catch (err) {
       // The runner is registered but nothing records it: take it back now if we can. If this fails
       // too, the next attempt finds the name taken and removes it then.
-      if (!isAlreadyExists(err)) {
-        await forge.removeRunner(name, runner.runnerId).catch((undo: unknown) => ctx.logger.warn({ runner: name, err: describeError(undo) }, "cannot take back the registration of a setup that was not stored; the next mint removes it"));
-      }
+      await forge.removeRunner(name, runner.runnerId).catch((undo: unknown) => ctx.logger.warn({ runner: name, err: describeError(undo) }, "cannot take back the registration of a setup that was not recorded; the next mint removes it"));
       throw err;
     }
-    // The Secret exists, the status does not say so yet (nor can an agent proceed): a retry must find the Secret and never mint again.
-    await this.#faults.hit("setup.after-store", ctx.signal);
-    await this.#recordMinted(ctx, vm, secretName, runner.runnerId, mintedAt);
+    // Recorded, but this reconcile has not ended: a retry must find the setup in the status and never mint again.
+    await this.#faults.hit("setup.after-record", ctx.signal);
     await this.#o.recorder.record(vm, { type: "Normal", reason: "RunnerRegistered", message: `Registered ${forge.kind === "gitea" ? "Gitea" : "GitHub"} runner ${name} (id ${runner.runnerId}); setup sealed to node ${nodeName} key ${key.keyId}`, signal: ctx.signal });
     return done;
   }
 
-  async #recordMinted(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, secretName: string, runnerId: number | undefined, mintedAt: number): Promise<void> {
+  /** Writes the sealed setup and the runner into the status in one write: the record that the VM is registered. */
+  async #recordMinted(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, sealed: string, runnerId: number, mintedAt: number): Promise<void> {
     const now = this.#clock.now();
     await mutateWithRetry(this.#o.vms, {
       ref: { namespace: vm.metadata.namespace, name: vm.metadata.name },
@@ -206,12 +174,14 @@ export class SetupController {
       signal: ctx.signal,
       mutate: (draft) => {
         const status = draft.status ?? {};
-        if (status.setup !== undefined) return false;
+        if (draft.metadata.uid !== vm.metadata.uid) throw terminalError("SetupVmReplaced", `Cannot record the setup of ${vm.metadata.name}: the VM was deleted and re-created`);
+        if (status.setup !== undefined) throw terminalError("SetupAlreadyRecorded", `Cannot record the setup of ${vm.metadata.name}: its status already holds one (state ${status.setup.state})`);
+        if (status.phase === "Succeeded" || status.phase === "Failed") throw terminalError("SetupVmEnded", `Cannot record the setup of ${vm.metadata.name}: the VM already ended (${status.phase})`);
         draft.status = {
           ...status,
-          ...(status.runner === undefined && runnerId !== undefined ? { runner: { id: runnerId, name: draft.metadata.name } } : {}),
-          setup: { state: "Minted", secretName, ...(Number.isFinite(mintedAt) ? { mintedAt: new Date(mintedAt).toISOString() } : {}) },
-          conditions: setCondition(status.conditions, { type: CONDITION_TYPES.vm.SetupReady, status: "True", reason: "Minted", message: `Setup Secret ${secretName} holds the sealed one-time runner setup` }, now),
+          runner: { id: runnerId, name: draft.metadata.name },
+          setup: { state: "Minted", sealed, ...(Number.isFinite(mintedAt) ? { mintedAt: new Date(mintedAt).toISOString() } : {}) },
+          conditions: setCondition(status.conditions, { type: CONDITION_TYPES.vm.SetupReady, status: "True", reason: "Minted", message: "The VM's status holds the one-time runner setup, sealed to its node" }, now),
         };
       },
     });

@@ -3,9 +3,9 @@
  * 1.27.3, the real gitea-runner v1.0.8 inside each VM (images/gitea-runner), a real workflow pushed
  * to a repository. `npm run demo -- --forge gitea` prints it; test/e2e/gitea.test.ts runs it.
  */
-import { setupSecretName, type ImpVM } from "../../../src/api/index.ts";
+import type { ImpVM } from "../../../src/api/index.ts";
 import type { Checks } from "./scenario.ts";
-import { GITEA_REPO, NAMESPACE, nameOf, type RunnerWorld } from "./world.ts";
+import { GITEA_REPO, nameOf, type RunnerWorld } from "./world.ts";
 import type { GiteaJobView } from "../../gitea/gitea-server.ts";
 
 export const GITEA_POOL = "gitea";
@@ -71,9 +71,8 @@ export async function giteaPoolComesOnline(world: RunnerWorld, check: Checks): P
   const status = vm.status ?? {};
   check(status.setup?.state === "Delivered", `VM ${nameOf(vm)} on ${status.nodeName ?? "?"} got its one-time setup (a .runner file minted with Gitea's Register)`, JSON.stringify(status.setup));
   check(status.runner?.name === nameOf(vm), `its runner is registered on Gitea as ${nameOf(vm)} (id ${status.runner?.id ?? "?"}) and online`);
-  const secret = await world.secrets.get({ namespace: NAMESPACE, name: setupSecretName(nameOf(vm)) });
-  const stored = Object.values(secret.data ?? {}).map((v) => Buffer.from(v, "base64").toString("latin1")).join("\n");
-  check(!/"uuid"|"token"/.test(stored), "the setup Secret holds only the sealed setup, not the .runner file");
+  const stored = (await world.getVm(nameOf(vm)))?.status?.setup?.sealed ?? "";
+  check(/"ct":/.test(stored) && !/"uuid"|"token"/.test(stored), "the VM's status holds only the sealed setup, not the .runner file");
   const leaked = [world.operator, ...world.nodes.map((n) => n.agent)].filter((p) => /"uuid":\s*"[0-9a-f-]{36}"/.test(p.log()));
   check(leaked.length === 0, "no operator or agent log contains a .runner file", leaked.map((p) => p.name).join(", "));
   return { applied, vm };
@@ -98,15 +97,15 @@ export async function giteaWorkflowRuns(world: RunnerWorld, vm: ImpVM, check: Ch
   return { job, log };
 }
 
-/** Step 3: the runner exits; the VM ends; its registration and Secret go; a replacement comes online. */
+/** Step 3: the runner exits; the VM ends; its registration and sealed setup go; a replacement comes online. */
 export async function giteaVmReplaced(world: RunnerWorld, vm: ImpVM, check: Checks): Promise<ImpVM> {
   const name = nameOf(vm);
   await world.waitUntil(`${name} Succeeded`, () => (world.history(name)?.phases.includes("Succeeded") === true ? true : undefined), 180_000, 100);
   check(world.history(name)?.last.status?.exitCode === 0, `VM ${name} ended Succeeded with exit code 0 (gitea-runner daemon --once took one job)`);
   await world.waitUntil(`${name} deleted`, async () => ((await world.getVm(name)) === undefined ? true : undefined), 180_000);
   check(!(await giteaRunners(world)).some((r) => r.name === name), "no runner of that name is registered on Gitea");
-  const secretGone = await world.secrets.get({ namespace: NAMESPACE, name: setupSecretName(name) }).then(() => false, () => true);
-  check(secretGone, "its setup Secret is gone");
+  const last = world.history(name)?.last.status?.setup;
+  check(last?.state === "Deleted" && last.sealed === undefined, "its sealed setup left its status before it went", JSON.stringify(last));
   const replacement = await onlineGiteaRunner(world, new Set([name]));
   check(replacement.metadata.uid !== vm.metadata.uid, `replacement ${nameOf(replacement)} is online on Gitea`);
   return replacement;

@@ -4,12 +4,12 @@
  * through `check`, which throws at the first check that does not hold. The README demo
  * (scripts/demo.ts) prints the steps; its test (test/e2e/demo.test.ts) runs it in CI.
  */
-import { setupSecretName, type ImpVM } from "../../../src/api/index.ts";
+import type { ImpVM } from "../../../src/api/index.ts";
 import { formatJobTimeline, jobTimeline, type JobTimeline } from "../../../src/operator/index.ts";
 import type { TestJob } from "../../github/server.ts";
 import type { Stored } from "../../../src/kube/index.ts";
 import { helloSteps, isolationSteps, parseIsolation } from "./jobs.ts";
-import { NAMESPACE, nameOf, type RunnerWorld } from "./world.ts";
+import { nameOf, type RunnerWorld } from "./world.ts";
 
 export const POOL = "linux";
 /** The demo's pool is in scale-set mode: its scale set is named like the pool, and jobs say `runs-on: linux`. */
@@ -57,9 +57,8 @@ export async function poolComesOnline(world: RunnerWorld, check: Checks): Promis
   check(status.runner?.name === nameOf(vm), `its runner is registered with GitHub as ${nameOf(vm)} (id ${status.runner?.id ?? "?"})`);
   const runner = world.github.runnerNamed(nameOf(vm));
   check(runner?.setupUsed === true && runner.status === "online", "the runner came online with its one-time setup");
-  const secret = await world.secrets.get({ namespace: NAMESPACE, name: setupSecretName(nameOf(vm)) });
-  const stored = Object.values(secret.data ?? {}).map((v) => Buffer.from(v, "base64").toString("latin1")).join("\n");
-  check(runner !== undefined && !stored.includes(runner.secret), "the setup Secret holds only the sealed setup, not the credential");
+  const stored = JSON.stringify(await world.getVm(nameOf(vm)));
+  check(runner !== undefined && /"sealed":/.test(stored) && !stored.includes(runner.secret), "the VM's status holds only the sealed setup, not the credential");
   const leaked = [world.operator, ...world.nodes.map((n) => n.agent)].filter((p) => runner !== undefined && p.log().includes(runner.secret));
   check(leaked.length === 0, "no operator or agent log contains the setup", leaked.map((p) => p.name).join(", "));
   return { applied, vm };
@@ -76,7 +75,7 @@ export async function jobRuns(world: RunnerWorld, vm: ImpVM, check: Checks): Pro
   return job;
 }
 
-/** Step 3: the runner exits; the VM Succeeded; registration, Secret and everything on the node are gone. */
+/** Step 3: the runner exits; the VM Succeeded; registration, sealed setup and everything on the node are gone. */
 export async function vmCleanedUp(world: RunnerWorld, vm: ImpVM, check: Checks): Promise<ImpVM> {
   const name = nameOf(vm);
   const uid = vm.metadata.uid ?? "";
@@ -87,8 +86,7 @@ export async function vmCleanedUp(world: RunnerWorld, vm: ImpVM, check: Checks):
   await world.waitUntil(`${name} deleted`, async () => ((await world.getVm(name)) === undefined ? true : undefined), 180_000);
   const final = world.history(name)?.last ?? last;
   check(world.github.runnerNamed(name) === undefined, "no runner of that name is registered with GitHub");
-  const secretGone = await world.secrets.get({ namespace: NAMESPACE, name: setupSecretName(name) }).then(() => false, () => true);
-  check(secretGone, "its setup Secret is gone");
+  check(final.status?.setup?.state === "Deleted" && final.status.setup.sealed === undefined, "its sealed setup left its status before it went", JSON.stringify(final.status?.setup));
   const left = await world.waitUntil(`nothing of ${name} on ${node.name}`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? [] : undefined), 60_000, 500).catch(async () => world.leftoversOf(node, uid));
   check(left.length === 0, `nothing of it remains on ${node.name}: no process, socket, tap, cgroup or disk`, left.join("\n"));
   return final;

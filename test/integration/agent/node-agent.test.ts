@@ -9,8 +9,9 @@ import { readdir, readFile } from "node:fs/promises";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, FINALIZERS, SETUP_SECRET, sealSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMClass, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, buildAllCrds } from "../../../src/api/index.ts";
-import { leaseNameOf, SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
+import { API_VERSION, FINALIZERS, sealSetup, type ImpNode, type ImpVM, type ImpVMClass, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, buildAllCrds } from "../../../src/api/index.ts";
+import { leaseNameOf } from "../../../src/agent/node/index.ts";
+import { sealedInputsStatus } from "../../harness/sealed-inputs.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, EVENT_RESOURCE, isNotFound, LEASE_RESOURCE, type CoreEvent, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { FAULT_POINTS_ENV, waitFor } from "../../../src/shared/index.ts";
@@ -27,7 +28,7 @@ const SENTINEL = "jit-SENTINEL-7d41c09e";
 const VM_DONE_MS = 240_000;
 
 /** The agent's fault points, armed to pass (delay 0) so each logs when reached: the runner test checks where they fire. */
-const AGENT_POINTS = ["agent.prepare", "agent.boot", "agent.exec-sent", "agent.running", "agent.after-exit", "teardown.before-secret-delete"];
+const AGENT_POINTS = ["agent.prepare", "agent.boot", "agent.exec-sent", "agent.running", "agent.after-exit", "teardown.before-sealed-removal"];
 process.env[FAULT_POINTS_ENV] = AGENT_POINTS.map((p) => `${p}=delay:0`).join(",");
 
 /** Files under `dir` (recursively, raw bytes, sockets skipped) that contain `needle`. */
@@ -52,7 +53,6 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
   let registry: RunningRegistry;
   let agent: TestAgent;
   let vms: ResourceClient<ImpVM>;
-  let secrets: ResourceClient<SecretObject>;
   let image: string;
 
   before(async () => {
@@ -62,7 +62,6 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await pushImage(registry.url, "test/busybox", "1", buildImage([await busyboxLayer()]));
     image = `${registry.host}/test/busybox:1`;
     vms = createResourceClient<ImpVM>(plane.kubeConfig, VMS);
-    secrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRET_RESOURCE);
     await createResourceClient<ImpVMClass>(plane.kubeConfig, CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "256Mi", arch: "amd64" } });
     agent = await startTestAgent({ kubeConfig: plane.kubeConfig, nodeName: NODE, supervised });
   });
@@ -73,16 +72,21 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await plane?.stop();
   });
 
-  /** Creates an ImpVM with an inline template and binds it to the node, as the scheduler would. */
-  /** A VM bound to the node; a runner VM (`runner`) needs a one-time setup, as the pools' VMs do. */
-  async function boundVm(name: string, command: string[], runner = false): Promise<ImpVM> {
+  /**
+   * A VM with an inline template, bound to the node as the scheduler would; a runner VM (`runner`)
+   * needs a one-time setup, as the pools' VMs do. `secrets`: its environment reads them (one
+   * variable per key), sealed to the node as the operator's inputs controller would.
+   */
+  async function boundVm(name: string, command: string[], runner = false, secrets: Record<string, Record<string, string>> = {}): Promise<ImpVM> {
+    const env = Object.entries(secrets).flatMap(([secret, data]) => Object.keys(data).map((key) => ({ name: key.toUpperCase(), valueFrom: { secretKeyRef: { name: secret, key } } })));
     const created = await vms.create({
       apiVersion: API_VERSION,
       kind: "ImpVM",
       metadata: { name, namespace: NS, ...(runner ? { labels: { "imp.dev/pool": "pool-a" } } : {}) },
-      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command }, lifecycle: "ephemeral", ...(runner ? { runnerSetup: "Required" } : {}) },
+      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command, ...(env.length === 0 ? {} : { env }) }, lifecycle: "ephemeral", ...(runner ? { runnerSetup: "Required" } : {}) },
     } as ImpVM);
-    return vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE, phaseTimestamps: { scheduled: new Date().toISOString() } } }).then(() => created);
+    const inputs = env.length === 0 ? {} : await sealedInputsStatus(plane.kubeConfig, NODE, created.metadata.uid ?? "", secrets);
+    return vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE, phaseTimestamps: { scheduled: new Date().toISOString() }, ...inputs } }).then(() => created);
   }
 
   const get = (name: string): Promise<ImpVM | undefined> => vms.get({ namespace: NS, name }).catch((err: unknown) => (isNotFound(err) ? undefined : Promise.reject(err)));
@@ -166,7 +170,18 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await assertNothingLeft(await waitForReleased("fail-1"));
   });
 
-  it("a runner VM gets its sealed setup in memory only: delivered once, Secret deleted, never in a log", async () => {
+  it("a VM whose environment reads a Secret gets the value its operator sealed to this node (agents read no Secret), and the sealed inputs leave the status when it ends", async () => {
+    const pattern = `${SENTINEL.slice(0, 8)}""${SENTINEL.slice(8)}`;
+    await boundVm("inputs-1", ["/bin/sh", "-c", `case "$TOKEN" in *${pattern}*) exit 0;; *) exit 9;; esac`], false, { creds: { token: `t-${SENTINEL}` } });
+    const done = await waitForPhase("inputs-1", ["Succeeded", "Failed"]);
+    assert.equal(done.status?.phase, "Succeeded", `the workload saw the sealed value: ${JSON.stringify(done.status)}`);
+    const released = await waitForReleased("inputs-1");
+    assert.equal(released.status?.inputs, undefined, "the sealed inputs left the status at release");
+    assert.ok(!agent.logs().includes(SENTINEL), "the value never reaches the agent's log");
+    await assertNothingLeft(released);
+  });
+
+  it("a runner VM gets its sealed setup in memory only: delivered once, removed from the status, never in a log", async () => {
     // The workload proves it received the setup under both names, without printing it. The pattern is
     // split by an empty quote so the sentinel itself appears nowhere in the VM's spec.
     const pattern = `${SENTINEL.slice(0, 8)}""${SENTINEL.slice(8)}`;
@@ -174,17 +189,9 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     const vm = await boundVm("runner-1", ["/bin/sh", "-c", `sleep 3; test "$IMP_RUNNER_JITCONFIG" = "$ACTIONS_RUNNER_INPUT_JITCONFIG" && case "$IMP_RUNNER_JITCONFIG" in *${pattern}*) exit 0;; *) exit 9;; esac`], true);
     const key = await publishedKey();
     const sealed = await sealSetup(new TextEncoder().encode(`{"config":"${SENTINEL}"}`), key, vm.metadata.uid ?? "");
-    const name = setupSecretName("runner-1");
-    await secrets.create({
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: { name, namespace: NS, labels: { "imp.dev/vm": "runner-1" }, ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVM", name: "runner-1", uid: vm.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }] },
-      type: SETUP_SECRET.type,
-      data: { [SETUP_SECRET.sealedKey]: Buffer.from(JSON.stringify(sealed)).toString("base64") },
-    });
-    const stored = await secrets.get({ namespace: NS, name });
-    assert.ok(!Buffer.from(stored.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8").includes(SENTINEL), "the API holds only ciphertext");
-    await vms.patchStatus({ namespace: NS, name: "runner-1" }, { status: { setup: { state: "Minted", secretName: name } } });
+    const sealedJson = JSON.stringify(sealed);
+    assert.ok(!sealedJson.includes(SENTINEL), "the API holds only ciphertext");
+    await vms.patchStatus({ namespace: NS, name: "runner-1" }, { status: { setup: { state: "Minted", sealed: sealedJson } } });
     // While the job runs (it sleeps first), nothing on the node's disk holds the setup: not the VM
     // directory (sockets, console, logs) and not its disks, read raw.
     await waitForPhase("runner-1", ["Running"]);
@@ -195,7 +202,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     const released = await waitForReleased("runner-1");
     assert.equal(released.status?.setup?.state, "Deleted");
     assert.ok(released.status?.setup?.deliveredAt !== undefined);
-    await assert.rejects(secrets.get({ namespace: NS, name }), (err) => isNotFound(err), "the setup Secret is deleted");
+    assert.equal(released.status?.setup?.sealed, undefined, "the sealed setup left the status when the VM ended");
     assert.ok(!agent.logs().includes(SENTINEL), "the setup never reaches the agent's log");
     assert.ok(!JSON.stringify(released).includes(SENTINEL), "nor the VM object");
     await assertNothingLeft(released);

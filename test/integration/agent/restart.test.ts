@@ -16,7 +16,7 @@ import { createResourceClient, type ResourceClient, installCrds } from "../../..
 import { waitFor } from "../../../src/shared/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { bootKitPresent, processesMentioning, supervisorPath } from "../../harness/node-agent.ts";
-import { SECRET_RESOURCE, type SecretObject } from "../../../src/agent/node/index.ts";
+import { sealedInputsStatus } from "../../harness/sealed-inputs.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
 
 const VMS = IMP_VMS;
@@ -72,15 +72,14 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
 
   /**
    * A VM bound to the node. `withExecId`: the workload finds its own exec id in $FORGE_EXEC_ID (from
-   * a Secret made once the uid is known), as a root job can find it in its guest; a forger needs it.
+   * a Secret made once the uid is known, sealed to the node as the operator would), as a root job
+   * can find it in its guest; a forger needs it.
    */
   async function boundVm(name: string, script: string, withExecId = false): Promise<ImpVM> {
     const env = withExecId ? { env: [{ name: "FORGE_EXEC_ID", valueFrom: { secretKeyRef: { name: `${name}-forge`, key: "execId" } } }] } : {};
     const vm = await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS }, spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command: ["/bin/sh", "-c", script], ...env }, lifecycle: "ephemeral" } } as ImpVM);
-    if (withExecId) {
-      await createResourceClient<SecretObject>(plane.kubeConfig, SECRET_RESOURCE).create({ apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-forge`, namespace: NS }, stringData: { execId: `imp-run-${vm.metadata.uid ?? ""}` } } as SecretObject);
-    }
-    await vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE } });
+    const inputs = withExecId ? await sealedInputsStatus(plane.kubeConfig, NODE, vm.metadata.uid ?? "", { [`${name}-forge`]: { execId: `imp-run-${vm.metadata.uid ?? ""}` } }) : {};
+    await vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE, ...inputs } });
     return vm;
   }
 

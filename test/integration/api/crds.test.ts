@@ -9,10 +9,10 @@ import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 import { ApiException, ApiextensionsV1Api, CoreV1Api } from "@kubernetes/client-node";
-import { API_VERSION, buildAllCrds, LABELS, SETUP_SECRET, setupSecretName } from "../../../src/api/index.ts";
+import { API_VERSION, buildAllCrds } from "../../../src/api/index.ts";
 import { installCrds } from "../../../src/kube/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { ImpError, waitFor } from "../../../src/shared/index.ts";
+import { ImpError } from "../../../src/shared/index.ts";
 import { clone, ImpClient, rejection } from "./imp-client.ts";
 import { CREATE_CASES, UPDATE_CASES } from "./invalid-cases.ts";
 import { loadSamples, sample } from "./samples.ts";
@@ -190,36 +190,26 @@ describe("invalid objects", () => {
   });
 });
 
-describe("garbage collection", () => {
-  test("a setup Secret owned by an ImpVM is deleted by the garbage collector when the VM is deleted", async () => {
-    const vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "gc-vm" } });
-    const secretName = setupSecretName(vm.metadata.name);
-    await core.createNamespacedSecret({
-      namespace: NAMESPACE,
-      body: {
-        metadata: {
-          name: secretName,
-          labels: { [LABELS.vm]: vm.metadata.name },
-          ownerReferences: [{ apiVersion: API_VERSION, kind: "ImpVM", name: vm.metadata.name, uid: String(vm.metadata.uid), controller: true, blockOwnerDeletion: true }],
-        },
-        type: SETUP_SECRET.type,
-        stringData: { [SETUP_SECRET.sealedKey]: "not-a-real-envelope" },
-      },
-    });
+describe("sealed material in an ImpVM's status", () => {
+  test("the sealed setup is written once with the setup, never changed, may be removed and never comes back; sealed inputs are set once", async () => {
+    let vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "sealed-vm" } });
+    vm = await imp.replaceStatus({ ...vm, status: { phase: "Scheduled", nodeName: "node-a", setup: { state: "Minted", sealed: '{"ct":"one"}' }, inputs: { sealed: '{"ct":"in"}' } } });
+    const changed = clone(vm);
+    changed.status = { ...changed.status, setup: { state: "Minted", sealed: '{"ct":"two"}' } };
+    assert.match(await rejection(imp.replaceStatus(changed)), /the sealed setup is written once/);
+    const otherInputs = clone(vm);
+    otherInputs.status = { ...otherInputs.status, inputs: { sealed: '{"ct":"other"}' } };
+    assert.match(await rejection(imp.replaceStatus(otherInputs)), /the sealed inputs are set once/);
+    const removed = clone(vm);
+    removed.status = { ...removed.status, setup: { state: "Deleted" } };
+    delete (removed.status as { inputs?: unknown }).inputs;
+    vm = await imp.replaceStatus(removed);
+    assert.equal(vm.status?.setup?.sealed, undefined);
+    assert.equal(vm.status?.inputs, undefined);
+    const back = clone(vm);
+    back.status = { ...back.status, setup: { state: "Deleted", sealed: '{"ct":"one"}' } };
+    assert.match(await rejection(imp.replaceStatus(back)), /the sealed setup is written once/);
     await imp.delete(vm);
-    await waitFor(
-      `garbage collection of Secret ${secretName}`,
-      async () => {
-        try {
-          await core.readNamespacedSecret({ namespace: NAMESPACE, name: secretName });
-          return undefined;
-        } catch (err) {
-          if (err instanceof ApiException && err.code === 404) return true;
-          throw err;
-        }
-      },
-      { timeoutMs: 90_000, intervalMs: 250 },
-    );
   });
 });
 

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, openSetup, parseSealedSetup, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, EVENT_RESOURCE, type CoreEvent, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { findReplacement, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, jobTimeline, formatJobTimeline, Operator, SECRETS, WEBHOOK_PATH, type SecretObject } from "../../../src/operator/index.ts";
@@ -118,15 +118,14 @@ describe("operator: a job's metrics, Events and timeline", { timeout: 600_000 },
     assert.ok(mintedAt >= boundAt - 1_000 && mintedAt <= Date.now(), `status.setup.mintedAt ${minted.status?.setup?.mintedAt} is when the mint happened`);
 
     // The agent's part: prepare, boot, deliver the setup (the runner's credentials come from it).
-    const secret = await secrets.get({ namespace: NS, name: setupSecretName(name) });
-    const plain = Buffer.from(await openSetup(parseSealedSetup(Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8")), nodeKey, vm.metadata.uid ?? "")).toString("utf8");
+    const plain = Buffer.from(await openSetup(parseSealedSetup(minted.status?.setup?.sealed ?? ""), nodeKey, vm.metadata.uid ?? "")).toString("utf8");
     const setup = decodeJitSetup(plain);
     // As the agent writes them: booting = preparing + prepareDurationMs; the guest answers bootDurationMs later.
     const t0 = Date.now();
     const at = (offsetMs: number): string => new Date(t0 + offsetMs).toISOString();
     await vms.patchStatus(ref, { status: { phase: "Preparing", phaseTimestamps: { preparing: at(0) } } });
     await vms.patchStatus(ref, { status: { phase: "Booting", prepareDurationMs: 120, phaseTimestamps: { booting: at(120) } } });
-    await vms.patchStatus(ref, { status: { phase: "Running", bootDurationMs: 340, phaseTimestamps: { running: at(460) }, setup: { state: "Delivered", secretName: setupSecretName(name), deliveredAt: at(470) } } });
+    await vms.patchStatus(ref, { status: { phase: "Running", bootDurationMs: 340, phaseTimestamps: { running: at(460) }, setup: { state: "Delivered", deliveredAt: at(470) } } });
     await new Promise((r) => setTimeout(r, 500)); // those points are now past
 
     // The runner's part, over the test server's runner protocol; GitHub's webhooks go to the operator.
@@ -180,7 +179,7 @@ describe("operator: a job's metrics, Events and timeline", { timeout: 600_000 },
     const nextRef = { namespace: NS, name: next.metadata.name ?? "" };
     await vms.patchStatus(nextRef, { status: { phase: "Scheduled", nodeName: "node-a", phaseTimestamps: { scheduled: new Date().toISOString() } } });
     await waitFor("replacement minted", async () => ((await vms.get(nextRef)).status?.setup?.state === "Minted" ? true : undefined), WAIT);
-    await vms.patchStatus(nextRef, { status: { phase: "Running", phaseTimestamps: { running: new Date().toISOString() }, setup: { state: "Delivered", secretName: setupSecretName(nextRef.name), deliveredAt: new Date().toISOString() } } });
+    await vms.patchStatus(nextRef, { status: { phase: "Running", phaseTimestamps: { running: new Date().toISOString() }, setup: { state: "Delivered", deliveredAt: new Date().toISOString() } } });
     await waitFor("the replacement's runner ready", async () => ((await scrape(metricsUrl, "imp_job_runner_ready_seconds_count", { namespace: NS, pool: "jobs" })) === 2 ? true : undefined), WAIT);
     const replacement = findReplacement(ended, (await vms.list({ namespace: NS })).items, github.startedAt);
     assert.equal(replacement?.metadata.name, nextRef.name);

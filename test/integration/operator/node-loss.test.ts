@@ -1,8 +1,8 @@
 /**
  * Node loss against a real API server with simulated agents (the test renews each node's agent
  * Lease itself, or stops doing so): VMs on a node whose Lease went stale, or whose core/v1 Node was
- * deleted, become Failed/NodeLost and lose their setup Secrets (the lost agent cannot delete them),
- * as do VMs that ended there with their Secret still present; VMs on live nodes are left alone and
+ * deleted, become Failed/NodeLost and lose their sealed setup and inputs (the lost agent cannot
+ * remove them), as do VMs that ended there still holding them; VMs on live nodes are left alone and
  * ended VMs keep their phase; the scheduler, running alongside, never places a VM on the lost node.
  */
 import assert from "node:assert/strict";
@@ -19,7 +19,6 @@ const VMS = IMP_VMS;
 const NODES = IMP_NODES;
 const CLASSES = IMP_VM_CLASSES;
 const TEMPLATES = IMP_VM_TEMPLATES;
-const SECRETS = { group: "", version: "v1", plural: "secrets", kind: "Secret", namespaced: true };
 const NAMESPACES = { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false };
 const KUBE_NODES = { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false };
 const LEASE_NS = "imp-system";
@@ -35,7 +34,6 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
   let nodes: ResourceClient<ImpNode>;
   let leases: ResourceClient<Lease>;
   let kubeNodes: ResourceClient<KubeObject>;
-  let secrets: ResourceClient<KubeObject>;
   const registry = new Registry();
   const ac = new AbortController();
   const running: Promise<unknown>[] = [];
@@ -49,7 +47,6 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     nodes = createResourceClient<ImpNode>(kc, NODES);
     leases = createResourceClient<Lease>(kc, LEASE_RESOURCE);
     kubeNodes = createResourceClient<KubeObject>(kc, KUBE_NODES);
-    secrets = createResourceClient<KubeObject>(kc, SECRETS);
     await createResourceClient<KubeObject>(kc, NAMESPACES).create({ metadata: { name: LEASE_NS } });
     await createResourceClient<ImpVMClass>(kc, CLASSES).create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "small" }, spec: { vcpu: 1, memoryMiB: 512, scratchDisk: "1Gi", arch: "amd64" } });
     await createResourceClient<ImpVMTemplate>(kc, TEMPLATES).create({
@@ -68,7 +65,7 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer];
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: "test" });
     const kubeNodeTracker = new KubeNodeTracker(kubeNodeInformer);
-    const nodeLoss = new NodeLossController({ vms, secrets, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, registry, recorder });
+    const nodeLoss = new NodeLossController({ vms, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, registry, recorder });
     const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS, kubeNodes: kubeNodeTracker });
     for (const c of caches) running.push(c.start(ac.signal));
     await Promise.all(caches.map((c) => c.waitForSync(ac.signal)));
@@ -108,14 +105,16 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     return vm.status?.nodeName ?? "";
   }
   const setPhase = (name: string, status: ImpVM["status"]): Promise<ImpVM> => vms.patchStatus({ namespace: NS, name }, { status });
-  /** What the setup controller leaves: a Secret named after the VM and status.setup Minted. */
+  /** What the setup and inputs controllers leave: status.setup Minted with its sealed setup, and sealed inputs. */
   async function minted(name: string): Promise<void> {
-    await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-setup`, namespace: NS }, data: { sealed: Buffer.from("x").toString("base64") } } as KubeObject);
-    await vms.patchStatus({ namespace: NS, name }, { status: { setup: { state: "Minted", secretName: `${name}-setup` } } });
+    await vms.patchStatus({ namespace: NS, name }, { status: { setup: { state: "Minted", sealed: `{"setup-of":"${name}"}` }, inputs: { sealed: `{"inputs-of":"${name}"}` } } });
   }
-  const secretExists = (name: string): Promise<boolean> => secrets.get({ namespace: NS, name: `${name}-setup` }).then(() => true, () => false);
-  const secretGone = (name: string): Promise<boolean> =>
-    waitFor(`Secret ${name}-setup deleted`, async () => ((await secretExists(name)) ? undefined : true), { timeoutMs: SETTLE_MS, intervalMs: 50 });
+  const holdsSealed = async (name: string): Promise<boolean> => {
+    const st = (await get(name)).status;
+    return st?.setup?.sealed !== undefined || st?.inputs !== undefined;
+  };
+  const sealedGone = (name: string): Promise<boolean> =>
+    waitFor(`the sealed setup and inputs of ${name} removed`, async () => ((await holdsSealed(name)) ? undefined : true), { timeoutMs: SETTLE_MS, intervalMs: 50 });
   const waitFailed = (name: string): Promise<ImpVM> =>
     waitFor(`ImpVM ${name} Failed`, async () => { const v = await get(name); return v.status?.phase === "Failed" ? v : undefined; }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
 
@@ -129,7 +128,7 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     assert.deepEqual([running1, ended, scheduled, onLive], ["dying", "dying", "dying", "live"]);
     for (const n of ["d-run", "d-done", "l-run"]) await minted(n);
     await setPhase("d-run", { phase: "Running" });
-    // Ended, but its agent died before deleting the Secret.
+    // Ended, but its agent died before removing the sealed material.
     await setPhase("d-done", { phase: "Succeeded", exitCode: 0 });
     await setPhase("l-run", { phase: "Running" });
 
@@ -144,14 +143,14 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     assert.equal(failedScheduled.status?.reason, VM_REASONS.NodeLost);
     console.log(`# node loss: Lease last renewed → VM Failed/NodeLost in ${detectedMs} ms (bound ${LOST_AFTER_MS} ms)`);
 
-    await secretGone("d-run");
-    await secretGone("d-done");
+    await sealedGone("d-run");
+    await sealedGone("d-done");
     await waitFor("setup states Deleted", async () => ((await get("d-run")).status?.setup?.state === "Deleted" && (await get("d-done")).status?.setup?.state === "Deleted" ? true : undefined), { timeoutMs: SETTLE_MS, intervalMs: 50 });
     const done = await get("d-done");
     assert.equal(done.status?.phase, "Succeeded");
     assert.equal(done.status?.reason, undefined);
     assert.equal((await get("l-run")).status?.phase, "Running");
-    assert.equal(await secretExists("l-run"), true, "the Secret of a VM on a live node was deleted");
+    assert.equal(await holdsSealed("l-run"), true, "the sealed material of a VM on a live node was removed");
     assert.equal((await get("l-run")).status?.setup?.state, "Minted");
 
     // The dying node now has three free slots, the live one two: new VMs go to the live one only.

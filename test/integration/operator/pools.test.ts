@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, FINALIZERS, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
+import { API_VERSION, FINALIZERS, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, openSetup, parseSealedSetup, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, isNotFound, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, WEBHOOK_PATH, type SecretObject } from "../../../src/operator/index.ts";
@@ -182,13 +182,8 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
       assert.ok(runner !== undefined, `GitHub has runner ${name}`);
       assert.equal(minted.status?.runner?.id, runner.id);
       assert.deepEqual(runner.labels.filter((l) => l.type === "custom").map((l) => l.name).sort(), ["alpha", "imp"]);
-      assert.equal(minted.status?.setup?.secretName, setupSecretName(name));
-      const secret = await secrets.get({ namespace: NS, name: setupSecretName(name) });
-      assert.equal(secret.type, SETUP_SECRET.type);
-      assert.deepEqual(secret.metadata?.ownerReferences, [{ apiVersion: API_VERSION, kind: "ImpVM", name, uid: vm.metadata.uid, controller: true, blockOwnerDeletion: true }]);
-      assert.equal(secret.metadata?.labels?.[LABELS.vm], name);
-      assert.equal(secret.metadata?.labels?.[LABELS.pool], "alpha");
-      const raw = Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8");
+      const raw = minted.status?.setup?.sealed ?? "";
+      await assert.rejects(secrets.get({ namespace: NS, name: `${name}-setup` }), (err) => isNotFound(err), "no Secret holds the setup: it is in the VM's status, sealed");
       const sealed = parseSealedSetup(raw);
       assert.equal(sealed.keyId, nodeKey.keyId);
       const plain = Buffer.from(await openSetup(sealed, nodeKey, vm.metadata.uid ?? "")).toString("utf8");
@@ -209,7 +204,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await deletePool("alpha", gh);
   });
 
-  it("a VM that ends has its registration removed, its Secret collected and a replacement created", async (t) => {
+  it("a VM that ends has its registration removed, is deleted with its sealed setup, and a replacement created", async (t) => {
     const gh = await startGitHub(t);
     await createPool("beta", gh);
     const [first, second] = await waitForVms("beta", 2);
@@ -224,7 +219,6 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await vms.patchStatus({ namespace: NS, name }, { status: { phase: "Succeeded", exitCode: 0, reason: "Completed", phaseTimestamps: { succeeded: new Date().toISOString() } } });
     await waitFor(`runner ${name} removed from GitHub`, async () => (gh.server.runnerNamed(name) === undefined ? true : undefined), WAIT);
     await waitFor(`ImpVM ${name} deleted`, async () => ((await gone(() => vms.get({ namespace: NS, name }))) ? true : undefined), WAIT);
-    await waitFor(`Secret of ${name} collected`, async () => ((await gone(() => secrets.get({ namespace: NS, name: setupSecretName(name) }))) ? true : undefined), WAIT);
     const now = await waitForVms("beta", 2);
     assert.ok(!now.some((vm) => vm.metadata.name === name), "a replacement took the ended VM's place");
     const deletes = gh.server.requestsTo(new RegExp(`/runners/${minted.status?.runner?.id}$`), "DELETE").map((r) => r.status);
@@ -357,8 +351,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await run(vm);
 
     // The VM's runner comes online with the sealed setup and runs the job.
-    const secret = await secrets.get({ namespace: NS, name: setupSecretName(vm.metadata.name ?? "") });
-    const sealed = parseSealedSetup(Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8"));
+    const sealed = parseSealedSetup(minted.status?.setup?.sealed ?? "");
     const setup = decodeJitSetup(Buffer.from(await openSetup(sealed, nodeKey, vm.metadata.uid ?? "")).toString("utf8"));
     const post = async (path: string, body?: unknown): Promise<{ status: number; body: unknown }> => {
       const r = await fetch(`${gh.server.url}/_imp-test/runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it, type TestContext } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMClass, type ImpVMTemplate, LABELS, SETUP_SEAL_SUITE, SETUP_SECRET, generateNodeKeyPair, openSetup, parseSealedSetup, setupSecretName, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMClass, type ImpVMTemplate, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, openSetup, parseSealedSetup, type ImpNode, type ImpVM, type ImpVMRunnerPool, type NodeKeyPair, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { createResourceClient, isNotFound, LEASE_RESOURCE, microTime, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { agentLeaseName, DEFAULT_AGENT_LEASE_NAMESPACE, IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, Operator, SECRETS, type OperatorOptions, type SecretObject } from "../../../src/operator/index.ts";
@@ -138,8 +138,7 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     const named = [...gh.server.runners.values()].filter((r) => r.name === name);
     assert.equal(named.length, 1, `exactly one runner ${name} is registered`);
     assert.equal(vm.status?.runner?.id, named[0]?.id, "status.runner is the registered one");
-    const secret = await secrets.get({ namespace: vm.metadata.namespace, name: setupSecretName(name) });
-    const sealed = parseSealedSetup(Buffer.from(secret.data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8"));
+    const sealed = parseSealedSetup(vm.status?.setup?.sealed ?? "");
     const setup = decodeJitSetup(Buffer.from(await openSetup(sealed, key, vm.metadata.uid ?? "")).toString("utf8"));
     assert.equal(setup.runner.AgentId, named[0]?.id);
     assert.equal(setup.credentials.Data.secret, named[0]?.secret);
@@ -170,7 +169,7 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assert.equal(mintedBeforeCrash, 1);
     const stale = gh.server.runnerNamed(vm.metadata.name ?? "");
     assert.ok(stale !== undefined, "GitHub holds the runner minted before the crash");
-    await assert.rejects(secrets.get({ namespace: CRASH_NS, name: setupSecretName(vm.metadata.name ?? "") }), (err: unknown) => isNotFound(err), "and nothing stored it");
+    assert.equal((await vms.get({ namespace: CRASH_NS, name: vm.metadata.name ?? "" })).status?.setup, undefined, "and nothing recorded it");
 
     startOperator({ namespace: CRASH_NS });
     const minted = await waitForMinted(vm);
@@ -181,21 +180,21 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assertNamesUnique(gh);
   });
 
-  it("a fault after the Secret is stored and before the status records it (setup.after-store=fail@1): the retry finds the Secret, never mints again", async (t) => {
+  it("a fault after the setup is recorded and before the reconcile ends (setup.after-record=fail@1): the retry reads the record from the API, never mints again", async (t) => {
     const gh = await startGitHub(t);
-    const ns = "t-afterstore";
+    const ns = "t-afterrecord";
     const fired: string[] = [];
-    const faults = new FaultPoints(parseFaultPlan("setup.after-store=fail@1"), (point, action) => fired.push(`${point}=${action.kind}`));
+    const faults = new FaultPoints(parseFaultPlan("setup.after-record=fail@1"), (point, action) => fired.push(`${point}=${action.kind}`));
     await isolated(t, ns, { faults });
-    await createPool(ns, "afterstore", gh, 1);
-    const [vm] = await waitForVms(ns, "afterstore", 1);
+    await createPool(ns, "afterrecord", gh, 1);
+    const [vm] = await waitForVms(ns, "afterrecord", 1);
     assert.ok(vm !== undefined);
     await bind(vm);
     const minted = await waitForMinted(vm);
     await assertOneRunner(gh, minted, keyA);
+    await waitFor("the fault acted once", async () => (fired.length === 1 ? true : undefined), WAIT);
+    assert.deepEqual(fired, ["setup.after-record=fail"]);
     assert.equal(faults.hits("setup.after-mint"), 1, "minted once");
-    assert.deepEqual(fired, ["setup.after-store=fail"], "the fault acted once");
-    assert.equal(faults.hits("setup.after-store"), 1, "the retry took the stored-Secret path, which does not pass the point again");
     assert.deepEqual(gh.server.requestsTo(/generate-jitconfig$/).map((r) => r.status), [201], "one mint, no second");
     assertNamesUnique(gh);
   });
@@ -236,7 +235,7 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     await publishNode("node-b", keyB);
     const minted = await waitForMinted(vm);
     await assertOneRunner(gh, minted, keyB);
-    const sealed = parseSealedSetup(Buffer.from((await secrets.get({ namespace: ns, name: setupSecretName(vm.metadata.name ?? "") })).data?.[SETUP_SECRET.sealedKey] ?? "", "base64").toString("utf8"));
+    const sealed = parseSealedSetup(minted.status?.setup?.sealed ?? "");
     await assert.rejects(openSetup(sealed, keyA, vm.metadata.uid ?? ""), /sealed to key/);
   });
 
@@ -353,7 +352,6 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     await vms.delete({ namespace: ns, name });
     await waitFor(`ImpVM ${name} gone`, async () => (await vms.get({ namespace: ns, name }).then(() => undefined, (err: unknown) => (isNotFound(err) ? true : Promise.reject(err)))), WAIT);
     assert.equal(gh.server.runners.has(minted.status?.runner?.id ?? 0), false, "its registration went first");
-    await waitFor(`Secret of ${name} collected`, async () => (await secrets.get({ namespace: ns, name: setupSecretName(name) }).then(() => undefined, (err: unknown) => (isNotFound(err) ? true : Promise.reject(err)))), WAIT);
     assertNamesUnique(gh);
   });
 
@@ -377,7 +375,7 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
     assertNamesUnique(gh);
   });
 
-  it("the whole operator, scheduler and node loss included, binds a pool VM to a live node and seals its setup there", async (t) => {
+  it("the whole operator, scheduler and node loss included, binds a pool VM to a live node and seals its setup and the Secret values it reads there", async (t) => {
     const gh = await startGitHub(t);
     const ns = "t-full";
     const kc = plane.kubeConfig;
@@ -393,13 +391,34 @@ describe("operator: one-time runner setup", { timeout: 900_000 }, () => {
       apiVersion: API_VERSION,
       kind: "ImpVMTemplate",
       metadata: { name: "runner", namespace: ns },
-      spec: { classRef: { name: "small" }, image: "registry.test/runner:1", kernel: "default", expireAfter: "1h" },
+      spec: {
+        classRef: { name: "small" },
+        image: "registry.test/runner:1",
+        kernel: "default",
+        expireAfter: "1h",
+        imagePullSecretRef: { name: "pull" },
+        workload: { command: ["/bin/true"], env: [{ name: "TOKEN", valueFrom: { secretKeyRef: { name: "creds", key: "token" } } }] },
+      },
     });
+    const dockerConfig = JSON.stringify({ auths: { "registry.test": { auth: Buffer.from("u:p").toString("base64") } } });
+    await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "creds", namespace: ns }, stringData: { token: "t0k3n", unread: "not for the VM" } } as SecretObject);
+    await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "pull", namespace: ns }, type: "kubernetes.io/dockerconfigjson", stringData: { ".dockerconfigjson": dockerConfig } } as SecretObject);
     await createPool(ns, "full", gh, 1);
     const [vm] = await waitForVms(ns, "full", 1);
     assert.ok(vm !== undefined);
     const minted = await waitForMinted(vm);
     assert.equal(minted.status?.nodeName, "node-full", "the operator's own scheduler bound it");
     await assertOneRunner(gh, minted, keyF);
+    // The pool's template reads two Secrets; the node's agent cannot: the operator sealed exactly the keys it reads to node-full.
+    const withInputs = await waitFor("the VM's Secret inputs sealed to its node", async () => {
+      const now = await vms.get({ namespace: ns, name: vm.metadata.name ?? "" });
+      return now.status?.inputs !== undefined ? now : undefined;
+    }, WAIT);
+    const raw = withInputs.status?.inputs?.sealed ?? "";
+    assert.ok(!raw.includes("t0k3n"), "the status holds only ciphertext");
+    const opened = JSON.parse(Buffer.from(await openSetup(parseSealedSetup(raw, "inputs"), keyF, vm.metadata.uid ?? "", "inputs")).toString("utf8")) as unknown;
+    // The pool gives its VMs their own workload (the runner), which replaces the template's: its env's Secret is not read, so not sealed.
+    assert.deepEqual(opened, { v: 1, secrets: { pull: { ".dockerconfigjson": dockerConfig } } }, "exactly what the VM reads");
+    await assert.rejects(openSetup(parseSealedSetup(raw, "inputs"), keyF, vm.metadata.uid ?? ""), /authentication failed/, "inputs never open as a setup");
   });
 });

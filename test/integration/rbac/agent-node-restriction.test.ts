@@ -1,10 +1,12 @@
 /**
  * deploy/rbac's admission policy (agent-node-restriction.yaml) on a real API server: an agent's
  * token bound to its Pod on node A may write node A's objects and is refused every write to node
- * B's — its ImpNode and status, its Lease, the ImpVMs bound there (metadata and status), their
- * setup Secrets — and may not rebind its own VMs; a token bound to no Pod (so naming no node) is
- * refused even its own node's writes. RBAC alone allows all of these: this is what the kubelet's
- * NodeRestriction gives kubelets, for Imp's agents.
+ * B's — its ImpNode and status, its Lease, the ImpVMs bound there (metadata and status) — and may
+ * not rebind its own VMs; a token bound to no Pod (so naming no node) is refused even its own
+ * node's writes. RBAC alone allows all of these: this is what the kubelet's NodeRestriction gives
+ * kubelets, for Imp's agents. And what a compromised node reads: no Secret anywhere (kube-system, a
+ * GitHub App key, a Gitea token), and another node's sealed setup and inputs only as ciphertext
+ * that its own key cannot open.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -14,9 +16,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
-import { API_VERSION, LABELS, SETUP_SECRET, type ImpNode, type ImpVM, buildAllCrds } from "../../../src/api/index.ts";
+import { API_VERSION, GITHUB_APP_SECRET_KEYS, generateNodeKeyPair, openSetup, parseSealedSetup, sealSetup, type ImpNode, type ImpVM, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { createResourceClient, LEASE_RESOURCE, type KubeObject, type Lease, installCrds } from "../../../src/kube/index.ts";
+import { createResourceClient, LEASE_RESOURCE, type Lease, installCrds } from "../../../src/kube/index.ts";
 import { IMP_NODES, IMP_VMS, SECRETS, type SecretObject } from "../../../src/operator/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
 import { IMP_SYSTEM, installRbac } from "../../harness/rbac.ts";
@@ -24,7 +26,7 @@ import { IMP_SYSTEM, installRbac } from "../../harness/rbac.ts";
 const execFileAsync = promisify(execFile);
 const NS = "ci";
 
-describe("deploy/rbac's admission policy: an agent writes only its own node's objects", { timeout: 300_000 }, () => {
+describe("deploy/rbac's admission policy: an agent writes only its own node's objects, and reads no Secret", { timeout: 300_000 }, () => {
   let plane: ControlPlane;
   let dir: string;
   const path = (name: string): string => join(dir, `${name}.kubeconfig`);
@@ -78,9 +80,7 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     const leasesA = createResourceClient<Lease>(as("node-a"), LEASE_RESOURCE);
     const vmsA = createResourceClient<ImpVM>(as("node-a"), IMP_VMS);
     const vmsB = createResourceClient<ImpVM>(as("node-b"), IMP_VMS);
-    const secretsA = createResourceClient<SecretObject>(as("node-a"), SECRETS);
-    const secretsB = createResourceClient<SecretObject>(as("node-b"), SECRETS);
-    const admin = { vms: createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS), secrets: createResourceClient<SecretObject>(plane.kubeConfig, SECRETS) };
+    const admin = { vms: createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS) };
     const now = new Date().toISOString();
     const lease = (node: string): Lease => ({ apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: `imp-agent-${node}`, namespace: IMP_SYSTEM }, spec: { holderIdentity: node, leaseDurationSeconds: 40, renewTime: now.replace("Z", "000Z") } }) as unknown as Lease;
 
@@ -89,12 +89,9 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     assert.equal(await attempt(() => nodesB.patchStatus({ name: "node-b" }, { status: { kvm: false } })), "allowed");
     assert.equal(await attempt(() => leasesB.create(lease("node-b"))), "allowed");
 
-    // A VM bound to node B (the operator binds it), and its setup Secret labelled with node B.
+    // A VM bound to node B (the operator binds it).
     const vm = await admin.vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "vm-b", namespace: NS }, spec: { templateRef: { name: "t" }, workload: { command: ["/bin/true"] } } } as unknown as ImpVM);
     await admin.vms.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Scheduled", nodeName: "node-b" } });
-    const secret = (name: string): KubeObject => ({ apiVersion: "v1", kind: "Secret", metadata: { name, namespace: NS, labels: { [LABELS.node]: "node-b", [LABELS.vm]: "vm-b" } }, type: SETUP_SECRET.type, data: { [SETUP_SECRET.sealedKey]: Buffer.from("sealed").toString("base64") } }) as KubeObject;
-    await admin.secrets.create(secret("vm-b-setup") as SecretObject);
-    await admin.secrets.create(secret("vm-b-setup-2") as SecretObject);
 
     // Agent A against node B's objects: every write refused, with the policy's reason.
     const refusedToA: Record<string, string> = {
@@ -105,13 +102,11 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
       "create a Lease for node B": await attempt(() => leasesA.create({ ...lease("node-x"), metadata: { name: "imp-agent-node-x", namespace: IMP_SYSTEM } } as Lease)),
       "patch status of a VM on node B": await attempt(() => vmsA.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Failed", reason: "NodeLost" } })),
       "patch a VM on node B (its finalizer)": await attempt(() => vmsA.patch({ namespace: NS, name: "vm-b" }, { metadata: { finalizers: ["imp.dev/teardown"] } })),
-      "delete the setup Secret of a VM on node B": await attempt(() => secretsA.delete({ namespace: NS, name: "vm-b-setup" })),
       "delete ImpNode node-b": await attempt(() => nodesA.delete({ name: "node-b" })),
       "delete node B's Lease": await attempt(() => leasesA.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })),
     };
     for (const [what, outcome] of Object.entries(refusedToA)) assert.notEqual(outcome, "allowed", `agent A was allowed to ${what}`);
     assert.match(refusedToA["patch status of a VM on node B"] ?? "", /only ImpVMs bound to its node \(node-a\)/);
-    assert.match(refusedToA["delete the setup Secret of a VM on node B"] ?? "", /setup Secrets of VMs bound to its node \(node-a\)/);
     // Agents may delete ImpNodes and Leases (an uninstall retires each node), so the policy, not RBAC, refuses these.
     assert.match(refusedToA["delete ImpNode node-b"] ?? "", /only its own ImpNode \(node-a\), not node-b/);
     assert.match(refusedToA["delete node B's Lease"] ?? "", /only its own Lease \(imp-agent-node-a\)/);
@@ -120,7 +115,6 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     assert.equal(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Preparing" } })), "allowed");
     assert.equal(await attempt(() => vmsB.patch({ namespace: NS, name: "vm-b" }, { metadata: { finalizers: ["imp.dev/teardown"] } })), "allowed");
     assert.notEqual(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { nodeName: "node-a" } })), "allowed", "an agent cannot move a VM to another node");
-    assert.equal(await attempt(() => secretsB.delete({ namespace: NS, name: "vm-b-setup" })), "allowed");
     // Retiring its node (an uninstall): its own Lease and ImpNode.
     assert.equal(await attempt(() => leasesB.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })), "allowed");
     assert.equal(await attempt(() => nodesB.delete({ name: "node-b" })), "allowed");
@@ -130,5 +124,50 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     const noNode = await attempt(() => unbound.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "node-z" }, spec: { unschedulable: false } } as ImpNode));
     assert.match(noNode, /names no node: run the agent as its DaemonSet's Pod/);
     assert.ok(vm.metadata.uid !== undefined);
+  });
+
+  it("a compromised node reads no Secret — kube-system's, the GitHub App key, a Gitea token — and another node's sealed setup and inputs do not open with its key", async () => {
+    const adminSecrets = createResourceClient<SecretObject>(plane.kubeConfig, SECRETS);
+    const secretsA = createResourceClient<SecretObject>(as("node-a"), SECRETS);
+    const canary = "canary-7c1e";
+    const plant = async (namespace: string, name: string, data: Record<string, string>): Promise<void> => {
+      await adminSecrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name, namespace }, stringData: data } as SecretObject);
+    };
+    await plant("kube-system", "canary", { value: canary });
+    await plant(NS, "github-app", { [GITHUB_APP_SECRET_KEYS.appId]: "1", [GITHUB_APP_SECRET_KEYS.installationId]: "2", [GITHUB_APP_SECRET_KEYS.privateKey]: `-----BEGIN RSA PRIVATE KEY-----\n${canary}\n-----END RSA PRIVATE KEY-----` });
+    await plant(NS, "gitea-token", { token: canary });
+    await plant(IMP_SYSTEM, "webhook-secret", { secret: canary });
+    const reads: Record<string, string> = {
+      "kube-system/canary": await attempt(() => secretsA.get({ namespace: "kube-system", name: "canary" })),
+      [`${NS}/github-app`]: await attempt(() => secretsA.get({ namespace: NS, name: "github-app" })),
+      [`${NS}/gitea-token`]: await attempt(() => secretsA.get({ namespace: NS, name: "gitea-token" })),
+      [`${IMP_SYSTEM}/webhook-secret`]: await attempt(() => secretsA.get({ namespace: IMP_SYSTEM, name: "webhook-secret" })),
+      [`list in ${NS}`]: await attempt(() => secretsA.list({ namespace: NS })),
+    };
+    for (const [what, outcome] of Object.entries(reads)) {
+      assert.notEqual(outcome, "allowed", `agent A read Secret ${what}`);
+      assert.match(outcome, /forbidden/i, `${what}: refused by RBAC`);
+      assert.ok(!outcome.includes(canary), `${what}: the refusal names no value`);
+    }
+
+    // Node B's VM holds its setup and inputs, sealed to node B's key. Agent A reads the VM (agents
+    // watch every ImpVM) and gets ciphertext it cannot open, whether it names its own key or B's.
+    const keyA = await generateNodeKeyPair();
+    const keyB = await generateNodeKeyPair();
+    const vm = await createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS).create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "vm-b-sealed", namespace: NS }, spec: { templateRef: { name: "t" }, workload: { command: ["/bin/true"] } } } as unknown as ImpVM);
+    const uid = vm.metadata.uid ?? "";
+    const setup = JSON.stringify(await sealSetup(new TextEncoder().encode(`{"jit":"${canary}"}`), keyB, uid));
+    const inputs = JSON.stringify(await sealSetup(new TextEncoder().encode(JSON.stringify({ v: 1, secrets: { creds: { token: canary } } })), keyB, uid, "inputs"));
+    await createResourceClient<ImpVM>(plane.kubeConfig, IMP_VMS).patchStatus({ namespace: NS, name: "vm-b-sealed" }, { status: { phase: "Scheduled", nodeName: "node-b", setup: { state: "Minted", sealed: setup }, inputs: { sealed: inputs } } });
+    const seenByA = await createResourceClient<ImpVM>(as("node-a"), IMP_VMS).get({ namespace: NS, name: "vm-b-sealed" });
+    assert.ok(!JSON.stringify(seenByA).includes(canary), "the VM object holds only ciphertext");
+    const sealedSetup = parseSealedSetup(seenByA.status?.setup?.sealed ?? "");
+    const sealedInputs = parseSealedSetup(seenByA.status?.inputs?.sealed ?? "", "inputs");
+    await assert.rejects(openSetup(sealedSetup, keyA, uid), /sealed to key/);
+    await assert.rejects(openSetup({ ...sealedSetup, keyId: keyA.keyId }, keyA, uid), /authentication failed/);
+    await assert.rejects(openSetup({ ...sealedInputs, keyId: keyA.keyId }, keyA, uid, "inputs"), /authentication failed/);
+    assert.match(Buffer.from(await openSetup(sealedInputs, keyB, uid, "inputs")).toString("utf8"), new RegExp(canary), "node B's key opens them (the control)");
+    // Nor can agent A take node B's sealed setup away (the status of a VM bound elsewhere).
+    assert.match(await attempt(() => createResourceClient<ImpVM>(as("node-a"), IMP_VMS).patchStatus({ namespace: NS, name: "vm-b-sealed" }, { status: { inputs: null } } as never)), /only ImpVMs bound to its node \(node-a\)/);
   });
 });

@@ -25,14 +25,14 @@ const OPERATOR_MAY: readonly Ask[] = [
   ["create", "impvms.imp.dev", "ci"], ["delete", "impvms.imp.dev", "ci"], ["watch", "impvms.imp.dev", ""],
   ["patch", "impvms.imp.dev/status", "ci"], ["patch", "impvmrunnerpools.imp.dev", "ci"], ["patch", "impvmrunnerpools.imp.dev/status", "ci"],
   ["patch", "impnodes.imp.dev", ""], ["list", "impvmtemplates.imp.dev", ""],
-  ["get", "secrets", "ci"], ["create", "secrets", "ci"], ["delete", "secrets", "ci"],
+  ["get", "secrets", "ci"], // forge credentials, webhook secrets, and the Secrets a VM reads (it seals them to the VM's node)
   ["watch", "nodes", ""], ["create", "events", "ci"],
   ["patch", "leases.coordination.k8s.io", IMP_SYSTEM], ["watch", "leases.coordination.k8s.io", IMP_SYSTEM],
   ["update", "impvms.imp.dev/finalizers", "ci"], // for owner references that block deletion
 ];
 const OPERATOR_MUST_NOT: readonly Ask[] = [
   ["list", "secrets", "ci"], ["watch", "secrets", ""], // holds no copy of Secrets it was not asked for
-  ["update", "secrets", "ci"], ["patch", "secrets", "ci"], // never rewrites one (App credentials included)
+  ["update", "secrets", "ci"], ["patch", "secrets", "ci"], ["create", "secrets", "ci"], ["delete", "secrets", "ci"], // never writes one (App credentials included; setups live sealed in the ImpVM's status)
   ["patch", "impnodes.imp.dev/status", ""], // a node's status is its agent's word
   ["patch", "leases.coordination.k8s.io", "default"], ["create", "leases.coordination.k8s.io", "kube-system"],
   ["create", "customresourcedefinitions.apiextensions.k8s.io", ""],
@@ -43,7 +43,7 @@ const AGENT_MAY: readonly Ask[] = [
   ["watch", "impvms.imp.dev", ""], ["patch", "impvms.imp.dev", "ci"], ["patch", "impvms.imp.dev/status", "ci"],
   ["create", "impnodes.imp.dev", ""], ["patch", "impnodes.imp.dev/status", ""],
   ["get", "impvmtemplates.imp.dev", "ci"], ["get", "impvmclasses.imp.dev", ""],
-  ["get", "secrets", "ci"], ["delete", "secrets", "ci"], ["create", "events", "ci"],
+  ["create", "events", "ci"],
   ["create", "leases.coordination.k8s.io", IMP_SYSTEM], ["patch", "leases.coordination.k8s.io", IMP_SYSTEM],
   // Retiring its node on uninstall; the admission policy confines both to its own (agent-node-restriction.test.ts).
   ["delete", "impnodes.imp.dev", ""], ["delete", "leases.coordination.k8s.io", IMP_SYSTEM],
@@ -52,6 +52,8 @@ const AGENT_MUST_NOT: readonly Ask[] = [
   ["create", "impvms.imp.dev", "ci"], ["delete", "impvms.imp.dev", "ci"], // VMs are the operator's to make and end
   ["patch", "impvmrunnerpools.imp.dev", "ci"], ["get", "impvmrunnerpools.imp.dev", "ci"],
   ["patch", "impnodes.imp.dev", ""], // the scheduler's reservations are not the agent's to move
+  // No Secret at all, anywhere: a node a job escaped to reaches no forge credential or tenant Secret.
+  ["get", "secrets", "ci"], ["get", "secrets", "kube-system"], ["get", "secrets", IMP_SYSTEM], ["delete", "secrets", "ci"],
   ["list", "secrets", "ci"], ["watch", "secrets", ""], ["create", "secrets", "ci"],
   ["create", "leases.coordination.k8s.io", "default"], ["delete", "leases.coordination.k8s.io", "default"],
   ["list", "nodes", ""], ["create", "pods", "ci"],
@@ -112,7 +114,7 @@ describe("deploy/rbac: least privilege, asked through each ServiceAccount's toke
     assert.deepEqual(await denied("imp-agent", AGENT_MAY, true), [], "refused to the agent");
   });
 
-  it("an agent may not create or delete VMs, move reservations, list Secrets, or reach beyond its Lease", async () => {
+  it("an agent may not create or delete VMs, move reservations, read any Secret, or reach beyond its Lease", async () => {
     assert.deepEqual(await denied("imp-agent", AGENT_MUST_NOT, false), [], "granted to the agent");
   });
 });
