@@ -157,7 +157,7 @@ export const CONDITION_TYPES = {
   vm: {
     /** Bound to a node. */
     Scheduled: "Scheduled",
-    /** The setup Secret exists (runner VMs only). */
+    /** The sealed setup is in the status (runner VMs only). */
     SetupReady: "SetupReady",
     /** The guest agent answered. */
     Booted: "Booted",

@@ -17,7 +17,7 @@ export type AgentAction =
   | { readonly type: "DeliverSetup" }
   /** Stop the VM (graceful, then kill) and mark the outcome with `reason`. */
   | { readonly type: "Stop"; readonly reason: string; readonly message: string }
-  /** Free every node resource (disks, tap, sockets, cgroup), verify the VMM is gone, delete the setup Secret. */
+  /** Free every node resource (disks, tap, sockets, cgroup), verify the VMM is gone, remove the sealed setup and inputs from the status. */
   | { readonly type: "Release" }
   /** Write these status fields (only moves the phase forward). */
   | { readonly type: "PatchStatus"; readonly status: ImpVMStatus }

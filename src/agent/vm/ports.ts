@@ -96,17 +96,17 @@ export interface VmRef {
 }
 
 /**
- * Where a VM's one-time setup lives outside the node, and its handoff is recorded (the API for the
- * node agent: a Secret owned by the ImpVM, and the VM's status). The runtime records the Exec
- * before it leaves and deletes the setup once the VM is released; the node agent reads the sealed
- * setup (and alone holds the key that opens it).
+ * Where a VM's one-time setup lives outside the node, and its handoff is recorded (for the node
+ * agent: the ImpVM's status). The runtime records the Exec before it leaves and removes the sealed
+ * material once the VM is released; the node agent reads the sealed setup (and alone holds the key
+ * that opens it).
  */
 export interface SetupStore {
   /** The sealed setup as stored; undefined while it is not there yet. Throws if what is there is not this VM's. */
   readSealed(vm: VmRef, signal?: AbortSignal): Promise<string | undefined>;
   /** Records durably that the Exec is about to leave (ambiguous-handoff rule); if it throws, nothing is sent. */
   recordSent(vm: VmRef, execId: string, signal: AbortSignal): Promise<void>;
-  /** Deletes the setup and records that it is gone. Idempotent, also for a VM that never had one. */
+  /** Removes the sealed setup (and any sealed inputs) and records that it is gone. Idempotent, also for a VM that never had one. */
   delete(vm: VmRef): Promise<void>;
 }
 

@@ -166,7 +166,7 @@ export class VmRuntime {
 
   /**
    * Frees everything of the VM on this node: VMM stopped and verified gone, guest channel closed,
-   * tap detached, disks and directory removed, setup Secret deleted. Idempotent, also for VMs this
+   * tap detached, disks and directory removed, sealed setup and inputs removed from the status. Idempotent, also for VMs this
    * runtime never ran (files of an earlier agent run).
    */
   async release(ref: VmRef): Promise<void> {
