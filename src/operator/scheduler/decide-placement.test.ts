@@ -61,6 +61,16 @@ describe("decidePlacement", () => {
     assert.match(d.kind === "unschedulable" ? d.message : "", /a: its Node was deleted$/);
   });
 
+  it("never chooses a node whose core Node is cordoned (kubectl cordon, drain); a deleted Node says so first", () => {
+    const nodes = [node("a"), node("b")];
+    assert.deepEqual(decidePlacement(input(nodes, { cordonedKubeNodes: new Set(["a"]) })), { kind: "bind", nodeName: "b", rollForward: false });
+    const d = decidePlacement(input([node("a")], { cordonedKubeNodes: new Set(["a"]) }));
+    assert.match(d.kind === "unschedulable" ? d.message : "", /a: its Node is cordoned \(kubectl cordon\)$/);
+    const both = decidePlacement(input([node("a")], { cordonedKubeNodes: new Set(["a"]), deletedKubeNodes: new Set(["a"]) }));
+    assert.match(both.kind === "unschedulable" ? both.message : "", /a: its Node was deleted$/);
+    assert.deepEqual(decidePlacement(input(nodes, { cordonedKubeNodes: new Set() })).kind, "bind", "uncordoned: it fits again");
+  });
+
   it("names what did not fit on each node", () => {
     const nodes = [node("a", { cap: [2, 8192, 4] }), node("b", { unschedulable: true }), node("c", { arch: "arm64" }), node("d", { kernels: ["other"] }), node("e", { cap: [8, 8192, 1] })];
     const b = new Map([["a", [bound("x", 1)]], ["e", [bound("y", 1)]]]);

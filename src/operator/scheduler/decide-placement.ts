@@ -43,6 +43,8 @@ export interface PlacementInput {
   readonly maxLeaseAgeMs?: number;
   /** Nodes whose core/v1 Node was deleted (KubeNodeTracker). */
   readonly deletedKubeNodes?: ReadonlySet<string>;
+  /** Nodes whose core/v1 Node is cordoned (`kubectl cordon`, `kubectl drain`). */
+  readonly cordonedKubeNodes?: ReadonlySet<string>;
 }
 
 export type Placement =
@@ -94,10 +96,11 @@ export function judgeNode(
   bound: readonly BoundVm[],
   nowMs: number,
   maxLeaseAgeMs?: number,
-  kubeNodeDeleted = false,
+  kubeNode: "deleted" | "cordoned" | "schedulable" = "schedulable",
 ): Verdict {
   // Node loss fails every VM of such a node at once: binding one there would only burn it.
-  if (kubeNodeDeleted) return { fits: false, why: "its Node was deleted" };
+  if (kubeNode === "deleted") return { fits: false, why: "its Node was deleted" };
+  if (kubeNode === "cordoned") return { fits: false, why: "its Node is cordoned (kubectl cordon)" };
   if (node.spec?.unschedulable === true) return { fits: false, why: "cordoned (spec.unschedulable)" };
   if (lease === undefined) return { fits: false, why: "no agent Lease" };
   if (!isLeaseFresh(lease, nowMs, maxLeaseAgeMs)) return { fits: false, why: "agent Lease stale" };
@@ -139,7 +142,8 @@ export function decidePlacement(input: PlacementInput): Placement {
   const reasons: string[] = [];
   for (const node of candidates) {
     const name = node.metadata.name;
-    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs, input.deletedKubeNodes?.has(name) ?? false);
+    const kubeNode = input.deletedKubeNodes?.has(name) === true ? "deleted" : input.cordonedKubeNodes?.has(name) === true ? "cordoned" : "schedulable";
+    const verdict = judgeNode(node, request, input.leases.get(name), input.bound.get(name) ?? [], nowMs, input.maxLeaseAgeMs, kubeNode);
     if (!verdict.fits) {
       reasons.push(`${name}: ${verdict.why}`);
       continue;

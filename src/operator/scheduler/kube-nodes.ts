@@ -1,8 +1,9 @@
 /**
  * What the operator knows of core/v1 Nodes, for node loss and for placement alike: a Node this
- * process saw that is gone was deleted (a machine removed from the cluster); a node that never had
- * a Node object (the dev cluster has no kubelets) says nothing. One tracker, so the scheduler never
- * binds a VM to a node that node loss would fail at once.
+ * process saw that is gone was deleted (a machine removed from the cluster); a Node with
+ * `spec.unschedulable` was cordoned (`kubectl cordon`/`drain`), so no new VM is placed there; a node
+ * that never had a Node object (the dev cluster has no kubelets) says nothing. One tracker, so the
+ * scheduler never binds a VM to a node that node loss would fail at once.
  */
 import type { Informer, KubeObject } from "../../kube/index.ts";
 
@@ -13,13 +14,17 @@ export class KubeNodeTracker {
   readonly #informer: Informer<KubeObject> | undefined;
   readonly #seen = new Set<string>();
   readonly #onDeleted: Array<(name: string) => void> = [];
+  readonly #onUncordoned: Array<(name: string) => void> = [];
 
   /** Without an informer every node is `unwatched`. */
   constructor(informer?: Informer<KubeObject>) {
     this.#informer = informer;
     informer?.addEventHandler({
       onAdd: (n) => this.#seen.add(n.metadata.name),
-      onUpdate: (_old, n) => this.#seen.add(n.metadata.name),
+      onUpdate: (old, n) => {
+        this.#seen.add(n.metadata.name);
+        if (isCordoned(old) && !isCordoned(n)) for (const f of this.#onUncordoned) f(n.metadata.name);
+      },
       onDelete: (n) => {
         const name = n.metadata.name;
         this.#seen.add(name);
@@ -39,7 +44,23 @@ export class KubeNodeTracker {
     return new Set([...names].filter((n) => this.state(n) === "deleted"));
   }
 
+  /** Those of `names` whose Node is cordoned (`spec.unschedulable`). */
+  cordonedAmong(names: Iterable<string>): ReadonlySet<string> {
+    const informer = this.#informer;
+    if (informer === undefined) return new Set();
+    return new Set([...names].filter((n) => isCordoned(informer.get(n))));
+  }
+
   onDeleted(f: (name: string) => void): void {
     this.#onDeleted.push(f);
   }
+
+  /** Called when a Node's cordon is lifted (`kubectl uncordon`): its room is there again. */
+  onUncordoned(f: (name: string) => void): void {
+    this.#onUncordoned.push(f);
+  }
+}
+
+function isCordoned(node: unknown): boolean {
+  return (node as { spec?: { unschedulable?: boolean } } | undefined)?.spec?.unschedulable === true;
 }

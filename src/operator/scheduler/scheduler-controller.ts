@@ -109,6 +109,8 @@ export class SchedulerController {
     // A class or template appearing can make an unresolvable VM schedulable.
     classInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
     templateInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
+    // `kubectl uncordon`: the node takes VMs again.
+    this.#o.kubeNodes?.onUncordoned(requeuePending);
 
     this.#pruning.watch(nodeInformer, { updateMatters: (old, obj) => old.metadata.annotations?.[RESERVATIONS_ANNOTATION] !== obj.metadata.annotations?.[RESERVATIONS_ANNOTATION] });
     const toReservingNodes = (vm: Cached<ImpVM>): void => {
@@ -152,7 +154,7 @@ export class SchedulerController {
       if (lease !== undefined) leases.set(name, lease);
       bound.set(name, this.#boundVms(name));
     }
-    const placement = decidePlacement({ vmUid: vm.metadata.uid, request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name)) }) });
+    const placement = decidePlacement({ vmUid: vm.metadata.uid, request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name)), cordonedKubeNodes: this.#o.kubeNodes.cordonedAmong(nodes.map((n) => n.metadata.name)) }) });
     if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
 
     const { nodeName } = placement;

@@ -197,4 +197,24 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     assert.notEqual(await boundVm("k-any"), "kn-1");
     await vms.delete({ namespace: NS, name: "k1-again" });
   });
+
+  it("kubectl cordon: a cordoned Node takes no new VM and its VMs are not lost; uncordoned, it takes the one waiting for it at once", async () => {
+    await kubeNodes.create({ metadata: { name: "kc-1" } });
+    await startAgent("kc-1", 2);
+    assert.equal(await boundVm("c-before", "kc-1"), "kc-1");
+    await kubeNodes.patch({ name: "kc-1" }, { spec: { unschedulable: true } } as never);
+    await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "c-pinned", namespace: NS }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", nodeName: "kc-1" } } as ImpVM);
+    const why = await waitFor("c-pinned Unschedulable", async () => {
+      const c = (await get("c-pinned")).status?.conditions?.find((x) => x.type === "Scheduled");
+      return c?.reason === "Unschedulable" ? c : undefined;
+    }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
+    assert.match(why.message ?? "", /its Node is cordoned \(kubectl cordon\)/);
+    assert.equal((await get("c-pinned")).status?.nodeName, undefined);
+    assert.equal((await get("c-before")).status?.phase, "Scheduled", "a cordon is not a loss: the VM already there stays");
+    // Uncordon: the scheduler hears it from the Node watch, not from its retry backoff (which has grown by now).
+    const uncordonedAt = Date.now();
+    await kubeNodes.patch({ name: "kc-1" }, { spec: { unschedulable: false } } as never);
+    assert.equal(await waitFor("c-pinned bound", async () => (await get("c-pinned")).status?.nodeName, { timeoutMs: SETTLE_MS, intervalMs: 25 }), "kc-1");
+    console.log(`# cordon: uncordoned → waiting VM bound in ${Date.now() - uncordonedAt} ms`);
+  });
 });
