@@ -182,12 +182,22 @@ export class Operator {
     const forges = new PoolForges({ secrets: api.secrets, baseUrlOverride: c.githubUrl, clientOptions: c.githubClientOptions, clock: c.clock, logger: c.logger.child({ component: "github" }) });
     this.scaleSets = this.#scaleSetListeners(forges, recorder);
     const common = { vmCache: this.vmCache, poolCache: this.poolCache, forges, recorder, registry: this.registry, logger: c.logger, clock: c.clock, faults: c.faults };
-    this.pools = new PoolController({ ...common, scaleSets: this.scaleSets, pools: api.pools, vms: api.vms, failureBudget: c.failureBudget, runnerListIntervalMs: c.runnerListIntervalMs, demandListIntervalMs: c.demandListIntervalMs, queueListIntervalMs: c.queueListIntervalMs });
+    const nodes = c.scheduler || c.nodeLoss ? this.#nodeView(cache) : undefined;
+    const cordoned = (node: string): boolean => this.nodeCache.get(node)?.spec?.unschedulable === true || (nodes?.kubeNodes?.cordonedAmong([node]).has(node) ?? false);
+    this.pools = new PoolController({ ...common, scaleSets: this.scaleSets, pools: api.pools, vms: api.vms, cordoned, failureBudget: c.failureBudget, runnerListIntervalMs: c.runnerListIntervalMs, demandListIntervalMs: c.demandListIntervalMs, queueListIntervalMs: c.queueListIntervalMs });
+    // A node cordoned or uncordoned: the pools with VMs there reconsider them (drain, or stop draining).
+    const drainPoolsOf = (node: string): void => {
+      for (const vm of this.vmCache.byIndex(VM_NODE_INDEX, node)) {
+        const pool = vm.metadata.labels?.[LABELS.pool];
+        if (pool !== undefined) this.pools.controller.enqueue(`${vm.metadata.namespace ?? ""}/${pool}`);
+      }
+    };
+    this.nodeCache.addEventHandler({ onUpdate: (old, node) => old.spec?.unschedulable !== node.spec?.unschedulable && drainPoolsOf(node.metadata.name) });
+    nodes?.kubeNodes?.onCordonChanged(drainPoolsOf);
     this.setup = new SetupController({ ...common, vms: api.vms, nodeCache: this.nodeCache, workers: c.setupWorkers });
     this.templateCache = cache(createResourceClient<ImpVMTemplate>(c.kubeConfig, IMP_VM_TEMPLATES), "impvmtemplates", true);
     this.inputs = new InputsController({ vms: api.vms, secrets: api.secrets, vmCache: this.vmCache, nodeCache: this.nodeCache, templateCache: this.templateCache, recorder, registry: this.registry, logger: c.logger, clock: c.clock });
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
-    const nodes = c.scheduler || c.nodeLoss ? this.#nodeView(cache) : undefined;
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
     this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);

@@ -38,7 +38,7 @@ describe("the README demo: one CI job in one microVM, end to end", { skip: unava
       /✓ kubectl applied the runner pool/,
       /✓ its one-time setup was delivered to the guest/,
       /✓ the runner came online with its one-time setup/,
-      /✓ the setup Secret holds only the sealed setup, not the credential/,
+      /✓ the VM's status holds only the sealed setup, not the credential/,
       /✓ no operator or agent log contains the setup/,
       /✓ the idle runner \S+ took the job/,
       /✓ its output is in the job log on GitHub/,

@@ -93,6 +93,8 @@ export interface PoolControllerOptions {
   readonly faults?: FaultPoints;
   /** What each scale-set pool's listener last said (scale-set pools only). */
   readonly scaleSets?: { view(poolKey: string): ScaleSetPoolView | undefined };
+  /** Whether a node is cordoned: its idle runners are drained (scaled down and replaced elsewhere). Default: none is. */
+  readonly cordoned?: (nodeName: string) => boolean;
 }
 
 /** A scale-set pool's listener, as the pool controller reads it (ScaleSetListeners.view). */
@@ -386,6 +388,7 @@ export class PoolController {
       busy: this.activity.isBusy(name),
       finished: this.activity.isFinished(name),
       bound: vm.status?.nodeName !== undefined,
+      draining: vm.status?.nodeName !== undefined && (this.#o.cordoned?.(vm.status.nodeName) ?? false),
       createdAt: ms(vm.metadata.creationTimestamp) ?? 0,
       runningAt: ms(vm.status?.phaseTimestamps?.running),
       failedAt: ms(vm.status?.phaseTimestamps?.failed),

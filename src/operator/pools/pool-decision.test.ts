@@ -34,6 +34,18 @@ describe("decidePool", () => {
     assert.deepEqual(d.counts, { desired: 2, current: 0, idle: 0, busy: 0, starting: 0, failed: 0 });
   });
 
+  it("drains a cordoned node: its idle runners are scaled down and replaced; a busy one finishes its job; a starting one is left to start", () => {
+    const d = decidePool(observe({ vms: [vm("p-idle1", "Running", { draining: true }), vm("p-idle2", "Running", { draining: true }), vm("p-busy", "Running", { draining: true, busy: true }), vm("p-boot", "Booting", { draining: true }), vm("p-else", "Running")] }));
+    assert.deepEqual(d.scaleDown, ["p-idle1", "p-idle2"], "both idle runners there go, although the pool is not above its size");
+    // desired = busy 1 + minIdle 2 = 3; have = busy 1 + idle elsewhere 1 + starting 1 = 3: nothing more to create yet,
+    // and room (maxConcurrent 5 − 5 non-terminal) is none until the drained two are gone.
+    assert.deepEqual(d.counts, { desired: 3, current: 5, idle: 1, busy: 1, starting: 1, failed: 0 });
+    const after = decidePool(observe({ vms: [vm("p-busy", "Running", { draining: true, busy: true }), vm("p-else", "Running")] }));
+    assert.equal(after.create, 1, "with them gone, a replacement is created (the scheduler places it off the cordoned node)");
+    assert.deepEqual(after.scaleDown, []);
+    assert.deepEqual(decidePool(observe({ vms: [vm("p-idle1", "Running"), vm("p-idle2", "Running")] })).scaleDown, [], "uncordoned: nothing is drained");
+  });
+
   it("counts starting VMs and creations not yet in the cache as capacity", () => {
     assert.equal(decidePool(observe({ vms: [vm("p-aaaaa", "Booting")] })).create, 1);
     assert.equal(decidePool(observe({ vms: [vm("p-aaaaa", "Booting")], creating: ["p-bbbbb"] })).create, 0);

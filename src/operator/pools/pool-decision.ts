@@ -7,6 +7,8 @@
  *   have     = idle + busy + starting + creations not yet in the cache
  *   create   = min(scaleUpStep, desired − have, maxConcurrent − every non-terminal VM − creations)
  *   scale down at most have − desired VMs: unbound ones (no runner yet), then idle runners
+ *   drain: idle runners on a cordoned node are scaled down whatever the count, and do not count
+ *          in `have`, so their replacements are created (and placed elsewhere)
  *
  * A runner whose job completed is finished: a JIT runner takes one job, then exits and its VM
  * ends on its own. It is neither idle (it takes no job) nor scaled down (deleting it would race its
@@ -40,6 +42,8 @@ export interface PoolVmView {
   readonly finished?: boolean;
   /** status.nodeName is set: the VM may be getting its setup or booting. */
   readonly bound: boolean;
+  /** Its node is cordoned (ImpNode spec.unschedulable, or `kubectl cordon`/`drain` of its Node). */
+  readonly draining?: boolean;
   readonly createdAt: number;
   /** When the workload started (phaseTimestamps.running), if it did. */
   readonly runningAt: number | undefined;
@@ -121,7 +125,7 @@ export interface PoolCounts {
 
 export interface PoolDecision {
   readonly create: number;
-  /** VMs to deregister and delete: unbound ones first (nothing runs there yet), then idle runners, oldest first. */
+  /** VMs to deregister and delete: idle runners on cordoned nodes, then unbound ones (nothing runs there yet), then idle runners, oldest first. */
   readonly scaleDown: readonly string[];
   /** Terminal VMs to delete (their registration is removed by the cleanup finalizer). */
   readonly removeTerminal: readonly string[];
@@ -186,6 +190,7 @@ export function decidePool(o: PoolObservation): PoolDecision {
   const expectedGone = new Set(o.deletingExpected);
   let idle: PoolVmView[] = [];
   let unbound: PoolVmView[] = [];
+  const drained: string[] = [];
   let busy = 0;
   let starting = 0;
   let failed = 0;
@@ -200,6 +205,7 @@ export function decidePool(o: PoolObservation): PoolDecision {
     nonTerminal++;
     if (vm.deleting || expectedGone.has(vm.name) || vm.finished === true) continue;
     if (vm.busy) busy++;
+    else if (vm.phase === "Running" && vm.draining === true) drained.push(vm.name);
     else if (vm.phase === "Running") idle.push(vm);
     else {
       starting++;
@@ -222,7 +228,8 @@ export function decidePool(o: PoolObservation): PoolDecision {
   const create = holding ? 0 : Math.max(0, Math.min(step, desired - have, room));
   const excess = have - desired;
   // Never a busy runner, never a bound VM still starting (its runner may be about to take a job).
-  const scaleDown = excess > 0 ? [...unbound, ...idle].slice(0, excess).map((v) => v.name) : [];
+  // A busy runner on a cordoned node finishes its job; its VM then ends by itself.
+  const scaleDown = [...drained, ...(excess > 0 ? [...unbound, ...idle].slice(0, excess).map((v) => v.name) : [])];
 
   return {
     create,

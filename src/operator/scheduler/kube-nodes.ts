@@ -14,7 +14,7 @@ export class KubeNodeTracker {
   readonly #informer: Informer<KubeObject> | undefined;
   readonly #seen = new Set<string>();
   readonly #onDeleted: Array<(name: string) => void> = [];
-  readonly #onUncordoned: Array<(name: string) => void> = [];
+  readonly #onCordonChanged: Array<(name: string, cordoned: boolean) => void> = [];
 
   /** Without an informer every node is `unwatched`. */
   constructor(informer?: Informer<KubeObject>) {
@@ -23,7 +23,7 @@ export class KubeNodeTracker {
       onAdd: (n) => this.#seen.add(n.metadata.name),
       onUpdate: (old, n) => {
         this.#seen.add(n.metadata.name);
-        if (isCordoned(old) && !isCordoned(n)) for (const f of this.#onUncordoned) f(n.metadata.name);
+        if (isCordoned(old) !== isCordoned(n)) for (const f of this.#onCordonChanged) f(n.metadata.name, isCordoned(n));
       },
       onDelete: (n) => {
         const name = n.metadata.name;
@@ -55,9 +55,9 @@ export class KubeNodeTracker {
     this.#onDeleted.push(f);
   }
 
-  /** Called when a Node's cordon is lifted (`kubectl uncordon`): its room is there again. */
-  onUncordoned(f: (name: string) => void): void {
-    this.#onUncordoned.push(f);
+  /** Called when a Node is cordoned (`kubectl cordon`, `drain`) or uncordoned. */
+  onCordonChanged(f: (name: string, cordoned: boolean) => void): void {
+    this.#onCordonChanged.push(f);
   }
 }
 

@@ -110,7 +110,7 @@ export class SchedulerController {
     classInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
     templateInformer.addEventHandler({ onAdd: requeuePending, onUpdate: (a, b) => a !== b && requeuePending() });
     // `kubectl uncordon`: the node takes VMs again.
-    this.#o.kubeNodes?.onUncordoned(requeuePending);
+    this.#o.kubeNodes?.onCordonChanged((_name, cordoned) => !cordoned && requeuePending());
 
     this.#pruning.watch(nodeInformer, { updateMatters: (old, obj) => old.metadata.annotations?.[RESERVATIONS_ANNOTATION] !== obj.metadata.annotations?.[RESERVATIONS_ANNOTATION] });
     const toReservingNodes = (vm: Cached<ImpVM>): void => {

@@ -259,6 +259,49 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await deletePool("gamma", gh);
   });
 
+  it("cordon drains a node: its idle runners are deregistered, deleted and replaced; its busy runner keeps its job; uncordon drains nothing more", async (t) => {
+    const gh = await startGitHub(t);
+    await nodes.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "node-d" }, spec: { unschedulable: false } });
+    t.after(() => nodes.delete({ name: "node-d" }).catch(() => undefined));
+    await nodes.patchStatus({ name: "node-d" }, { status: { setupKey: { algorithm: SETUP_SEAL_SUITE, keyId: nodeKey.keyId, publicKey: nodeKey.publicKey } } });
+    await createPool("drain", gh);
+    const both = await waitForVms("drain", 2);
+    for (const vm of both) await bind(vm, "node-d");
+    const [busyVm, idleVm] = await Promise.all(both.map((vm) => waitForMinted(vm.metadata.name ?? "")));
+    assert.ok(busyVm !== undefined && idleVm !== undefined);
+    for (const vm of [busyVm, idleVm]) {
+      await run(vm);
+      gh.server.setRunnerState(vm.status?.runner?.id ?? 0, { status: "online" });
+    }
+    gh.server.setRunnerState(busyVm.status?.runner?.id ?? 0, { busy: true });
+    // busy 1 + minIdle 2: a third VM for the reserve; bind and run it on node-d too.
+    const third = (await waitForVms("drain", 3)).find((vm) => vm.status?.nodeName === undefined);
+    assert.ok(third !== undefined);
+    await bind(third, "node-d");
+    await run(await waitForMinted(third.metadata.name ?? ""));
+    gh.server.setRunnerState((await vms.get({ namespace: NS, name: third.metadata.name ?? "" })).status?.runner?.id ?? 0, { status: "online" });
+    await waitFor("pool sees one busy, two idle", async () => {
+      const st = (await pools.get({ namespace: NS, name: "drain" })).status;
+      return st?.busy === 1 && st.idle === 2 ? st : undefined;
+    }, WAIT);
+
+    await nodes.patch({ name: "node-d" }, { spec: { unschedulable: true } });
+    for (const name of [idleVm.metadata.name ?? "", third.metadata.name ?? ""]) {
+      await waitFor(`idle VM ${name} drained`, async () => ((await gone(() => vms.get({ namespace: NS, name }))) ? true : undefined), WAIT);
+      assert.equal(gh.server.runnerNamed(name), undefined, `${name} was deregistered`);
+    }
+    const now = await waitForVms("drain", 3);
+    assert.ok(now.some((vm) => vm.metadata.name === busyVm.metadata.name), "the busy runner keeps its VM and its job");
+    assert.equal(now.filter((vm) => vm.status?.nodeName === undefined).length, 2, "two replacements wait for a node that is not cordoned");
+    assert.ok(gh.server.runnerNamed(busyVm.metadata.name ?? "") !== undefined, "and its registration");
+    await nodes.patch({ name: "node-d" }, { spec: { unschedulable: false } });
+    await reconciledAgain(gh);
+    assert.deepEqual((await liveVmsOf("drain")).map((vm) => vm.metadata.name).sort(), now.map((vm) => vm.metadata.name).sort(), "uncordoned: nothing more is drained");
+    assertNamesUnique(gh);
+    gh.server.setRunnerState(busyVm.status?.runner?.id ?? 0, { busy: false });
+    await deletePool("drain", gh);
+  });
+
   it("webhooks: queued jobs burst the pool; forged, oversized and duplicate deliveries change nothing", async (t) => {
     const gh = await startGitHub(t);
     await createPool("delta", gh, { minIdle: 0, maxConcurrent: 2, webhook: { enabled: true, secretRef: { name: "unused", key: "secret" } } });
