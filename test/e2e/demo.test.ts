@@ -44,7 +44,7 @@ describe("the README demo: one CI job in one microVM, end to end", { skip: unava
       /✓ its output is in the job log on GitHub/,
       /✓ VM \S+ ended Succeeded with exit code 0/,
       /✓ no runner of that name is registered with GitHub/,
-      /✓ its setup Secret is gone/,
+      /✓ its sealed setup left its status before it went/,
       /✓ nothing of it remains on node-[ab]: no process, socket, tap, cgroup or disk/,
       /✓ replacement \S+ is online on node-[ab]/,
       /✓ the three jobs ran on three VMs/,
