@@ -74,6 +74,10 @@ export const ANNOTATIONS = {
    * its Lease and its ImpNode, and stops reporting.
    */
   decommission: "imp.dev/decommission",
+  /** On ImpNodes: when the operator first saw the node cordoned (RFC 3339); the drain's grace counts from it. Removed on uncordon. */
+  drainStarted: "imp.dev/drain-started",
+  /** On ImpNodes: when the last VM of a cordoned node ended (RFC 3339): the node is drained. Removed on uncordon. */
+  drained: "imp.dev/drained",
   /** On ImpNodes, beside `decommission`: "true" keeps the state directory (image cache, setup key) for a later install. */
   decommissionKeepState: "imp.dev/decommission-keep-state",
 } as const;
@@ -140,6 +144,8 @@ export const VM_REASONS = {
   SetupFailed: "SetupFailed",
   /** The node's Lease went stale or the Node disappeared. */
   NodeLost: "NodeLost",
+  /** Its node was drained (cordoned) and its job ran past its pool's drainGracePeriod. */
+  Drained: "Drained",
   /** spec.expireAfter (from the template) passed. */
   Expired: "Expired",
   /** The VM was deleted before it finished. */

@@ -23,7 +23,7 @@ import {
   type Lease,
   type ResourceClient,
 } from "../kube/index.ts";
-import { NodeLossController } from "./nodes/index.ts";
+import { DrainController, NodeLossController } from "./nodes/index.ts";
 import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
 import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
@@ -151,6 +151,8 @@ export class Operator {
   readonly nodeCache: Informer<ImpNode>;
   readonly scheduler: SchedulerController | undefined;
   readonly nodeLoss: NodeLossController | undefined;
+  /** Cordoned nodes: drain marks, jobs past their pool's grace ended (with node loss). */
+  readonly drain: DrainController | undefined;
   /** Seals each VM's Secret inputs to its node (agents cannot read Secrets). */
   readonly inputs: InputsController;
   readonly templateCache: Informer<ImpVMTemplate>;
@@ -200,6 +202,7 @@ export class Operator {
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
     this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
+    this.drain = c.nodeLoss && nodes !== undefined ? new DrainController({ vms: api.vms, nodes: api.nodes, vmInformer: this.vmCache, nodeInformer: this.nodeCache, poolInformer: this.poolCache, kubeNodes: nodes.kubeNodes, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);
     this.health = c.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.vmCache, impvmrunnerpools: this.poolCache, impnodes: this.nodeCache, ...(nodes === undefined ? {} : { agentLeases: nodes.leaseCache }) }, port: c.healthPort, host: c.healthHost, logger: c.logger });
   }
@@ -289,6 +292,7 @@ export class Operator {
     for (const cache of this.#extraCaches) manager.addCache(cache);
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
+    if (this.drain !== undefined) manager.addController(this.drain);
     manager.addController(this.pools.controller).addController(this.setup.controller).addController(this.inputs.controller).addController(this.scaleSets);
     if (this.webhook !== undefined) manager.addServer(this.webhook);
     if (this.health !== undefined) manager.addHealthServer(this.health);

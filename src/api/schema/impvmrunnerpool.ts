@@ -5,7 +5,7 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { IMP_VM_RUNNER_POOL, MAX_POOL_NAME_LENGTH } from "../constants.ts";
-import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, EnvList, objectRef, SecretKeySelector, StringEnum } from "./common.ts";
+import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, DURATION_PATTERN, EnvList, objectRef, SecretKeySelector, StringEnum } from "./common.ts";
 import { SETUP_DELIVERIES } from "./impvm.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
@@ -131,6 +131,14 @@ export const ImpVMRunnerPoolSpec = Type.Object(
     minIdle: Type.Integer({ minimum: 0, maximum: 1000, default: 0, description: "Idle runners kept ready." }),
     maxConcurrent: Type.Integer({ minimum: 1, maximum: 1000, default: 10, description: "Upper bound on the pool's non-terminal VMs." }),
     scaleUpStep: Type.Integer({ minimum: 1, maximum: 100, default: 5, description: "Most VMs created in one reconcile." }),
+    drainGracePeriod: Type.Optional(Type.String({
+      minLength: 2,
+      maxLength: 24,
+      pattern: DURATION_PATTERN,
+      default: "1h",
+      description:
+        "How long a job already running on a node that is drained (kubectl cordon/drain, or ImpNode spec.unschedulable) may keep running; then its VM is stopped. Idle runners there are replaced at once.",
+    })),
     webhook: Type.Optional(WebhookSettings),
     runnerCommand: Type.Array(Type.String({ minLength: 1, maxLength: 4096 }), {
       minItems: 1,

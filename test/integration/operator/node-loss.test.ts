@@ -4,14 +4,16 @@
  * deleted, become Failed/NodeLost and lose their sealed setup and inputs (the lost agent cannot
  * remove them), as do VMs that ended there still holding them; VMs on live nodes are left alone and
  * ended VMs keep their phase; the scheduler, running alongside, never places a VM on the lost node.
+ * And draining: a cordoned node takes no new VM, ends a job past its pool's drain grace, and reports
+ * drained once its last VM ended; an uncordon forgets it.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { API_VERSION, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
+import { ANNOTATIONS, API_VERSION, generateNodeKeyPair, LABELS, SETUP_SEAL_SUITE, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_RUNNER_POOLS, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
-import { NodeLossController } from "../../../src/operator/nodes/index.ts";
+import { DrainController, NodeLossController } from "../../../src/operator/nodes/index.ts";
 import { agentLeaseName, KubeNodeTracker, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 
@@ -61,15 +63,17 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     const leaseInformer = new Informer({ client: createResourceClient<Lease>(kc, LEASE_RESOURCE), namespace: LEASE_NS });
     const kubeNodeInformer = new Informer({ client: createResourceClient<KubeObject>(kc, KUBE_NODES) });
     const classInformer = new Informer({ client: createResourceClient<ImpVMClass>(kc, CLASSES) });
+    const poolInformer = new Informer({ client: createResourceClient<ImpVMRunnerPool>(kc, IMP_VM_RUNNER_POOLS) });
     const templateInformer = new Informer({ client: createResourceClient<ImpVMTemplate>(kc, TEMPLATES) });
-    const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer];
+    const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer, poolInformer];
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: "test" });
     const kubeNodeTracker = new KubeNodeTracker(kubeNodeInformer);
     const nodeLoss = new NodeLossController({ vms, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, registry, recorder });
     const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS, kubeNodes: kubeNodeTracker });
+    const drain = new DrainController({ vms, nodes, vmInformer, nodeInformer, poolInformer, kubeNodes: kubeNodeTracker, registry, recorder });
     for (const c of caches) running.push(c.start(ac.signal));
     await Promise.all(caches.map((c) => c.waitForSync(ac.signal)));
-    running.push(nodeLoss.start(ac.signal), scheduler.start(ac.signal));
+    running.push(nodeLoss.start(ac.signal), scheduler.start(ac.signal), drain.start(ac.signal));
   });
   after(async () => {
     for (const timer of renewers.values()) clearInterval(timer);
@@ -196,6 +200,41 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     // Unpinned, kn-1 (all free, first by name) would win the tie without that rule.
     assert.notEqual(await boundVm("k-any"), "kn-1");
     await vms.delete({ namespace: NS, name: "k1-again" });
+  });
+
+  it("kubectl drain: the node records its drain, a job past its pool's grace is ended Failed/Drained, the node reports drained when its last VM ended, and uncordon forgets it", async () => {
+    // A pool (nothing reconciles it here) whose drain grace is 2 s; a VM of no pool gets the default (1 h).
+    await createResourceClient<ImpVMRunnerPool>(plane.kubeConfig, IMP_VM_RUNNER_POOLS).create({
+      apiVersion: API_VERSION,
+      kind: "ImpVMRunnerPool",
+      metadata: { name: "quick", namespace: NS },
+      spec: { templateName: "t", github: { credentialsSecretRef: { name: "none" }, scope: "repo", repository: "acme/api", labels: ["imp"] }, minIdle: 0, maxConcurrent: 2, scaleUpStep: 1, runnerCommand: ["/runner/run.sh"], drainGracePeriod: "2s" },
+    } as ImpVMRunnerPool);
+    await kubeNodes.create({ metadata: { name: "kd-1" } });
+    await startAgent("kd-1", 3);
+    const key = await generateNodeKeyPair(); // runner VMs go only to a node with a setup key
+    await nodes.patchStatus({ name: "kd-1" }, { status: { setupKey: { algorithm: SETUP_SEAL_SUITE, keyId: key.keyId, publicKey: key.publicKey } } });
+    for (const [name, labels] of [["dr-job", { [LABELS.pool]: "quick" }], ["dr-own", {}]] as const) {
+      await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS, labels }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", nodeName: "kd-1" } } as ImpVM);
+      await waitFor(`${name} bound`, async () => (await get(name)).status?.nodeName, { timeoutMs: 20_000, intervalMs: 25 }).catch(async (err: unknown) => Promise.reject(new Error(`${name} not bound: ${JSON.stringify((await get(name)).status)}`, { cause: err })));
+      await setPhase(name, { phase: "Running" });
+    }
+    const annotation = async (key: string): Promise<string | undefined> => (await nodes.get({ name: "kd-1" })).metadata.annotations?.[key];
+    const cordonedAt = Date.now();
+    await kubeNodes.patch({ name: "kd-1" }, { spec: { unschedulable: true } } as never);
+    const started = await waitFor("drain started", () => annotation(ANNOTATIONS.drainStarted), { timeoutMs: SETTLE_MS, intervalMs: 25 });
+    const ended = await waitFailed("dr-job");
+    const endedAfterMs = Date.now() - cordonedAt;
+    assert.equal(ended.status?.reason, VM_REASONS.Drained);
+    assert.match(ended.status?.message ?? "", /^Node kd-1: its node was drained and its job ran past the pool's drain grace \(2 s\)$/);
+    assert.ok(Date.parse(ended.status?.phaseTimestamps?.failed ?? "") - Date.parse(started) >= 2_000, "not before the grace");
+    assert.equal((await get("dr-own")).status?.phase, "Running", "a job within its grace (1 h by default) keeps running");
+    assert.equal(await annotation(ANNOTATIONS.drained), undefined, "not drained while a VM runs");
+    await setPhase("dr-own", { phase: "Succeeded", exitCode: 0 });
+    const drained = await waitFor("drained", () => annotation(ANNOTATIONS.drained), { timeoutMs: SETTLE_MS, intervalMs: 25 });
+    console.log(`# drain: cordoned → job past a 2 s grace ended in ${endedAfterMs} ms; drained at ${drained}`);
+    await kubeNodes.patch({ name: "kd-1" }, { spec: { unschedulable: false } } as never);
+    await waitFor("marks cleared", async () => ((await annotation(ANNOTATIONS.drainStarted)) === undefined && (await annotation(ANNOTATIONS.drained)) === undefined ? true : undefined), { timeoutMs: SETTLE_MS, intervalMs: 25 });
   });
 
   it("kubectl cordon: a cordoned Node takes no new VM and its VMs are not lost; uncordoned, it takes the one waiting for it at once", async () => {
