@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
-import type { ImpVM } from "../../src/api/index.ts";
+import { ANNOTATIONS, IMP_NODES, type ImpNode, type ImpVM } from "../../src/api/index.ts";
+import { createResourceClient } from "../../src/kube/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { RunnerWorld, worldUnavailable, nameOf, type WorldNode } from "../e2e/runner-path/world.ts";
 import type { TestJob } from "../github/server.ts";
@@ -216,6 +217,40 @@ const cases: FaultCase[] = [
       const replacement = await ctx.idleRunner();
       const gone = await waitFor(`${nameOf(vm)}'s VMM gone from ${node.name}`, async () => ((await processesOf(vm.metadata.uid ?? "", "qemu-system-x86_64")).length === 0 ? true : undefined), { timeoutMs: 120_000, intervalMs: 500 }).catch(() => false);
       return `the operator marked ${nameOf(vm)} Failed/NodeLost while ${node.name}'s agent was stopped (seen ${Math.round(lostMs / 1000)} s after SIGSTOP), removed its sealed setup and, once its runner was no longer busy, its registration; replacement ${nameOf(replacement)} online on ${replacement.status?.nodeName ?? "?"}; after SIGCONT the agent ${gone ? "tore the lost VM's VMM down and did not boot it again" : "still had the lost VM's VMM running"}; job ${job.status} ${job.conclusion ?? ""}`;
+    },
+  },
+  {
+    id: "node-drained-mid-job",
+    injected: "kubectl cordon of the node a job runs on (what kubectl drain does first; its Pod evictions do not reach VMs), uncordoned at the end",
+    where: "while a job runs on a VM there (a step sleeping 20 s) and the pool keeps one idle runner ready",
+    async run(ctx) {
+      await ctx.idleRunner();
+      const job = ctx.world.queueJob(`${ctx.pool}-drain`, [{ name: "work", run: "sleep 20; echo finished on a drained node" }], ctx.labels);
+      await ctx.world.waitForJob(job, "in_progress");
+      const vm = vmOfJob(ctx, job);
+      const node = ctx.world.nodeOf(vm);
+      const impNodes = createResourceClient<ImpNode>(ctx.world.plane.kubeConfig, IMP_NODES);
+      const annotation = async (key: string): Promise<string | undefined> => (await impNodes.get({ name: node.name })).metadata.annotations?.[key];
+      ctx.faultNow();
+      const cordonedAt = Date.now();
+      await ctx.world.kubectl(["cordon", node.name]);
+      try {
+        // Busy 1 + minIdle 1: the pool's idle runner must be on the other node, whatever was idle here was replaced.
+        const elsewhere = await ctx.vm(`an idle runner on a node other than ${node.name}`, (v) => v.status?.nodeName !== node.name && v.status?.phase === "Running" && ctx.world.github.runnerNamed(nameOf(v))?.status === "online" && ctx.world.github.runnerNamed(nameOf(v))?.busy === false, 300_000);
+        await jobReached(job, "completed");
+        assert.equal(job.conclusion, "success", `the job on the cordoned node finished: ${job.result?.log ?? ""}`);
+        const vmEnd = await endOf(ctx.world, nameOf(vm));
+        assert.match(vmEnd, /^Succeeded/, "its VM ended by itself, not by the drain (the grace is 1 h)");
+        const drainedAt = await waitFor(`${node.name} reports drained`, () => annotation(ANNOTATIONS.drained), { timeoutMs: 180_000, intervalMs: 250 });
+        const drainedAfter = Date.parse(drainedAt) - cordonedAt;
+        const onNode = (await ctx.world.listVms()).filter((v) => v.status?.nodeName === node.name && !ended(v) && v.metadata.deletionTimestamp === undefined);
+        assert.deepEqual(onNode.map(nameOf), [], `no live VM left on ${node.name}`);
+        await ctx.world.kubectl(["uncordon", node.name]);
+        await waitFor("the drain marks cleared", async () => ((await annotation(ANNOTATIONS.drainStarted)) === undefined && (await annotation(ANNOTATIONS.drained)) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 250 });
+        return `${job.name} ${job.conclusion ?? "?"} on ${nameOf(vm)} (${node.name}, cordoned mid-job); its VM ended ${vmEnd}; idle runner ${nameOf(elsewhere)} online on ${elsewhere.status?.nodeName ?? "?"}; ${node.name} reported drained ${Math.round(drainedAfter / 1000)} s after the cordon with no VM left; uncordoned, its drain marks were cleared`;
+      } finally {
+        await ctx.world.kubectl(["uncordon", node.name]).catch(() => undefined);
+      }
     },
   },
   {
