@@ -254,6 +254,47 @@ const cases: FaultCase[] = [
     },
   },
   {
+    id: "node-vanishes-mid-job",
+    injected: "the machine of a busy node dies: SIGKILL of its agent and of every VM process on it (supervisors, QEMU), and its core Node is deleted; later it comes back (Node re-created, agent restarted)",
+    where: "while a job runs on a VM there (a step sleeping 600 s)",
+    // The dead runner's job ends only by GitHub's job lock expiring; its registration can go once it does.
+    bounds: { I3: 180_000 },
+    async run(ctx) {
+      await ctx.idleRunner();
+      const job = ctx.world.queueJob(`${ctx.pool}-vanish`, [{ name: "long", run: "sleep 600" }], ctx.labels);
+      await ctx.world.waitForJob(job, "in_progress");
+      const vm = vmOfJob(ctx, job);
+      const node = ctx.world.nodeOf(vm);
+      const onNode = (await ctx.world.listVms()).filter((v) => v.status?.nodeName === node.name);
+      ctx.faultNow();
+      const diedAt = Date.now();
+      await node.agent.kill();
+      let killed = 0;
+      for (const v of onNode) {
+        for (const program of ["imp-supervisor", "qemu-system-x86_64"]) {
+          for (const pid of await processesOf(v.metadata.uid ?? "", program)) {
+            process.kill(pid, "SIGKILL");
+            killed++;
+          }
+        }
+      }
+      await ctx.world.kubectl(["delete", "node", node.name, "--wait=false"]);
+      // The world's own waits insist every agent runs; this one is dead on purpose, so wait on the API directly.
+      const vmWhere = (what: string, check: (v: ImpVM) => boolean, timeoutMs: number): Promise<ImpVM> =>
+        waitFor(what, async () => (await ctx.world.listVms()).find((v) => v.metadata.namespace === ctx.namespace && check(v)), { timeoutMs, intervalMs: 200 });
+      const lost = await vmWhere(`${nameOf(vm)} Failed/NodeLost`, (v) => nameOf(v) === nameOf(vm) && v.status?.phase === "Failed" && v.status.reason === "NodeLost", 60_000);
+      const lostAfter = Date.now() - diedAt;
+      assert.equal(lost.status?.message, `Node ${node.name} was deleted`);
+      await vmWhere(`${nameOf(vm)}'s sealed setup removed by the operator (its agent is dead)`, (v) => nameOf(v) === nameOf(vm) && v.status?.setup?.sealed === undefined && v.status?.inputs === undefined, 30_000);
+      const replacement = await vmWhere("an idle runner on the other node", (v) => v.status?.nodeName !== node.name && v.status?.phase === "Running" && ctx.world.github.runnerNamed(nameOf(v))?.status === "online" && ctx.world.github.runnerNamed(nameOf(v))?.busy === false, 300_000);
+      // The machine comes back: its Node object, then its agent, which sweeps what the dead VMs left.
+      await ctx.world.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: node.name, labels: { "imp.dev/test-node": "true" } } }));
+      await node.agent.start({});
+      await jobReached(job, "completed", 180_000);
+      return `${killed} VM process(es) and the agent of ${node.name} killed, its Node deleted: ${nameOf(vm)} Failed/NodeLost ${Math.round(lostAfter / 1000)} s later (${lost.status?.message ?? ""}), its sealed setup removed by the operator; replacement ${nameOf(replacement)} online on ${replacement.status?.nodeName ?? "?"}; the job's fate on GitHub: ${job.status} ${job.conclusion ?? ""} (${(job.result?.log ?? "").trim().split("\n").at(-1) ?? ""}); the machine back, its agent swept what was left`;
+    },
+  },
+  {
     id: "agent-slow-boot",
     injected: "a 20 s delay at the agent's fault point agent.boot (agent.boot=delay:20000@1)",
     where: "during boot: the VMM is started, the agent waits before connecting to the guest agent (its hello)",
