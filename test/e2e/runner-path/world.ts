@@ -544,7 +544,8 @@ export class RunnerWorld {
       `--- GitHub runners (${runners.length}) ---`,
       ...runners,
       `--- VMs (${vms.length}) ---`,
-      ...vms.map((vm) => `${vm.metadata.namespace ?? ""}/${nameOf(vm)} ${vm.status?.phase ?? "Pending"}${vm.metadata.deletionTimestamp === undefined ? "" : " deleting"} node ${vm.status?.nodeName ?? "-"} ${vm.status?.reason ?? ""}`),
+      // Whether the guest answered (bootDurationMs) and where its setup is tell a boot that hangs from a setup never handed over.
+      ...vms.map((vm) => `${vm.metadata.namespace ?? ""}/${nameOf(vm)} ${vm.status?.phase ?? "Pending"}${vm.metadata.deletionTimestamp === undefined ? "" : " deleting"} node ${vm.status?.nodeName ?? "-"} ${vm.status?.reason ?? ""} guest ${vm.status?.bootDurationMs === undefined ? "not answered" : `answered after ${vm.status.bootDurationMs} ms`} setup ${vm.status?.setup?.state ?? "none"}${vm.status?.setup?.sealed === undefined ? "" : " (sealed in status)"}`),
     ].join("\n");
   }
 
