@@ -123,6 +123,7 @@ describe("valid objects", () => {
       minIdle: 0,
       maxConcurrent: 10,
       scaleUpStep: 5,
+      drainGracePeriod: "1h",
       runnerSetupDelivery: "Environment",
     });
 
