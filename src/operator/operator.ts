@@ -24,7 +24,7 @@ import {
   type ResourceClient,
 } from "../kube/index.ts";
 import { DrainController, NodeLossController } from "./nodes/index.ts";
-import { KubeNodeTracker, SchedulerController } from "./scheduler/index.ts";
+import { KubeNodeTracker, nodeCordoned, SchedulerController } from "./scheduler/index.ts";
 import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { InputsController, PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
@@ -185,7 +185,7 @@ export class Operator {
     this.scaleSets = this.#scaleSetListeners(forges, recorder);
     const common = { vmCache: this.vmCache, poolCache: this.poolCache, forges, recorder, registry: this.registry, logger: c.logger, clock: c.clock, faults: c.faults };
     const nodes = c.scheduler || c.nodeLoss ? this.#nodeView(cache) : undefined;
-    const cordoned = (node: string): boolean => this.nodeCache.get(node)?.spec?.unschedulable === true || (nodes?.kubeNodes?.cordonedAmong([node]).has(node) ?? false);
+    const cordoned = (node: string): boolean => nodeCordoned(this.nodeCache.get(node), node, nodes?.kubeNodes);
     this.pools = new PoolController({ ...common, scaleSets: this.scaleSets, pools: api.pools, vms: api.vms, cordoned, failureBudget: c.failureBudget, runnerListIntervalMs: c.runnerListIntervalMs, demandListIntervalMs: c.demandListIntervalMs, queueListIntervalMs: c.queueListIntervalMs });
     // A node cordoned or uncordoned: the pools with VMs there reconsider them (drain, or stop draining).
     const drainPoolsOf = (node: string): void => {

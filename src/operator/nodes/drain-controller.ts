@@ -10,7 +10,7 @@ import { ANNOTATIONS, LABELS, parseDurationMs, VM_REASONS, type ImpNode, type Im
 import { Controller, done, isNotFound, mutateWithRetry, requeueAfter, type Cached, type EventRecorder, type Informer, type ReconcileContext, type ReconcileResult, type ResourceClient } from "../../kube/index.ts";
 import { silentLogger, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
-import type { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
+import { nodeCordoned, type KubeNodeTracker } from "../scheduler/kube-nodes.ts";
 import { decideDrain, DEFAULT_DRAIN_GRACE_MS, type DrainAction, type DrainVm } from "./decide-drain.ts";
 
 export interface DrainControllerOptions {
@@ -54,10 +54,6 @@ export class DrainController {
     await this.#controller.start(signal);
   }
 
-  #cordoned(node: Cached<ImpNode>): boolean {
-    return node.spec?.unschedulable === true || (this.#o.kubeNodes?.cordonedAmong([node.metadata.name]).has(node.metadata.name) ?? false);
-  }
-
   #graceMs(vm: Cached<ImpVM>): number {
     const poolName = vm.metadata.labels?.[LABELS.pool];
     const pool = poolName === undefined ? undefined : this.#o.poolInformer.get(`${vm.metadata.namespace ?? ""}/${poolName}`);
@@ -76,7 +72,7 @@ export class DrainController {
       live: !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined,
       graceMs: this.#graceMs(vm),
     }));
-    const decision = decideDrain({ cordoned: this.#cordoned(node), startedAtMs: msOf(annotations[ANNOTATIONS.drainStarted]), drainedAtMs: msOf(annotations[ANNOTATIONS.drained]), vms, nowMs: this.#clock.now() });
+    const decision = decideDrain({ cordoned: nodeCordoned(node, node.metadata.name, this.#o.kubeNodes), startedAtMs: msOf(annotations[ANNOTATIONS.drainStarted]), drainedAtMs: msOf(annotations[ANNOTATIONS.drained]), vms, nowMs: this.#clock.now() });
     for (const action of decision.actions) await this.#act(ctx, node, action);
     return decision.recheckInMs === undefined ? done : requeueAfter(decision.recheckInMs + 1);
   }

@@ -5,4 +5,4 @@ export { resolveRequest, templateSpecOf, DEFAULT_KERNEL, type Resources, type Vm
 export { RESERVATIONS_ANNOTATION, parseReservations, serializeReservations, reservedTotal, type Reservation, type ReservationRecord } from "./reservations.ts";
 export { AGENT_LEASE_PREFIX, DEFAULT_LEASE_MAX_AGE_MS, agentLeaseName, nodeOfLease, isLeaseFresh, renewTimeMs } from "./agent-lease.ts";
 export { VMS_BY_NODE, VMS_BY_UID, addVmIndexes, addNodeIndexes, isPendingUnbound, isTerminalVM } from "./indexes.ts";
-export { KubeNodeTracker, type KubeNodeState } from "./kube-nodes.ts";
+export { KubeNodeTracker, nodeCordoned, type KubeNodeState } from "./kube-nodes.ts";

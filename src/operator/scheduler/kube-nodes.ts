@@ -61,6 +61,11 @@ export class KubeNodeTracker {
   }
 }
 
+/** A node is cordoned when its ImpNode says so (`spec.unschedulable`) or its core Node does (`kubectl cordon`). One rule for the pools and the drain. */
+export function nodeCordoned(impNode: { readonly spec?: { readonly unschedulable?: boolean } | undefined } | undefined, name: string, kubeNodes: KubeNodeTracker | undefined): boolean {
+  return impNode?.spec?.unschedulable === true || (kubeNodes?.cordonedAmong([name]).has(name) ?? false);
+}
+
 function isCordoned(node: unknown): boolean {
   return (node as { spec?: { unschedulable?: boolean } } | undefined)?.spec?.unschedulable === true;
 }
