@@ -43,9 +43,22 @@ describe("decideNodeLoss", () => {
   });
 
   it("a deleted Node is lost at once; a Node never seen or not watched says nothing", () => {
-    assert.deepEqual(decideNodeLoss({ ...base, kubeNode: "deleted" }), { lost: true, message: "Node n1 was deleted" });
+    assert.deepEqual(decideNodeLoss({ ...base, kubeNode: "deleted" }), { lost: true, message: "Node n1 was deleted", machineGone: true });
     assert.equal(decideNodeLoss({ ...base, kubeNode: "never" }).lost, false);
     assert.equal(decideNodeLoss({ ...base, kubeNode: "present" }).lost, false);
+  });
+
+  it("a lost node's machine is gone when it has no Node (deleted, or never there once Nodes are listed); present or unwatched, it may come back", () => {
+    const stale = { ...base, nowMs: renewedAt + 40_000 };
+    const gone = (kubeNode: NodeLossInput["kubeNode"]): boolean | undefined => {
+      const d = decideNodeLoss({ ...stale, kubeNode });
+      return d.lost ? d.machineGone : undefined;
+    };
+    assert.equal(gone("never"), true, "an operator restarted after the Node's deletion never saw it");
+    assert.equal(gone("present"), false, "a silent agent on a machine still in the cluster may return");
+    assert.equal(gone("unwatched"), false);
+    const missing = decideNodeLoss({ ...base, kubeNode: "never", lease: undefined, leaseMissingSinceMs: renewedAt, nowMs: renewedAt + 40_000 });
+    assert.equal(missing.lost && missing.machineGone, true);
   });
 
   it("a Lease without renewTime is lost", () => {

@@ -10,6 +10,12 @@
  * renew its Lease during that outage either. Had staleness counted from renewTime alone, the
  * restarted operator would find every node lost and fail every running job. (The node lifecycle
  * controller of Kubernetes measures from its own first observation for the same reason.)
+ *
+ * A lost node whose machine has no Node in the cluster (deleted, or never there once Nodes are
+ * listed: an operator that restarted after the deletion never saw it) will never run its agent
+ * again under that name, so nothing will tear its VMs down: `machineGone` lets the controller take
+ * the agent's teardown finalizer off, as Kubernetes' pod garbage collector force-deletes the Pods
+ * of a deleted Node. A machine that does come back sweeps what those VMs left.
  */
 import type { DeepReadonly, Lease } from "../../kube/index.ts";
 import { DEFAULT_LEASE_MAX_AGE_MS, renewTimeMs } from "../scheduler/agent-lease.ts";
@@ -33,21 +39,22 @@ export interface NodeLossInput {
 
 export type NodeLossDecision =
   | { readonly lost: false; /** Look again after this long: when the node would be lost without news. */ readonly recheckInMs: number }
-  | { readonly lost: true; readonly message: string };
+  | { readonly lost: true; readonly message: string; /** No Node for it in the cluster: its VMs' teardown will never run. */ readonly machineGone: boolean };
 
 export function decideNodeLoss(input: NodeLossInput): NodeLossDecision {
   const { nodeName, nowMs, lostAfterMs } = input;
-  if (input.kubeNode === "deleted") return { lost: true, message: `Node ${nodeName} was deleted` };
+  if (input.kubeNode === "deleted") return { lost: true, message: `Node ${nodeName} was deleted`, machineGone: true };
+  const machineGone = input.kubeNode === "never";
   if (input.lease === undefined) {
     const since = input.leaseMissingSinceMs ?? nowMs;
     const lostAt = since + lostAfterMs;
     return nowMs >= lostAt
-      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s` }
+      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s`, machineGone }
       : { lost: false, recheckInMs: lostAt - nowMs };
   }
   const renewed = renewTimeMs(input.lease);
-  if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime` };
+  if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime`, machineGone };
   const lostAt = Math.max(renewed, input.watchingSinceMs) + lostAfterMs;
-  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)` };
+  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)`, machineGone };
   return { lost: false, recheckInMs: lostAt - nowMs };
 }

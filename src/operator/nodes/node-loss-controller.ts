@@ -6,15 +6,19 @@
  * (setup, Secret inputs) from their status, so this controller does (I4: nothing sealed outlives its
  * VM's run): for the VMs it fails, and for VMs that ended there but still hold it. It is
  * level-triggered on that status, so a crash between the two writes is mended on the next pass.
- * Registration removal for those VMs is the pool controller's (it reacts to terminal VMs).
+ * Registration removal for those VMs is the pool controller's (it reacts to terminal VMs). When the
+ * lost machine has no Node in the cluster any more, nothing will ever run its agent's teardown, so
+ * this controller takes the agent's finalizer off the ended VMs (decide-node-loss.ts says why).
  */
 import type { Registry } from "prom-client";
-import { holdsSealed, VM_REASONS, withoutSealed, type ImpNode, type ImpVM } from "../../api/index.ts";
+import { FINALIZERS, holdsSealed, VM_REASONS, withoutSealed, type ImpNode, type ImpVM } from "../../api/index.ts";
 import {
   Controller,
   done,
+  hasFinalizer,
   isNotFound,
   mutateWithRetry,
+  removeFinalizer,
   requeueAfter,
   type DeepReadonly,
   type EventRecorder,
@@ -68,7 +72,7 @@ export class NodeLossController {
     const logger = (options.logger ?? silentLogger).child({ part: "node-loss" });
     addVmIndexes(options.vmInformer);
     this.#controller = new Controller({ name: options.name ?? "node-loss", registry: options.registry, clock: this.#clock, logger, workers: 1, reconcile: (ctx) => this.#reconcile(ctx) });
-    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSealed(vm.status)) ? [] : [vm.status.nodeName]) });
+    this.#controller.watch(options.vmInformer, { toKeys: (vm) => (vm.status?.nodeName === undefined || (isTerminalVM(vm) && !holdsSealed(vm.status) && !this.#awaitsGoneMachine(vm)) ? [] : [vm.status.nodeName]) });
     this.#controller.watch(options.nodeInformer);
     this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
     this.#kubeNodes = options.kubeNodes ?? new KubeNodeTracker();
@@ -93,7 +97,8 @@ export class NodeLossController {
     const onNode = (): Cached<ImpVM>[] => this.#o.vmInformer.byIndex(VMS_BY_NODE, nodeName);
     const victims = (): Cached<ImpVM>[] => onNode().filter((vm) => !isTerminalVM(vm));
     const endedSealed = (): Cached<ImpVM>[] => onNode().filter((vm) => isTerminalVM(vm) && holdsSealed(vm.status));
-    if (victims().length === 0 && endedSealed().length === 0) {
+    const awaitingTeardown = (): Cached<ImpVM>[] => onNode().filter((vm) => this.#awaitsGoneMachine(vm));
+    if (victims().length === 0 && endedSealed().length === 0 && awaitingTeardown().length === 0) {
       this.#leaseMissingSince.delete(nodeName);
       return done;
     }
@@ -111,7 +116,22 @@ export class NodeLossController {
     if (!decision.lost) return requeueAfter(decision.recheckInMs + 1);
     for (const vm of victims()) if (await this.#failVm(ctx, vm, decision.message)) await this.#removeSealed(ctx, vm);
     for (const vm of endedSealed()) await this.#removeSealed(ctx, vm);
+    if (decision.machineGone) for (const vm of awaitingTeardown()) await this.#releaseTeardown(ctx, vm);
     return done;
+  }
+
+  /** An ended VM still held by its agent's teardown finalizer, on a node whose machine has no Node: only a lost node's may be released. */
+  #awaitsGoneMachine(vm: DeepReadonly<ImpVM>): boolean {
+    const node = vm.status?.nodeName;
+    if (node === undefined || !isTerminalVM(vm) || !hasFinalizer(vm, FINALIZERS.vmTeardown)) return false;
+    const state = this.#kubeNodes.state(node);
+    return state === "deleted" || state === "never";
+  }
+
+  /** What the agent does last at release, done for it: the VM object may go (its pool deletes ended VMs). */
+  async #releaseTeardown(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
+    await removeFinalizer(this.#o.vms, { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name }, FINALIZERS.vmTeardown, ctx.signal);
+    ctx.logger.info({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost and its machine has no Node: the agent's teardown finalizer removed");
   }
 
   /** As the agent does at release: the sealed setup and inputs leave the status, the setup is recorded Deleted. */

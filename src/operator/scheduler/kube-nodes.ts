@@ -7,7 +7,7 @@
  */
 import type { Informer, KubeObject } from "../../kube/index.ts";
 
-/** `unwatched` when Node watching is off (dev clusters have no Nodes). */
+/** `unwatched` when Node watching is off (dev clusters have no Nodes) or has not yet listed them all. */
 export type KubeNodeState = "present" | "deleted" | "never" | "unwatched";
 
 export class KubeNodeTracker {
@@ -36,6 +36,8 @@ export class KubeNodeTracker {
   state(nodeName: string): KubeNodeState {
     if (this.#informer === undefined) return "unwatched";
     if (this.#informer.get(nodeName) !== undefined) return "present";
+    // Before the first full list, absence says nothing.
+    if (!this.#informer.hasSynced()) return "unwatched";
     return this.#seen.has(nodeName) ? "deleted" : "never";
   }
 

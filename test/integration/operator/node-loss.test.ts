@@ -10,9 +10,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import { ANNOTATIONS, API_VERSION, generateNodeKeyPair, LABELS, SETUP_SEAL_SUITE, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_RUNNER_POOLS, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
+import { ANNOTATIONS, API_VERSION, FINALIZERS, generateNodeKeyPair, LABELS, SETUP_SEAL_SUITE, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_NODES, IMP_VMS, IMP_VM_CLASSES, IMP_VM_RUNNER_POOLS, IMP_VM_TEMPLATES, buildAllCrds } from "../../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../../src/devcluster/index.ts";
-import { EVENT_RESOURCE, EventRecorder, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
+import { addFinalizer, EVENT_RESOURCE, EventRecorder, hasFinalizer, Informer, LEASE_RESOURCE, createResourceClient, microTime, type CoreEvent, type KubeObject, type Lease, type ResourceClient, installCrds } from "../../../src/kube/index.ts";
 import { DrainController, NodeLossController } from "../../../src/operator/nodes/index.ts";
 import { agentLeaseName, KubeNodeTracker, SchedulerController } from "../../../src/operator/scheduler/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
@@ -108,6 +108,8 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     const vm = await waitFor(`ImpVM ${name} bound`, async () => { const v = await get(name); return v.status?.nodeName === undefined ? undefined : v; }, { timeoutMs: SETTLE_MS, intervalMs: 25 });
     return vm.status?.nodeName ?? "";
   }
+  /** What the agent does first with a VM bound to it. */
+  const heldByAgent = (name: string): Promise<ImpVM> => addFinalizer(vms, { namespace: NS, name }, FINALIZERS.vmTeardown);
   const setPhase = (name: string, status: ImpVM["status"]): Promise<ImpVM> => vms.patchStatus({ namespace: NS, name }, { status });
   /** What the setup and inputs controllers leave: status.setup Minted with its sealed setup, and sealed inputs. */
   async function minted(name: string): Promise<void> {
@@ -123,9 +125,13 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     waitFor(`ImpVM ${name} Failed`, async () => { const v = await get(name); return v.status?.phase === "Failed" ? v : undefined; }, { timeoutMs: SETTLE_MS, intervalMs: 50 });
 
   it("a stale Lease fails the node's live VMs with NodeLost, leaves ended VMs and other nodes alone, and is never chosen", async () => {
+    // The dying node's machine is still in the cluster (its Node stays): it may come back, so its
+    // agent's teardown finalizer stays on its VMs for it.
+    await kubeNodes.create({ metadata: { name: "dying" } });
     await startAgent("live", 3);
     await startAgent("dying", 3);
     const running1 = await boundVm("d-run", "dying");
+    await heldByAgent("d-run");
     const ended = await boundVm("d-done", "dying");
     const scheduled = await boundVm("d-sched", "dying");
     const onLive = await boundVm("l-run", "live");
@@ -149,6 +155,7 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
 
     await sealedGone("d-run");
     await sealedGone("d-done");
+    assert.ok(hasFinalizer(await get("d-run"), FINALIZERS.vmTeardown), "a lost node whose Node is still there keeps its agent's teardown finalizer (the machine may return)");
     await waitFor("setup states Deleted", async () => ((await get("d-run")).status?.setup?.state === "Deleted" && (await get("d-done")).status?.setup?.state === "Deleted" ? true : undefined), { timeoutMs: SETTLE_MS, intervalMs: 50 });
     const done = await get("d-done");
     assert.equal(done.status?.phase, "Succeeded");
@@ -178,17 +185,21 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     await startAgent("kn-2", 2);
     assert.equal(await boundVm("k1", "kn-1"), "kn-1");
     assert.equal(await boundVm("k2", "kn-2"), "kn-2");
+    for (const n of ["k1", "k2"]) await heldByAgent(n);
     const deletedAt = Date.now();
     await kubeNodes.delete({ name: "kn-1" });
     const failed = await waitFailed("k1");
     console.log(`# node loss: Node deleted → VM Failed/NodeLost in ${Date.now() - deletedAt} ms (Lease still fresh)`);
     assert.equal(failed.status?.reason, VM_REASONS.NodeLost);
     assert.equal(failed.status?.message, "Node kn-1 was deleted");
+    // Its machine is gone from the cluster: no agent will ever tear k1 down, so its finalizer comes off.
+    await waitFor("k1's teardown finalizer removed", async () => (hasFinalizer(await get("k1"), FINALIZERS.vmTeardown) ? undefined : true), { timeoutMs: SETTLE_MS, intervalMs: 50 });
     // Wrongly acting on kn-2 would need its Lease to look older than the bound: let that time pass,
     // and let the node-loss controller have reconciled several more times within it.
     const from = await nodeLossReconciles();
     await waitFor("node-loss reconciles past the bound", async () => (Date.now() - deletedAt >= 2 * LOST_AFTER_MS && (await nodeLossReconciles()) >= from + 3 ? true : undefined), { timeoutMs: SETTLE_MS + 2 * LOST_AFTER_MS, intervalMs: 50 });
     assert.equal((await get("k2")).status?.phase, "Scheduled");
+    assert.ok(hasFinalizer(await get("k2"), FINALIZERS.vmTeardown), "a live node's VM keeps its agent's finalizer");
     // kn-1's agent still renews its Lease, but its Node is gone: the scheduler must not bind there
     // (node loss would fail the VM at once). Pinned to kn-1, the VM says why; unpinned, it goes elsewhere.
     await vms.create({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name: "k1-again", namespace: NS }, spec: { templateRef: { name: "t" }, lifecycle: "ephemeral", nodeName: "kn-1" } } as ImpVM);
