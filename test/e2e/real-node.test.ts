@@ -17,12 +17,13 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { GITHUB_APP_SECRET_KEYS, IMP_NODES, IMP_VMS, type ImpNode, type ImpVM } from "../../src/api/index.ts";
+import { ANNOTATIONS, GITHUB_APP_SECRET_KEYS, IMP_NODES, IMP_VMS, type ImpNode, type ImpVM } from "../../src/api/index.ts";
 import { startControlPlane, type ControlPlane } from "../../src/devcluster/index.ts";
 import { createResourceClient, type ResourceClient } from "../../src/kube/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../github/harness.ts";
 import { GitHubTestServer, type TestJob } from "../github/server.ts";
+import { killCgroupTree } from "../harness/cgroups.ts";
 import { buildImage, busyboxLayer } from "../harness/oci-image.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../harness/registry.ts";
 import { KubeNode, kubeNodeUnavailable, NODE_BIN } from "./real-node/kube-node.ts";
@@ -59,6 +60,13 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
   let net: SimNodeNet;
   let plane: ControlPlane;
   let node: KubeNode;
+  /** A second machine, joined mid-run for the drain and the vanished node. */
+  let netB: SimNodeNet;
+  let nodeB: KubeNode;
+  /** Node names carry the run's prefix: an agent's cgroup parent is `imp/<node>` by default. */
+  let nodeA = "";
+  let nodeBName = "";
+  let imageTar = "";
   let registry: RunningRegistry;
   let forwarder: TcpForwarder;
   let github: GitHubTestServer;
@@ -142,7 +150,7 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     left.push(...links.map((l) => l.ifname).filter((n) => n.startsWith("imp") || n.startsWith("tap")).map((n) => `link ${n}`));
     const tables = (await execFileAsync("ip", ["netns", "exec", net.netns, "nft", "list", "tables"])).stdout.split("\n").filter((l) => /imp/.test(l));
     left.push(...tables.map((t) => `nftables ${t}`));
-    for (const h of ["memory", "unified", ""]) if (existsSync(join("/sys/fs/cgroup", h, "imp", sim.prefix))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", sim.prefix)}`);
+    for (const h of ["memory", "unified", ""]) for (const n of [nodeA, nodeBName]) if (existsSync(join("/sys/fs/cgroup", h, "imp", n))) left.push(`cgroup ${join("/sys/fs/cgroup", h, "imp", n)}`);
     const vmDirs = await readdir(join(stateDir, "vms")).catch(() => []);
     left.push(...vmDirs.map((d) => `VM directory ${d}`));
     // The state directory: kept when asked (a later install finds its image cache), emptied otherwise.
@@ -164,17 +172,20 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
       cleanups.push(() => rm(dir, { recursive: true, force: true }));
       sim = new SimNodes();
       cleanups.push(() => sim.dispose());
-      net = await sim.add("node-a");
+      nodeA = `${sim.prefix}-a`;
+      nodeBName = `${sim.prefix}-b`;
+      net = await sim.add(nodeA);
       plane = await startControlPlane({ nodes: { address: net.hostAddress, kubeScheduler: join(NODE_BIN, "kube-scheduler") } });
       cleanups.push(() => plane.stop());
-      node = await KubeNode.start({ name: "node-a", dir: join(dir, "node"), netns: net.netns, nodeIp: net.uplinkAddress, plane, labels: { "imp.dev/kvm": "true" } });
+      node = await KubeNode.start({ name: nodeA, dir: join(dir, "node"), netns: net.netns, nodeIp: net.uplinkAddress, plane, labels: { "imp.dev/kvm": "true" } });
       cleanups.push(() => node.stop());
-      say(`control plane at ${plane.server}; node-a Ready ${s(node.readyMs)} after containerd started (kubelet ${NODE_BIN}, netns ${net.netns})`);
+      say(`control plane at ${plane.server}; ${nodeA} Ready ${s(node.readyMs)} after containerd started (kubelet ${NODE_BIN}, netns ${net.netns})`);
 
       const built = Date.now();
       const [ref, digest, , tar] = (await execFileAsync("bash", [join(repoRoot, "scripts/build/imp-image.sh")], { timeout: 900_000, maxBuffer: 16 << 20 })).stdout.trim().split(" ");
       assert.ok(ref !== undefined && digest !== undefined && tar !== undefined);
       imageRef = ref;
+      imageTar = tar;
       const imported = Date.now();
       await node.importImage(tar);
       say(`${ref} (${digest}) built in ${s(imported - built)}, imported into the node's containerd in ${s(Date.now() - imported)}`);
@@ -201,7 +212,6 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
           logLevel: "debug",
           config: {
             capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 3 },
-            cgroupParent: `imp/${sim.prefix}`,
             imageCacheMaxBytes: 2 * 1024 ** 3,
             plainHttpRegistries: [forwarder.address],
             sweepIntervalSeconds: 10,
@@ -227,19 +237,20 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
 
   after(async () => {
     for (const c of cleanups.splice(0).reverse()) await c().catch((e: unknown) => say(`cleanup: ${String(e)}`));
-    if (node !== undefined) {
-      const left = await node.hostChanges();
-      assert.deepEqual(left, [], "the node's world put back every host setting it changed");
+    for (const n of [node, nodeB]) {
+      if (n === undefined) continue;
+      const left = await n.hostChanges();
+      assert.deepEqual(left, [], `${n.name}'s world put back every host setting it changed`);
     }
   });
 
   it("publishes the node from the agent Pod, with its setup key", async () => {
     const nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);
-    const published = await waitFor("ImpNode node-a with a setup key", async () => {
-      const n = await nodes.get({ name: "node-a" }).catch(() => undefined);
+    const published = await waitFor(`ImpNode ${nodeA} with a setup key`, async () => {
+      const n = await nodes.get({ name: nodeA }).catch(() => undefined);
       return n?.status?.setupKey !== undefined ? n : undefined;
     }, { timeoutMs: 120_000, intervalMs: 500 }).catch(async (err: unknown) => Promise.reject(new Error(`${String(err)}\n${await agentLogs()}`)));
-    say(`ImpNode node-a: accel ${published.status?.accel ?? "?"}, ${published.status?.kvmReason ?? ""}`.slice(0, 400));
+    say(`ImpNode ${nodeA}: accel ${published.status?.accel ?? "?"}, ${published.status?.kvmReason ?? ""}`.slice(0, 400));
     const pods = await agentPods();
     assert.equal(pods.length, 1, "one agent Pod on the one node");
     say(`idle node: ${await agentPodUsage()}`);
@@ -319,6 +330,116 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     say(`helm upgrade to a new image with 3 VMs running: every VM re-adopted ${s(adoptedAll)} after the upgrade began; ${job.runnerName ?? "?"} (booted before it) ran the next job`);
     const table = await kubectl(["get", "impvm,impvmrunnerpool", "-A"]);
     say(`kubectl get impvm,impvmrunnerpool -A:\n${table.split("\n").map((l) => `#   ${l}`).join("\n")}`);
+  });
+
+  /** Running VMs on `nodeName` whose runner is online and idle. */
+  const idleOn = async (nodeName: string): Promise<ImpVM[]> =>
+    (await vms.list({ namespace: NS })).items.filter((vm) => vm.status?.nodeName === nodeName && vm.status.phase === "Running" && github.runnerNamed(vm.metadata.name ?? "")?.status === "online" && github.runnerNamed(vm.metadata.name ?? "")?.busy === false);
+  /** Where the operator's Pod runs now (the one not being deleted). */
+  const operatorNode = async (): Promise<string> => {
+    const list = JSON.parse(await kubectl(["-n", RELEASE_NS, "get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "json"])) as { items: Array<{ metadata: { deletionTimestamp?: string }; spec: { nodeName?: string } }> };
+    return list.items.filter((p) => p.metadata.deletionTimestamp === undefined).map((p) => p.spec.nodeName ?? "unscheduled").join(",");
+  };
+  const drainMark = async (nodeName: string, key: string): Promise<string | undefined> => (await createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES).get({ name: nodeName })).metadata.annotations?.[key];
+
+  it("a second machine joins: the agent DaemonSet starts there and the agent publishes its node", async () => {
+    netB = await sim.add(nodeBName);
+    // The chart names one host path for every node's state; this machine hosts both, so the second
+    // node sees a directory of its own there, as a second machine would.
+    nodeB = await KubeNode.start({ name: nodeBName, dir: join(dir, "node-b"), netns: netB.netns, nodeIp: netB.uplinkAddress, plane, ownDirs: { [stateDir]: join(dir, "node-b-state") } });
+    cleanups.push(() => nodeB.stop());
+    // Whatever of its VMs a failed run leaves: they run outside its Pods' cgroups.
+    cleanups.push(async () => killCgroupTree(`imp/${nodeBName}`));
+    // Imp's image before the label that lets the DaemonSet in (pullPolicy Never: a Pod sooner would back off).
+    await nodeB.importImage(imageTar);
+    await nodeB.ctr(["images", "tag", "--force", `docker.io/${imageRef}`, `docker.io/${imageRef}-upgrade`]);
+    const labeled = Date.now();
+    await kubectl(["label", "node", nodeBName, "imp.dev/kvm=true"]);
+    const nodes = createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES);
+    await waitFor(`ImpNode ${nodeBName} with a setup key`, async () => ((await nodes.get({ name: nodeBName }).catch(() => undefined))?.status?.setupKey !== undefined ? true : undefined), { timeoutMs: 180_000, intervalMs: 500 }).catch(async (err: unknown) => Promise.reject(new Error(`${String(err)}\n${await agentLogs()}`)));
+    const publishedAfter = Date.now() - labeled;
+    // The agent publishes its node before its Pod's readiness probe has run.
+    const pods = await waitFor("an agent Pod Ready on each node", async () => { const ready = (await agentPods()).filter((p) => p.ready && !p.deleting); return ready.length >= 2 ? ready : undefined; }, { timeoutMs: 120_000, intervalMs: 500 });
+    assert.equal(pods.length, 2, "one agent Pod on each node");
+    say(`${nodeBName} Ready ${s(nodeB.readyMs)} after its containerd started; labeled for Imp, its agent Pod published it ${s(publishedAfter)} later`);
+  });
+
+  it("kubectl drain of a node mid-job: the job finishes there, its idle runners are replaced on the other node, the node reports drained; uncordoned, it takes VMs again", async () => {
+    // Three idle runners, all on the first node (they were booted before the second joined); one more may run beside them.
+    await kubectl(["-n", NS, "patch", "impvmrunnerpool", POOL, "--type=merge", "-p", '{"spec":{"minIdle":3,"maxConcurrent":4}}']);
+    await waitFor(`an idle runner on ${nodeA}`, async () => ((await idleOn(nodeA)).length > 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+    assert.deepEqual(await idleOn(nodeBName), [], `no runner on ${nodeBName} yet`);
+    const job = github.queueJob({ repo: REPO, labels: [POOL], steps: [{ name: "work", run: "echo begun; sleep 40; echo finished on a drained node" }], name: "drained" });
+    await waitFor(`job ${job.name} running`, () => (job.status !== "queued" ? job : undefined), { timeoutMs: 120_000, intervalMs: 200 });
+    const vm = await vms.get({ namespace: NS, name: job.runnerName ?? "" });
+    assert.equal(vm.status?.nodeName, nodeA, `the job runs on ${nodeA}`);
+    const operatorBefore = await operatorNode();
+    const drainAt = Date.now();
+    // Evicts the operator's Pod too (the DaemonSet's agent stays): the drain is carried on by its successor.
+    await kubectl(["drain", nodeA, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=100s"]);
+    const drainReturned = Date.now() - drainAt;
+    const elsewhere = await waitFor(`an idle runner online on ${nodeBName}`, async () => (await idleOn(nodeBName))[0], { timeoutMs: 300_000, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nVMs: ${JSON.stringify((await vms.list({ namespace: NS })).items.map((v) => [v.metadata.name, v.status?.nodeName, v.status?.phase]))}\noperator:\n${await operatorLogs()}`);
+    });
+    const replacedAfter = Date.now() - drainAt;
+    await waitJob(job, 300_000);
+    assert.equal(job.conclusion, "success", `the job on the drained node finished: ${job.result?.log ?? ""}`);
+    assert.match(job.result?.log ?? "", /finished on a drained node/);
+    const drained = await waitFor(`${nodeA} reports drained`, () => drainMark(nodeA, ANNOTATIONS.drained), { timeoutMs: 300_000, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\noperator:\n${await operatorLogs()}`);
+    });
+    const live = (await vms.list({ namespace: NS })).items.filter((v) => v.status?.nodeName === nodeA && v.status.phase !== "Succeeded" && v.status.phase !== "Failed" && v.metadata.deletionTimestamp === undefined);
+    assert.deepEqual(live.map((v) => v.metadata.name), [], `no live VM left on ${nodeA}`);
+    const operatorAfter = await operatorNode();
+    const hello = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "after-drain" });
+    await waitJob(hello, 300_000);
+    assert.equal(hello.conclusion, "success", hello.result?.log);
+    assert.equal((await vms.get({ namespace: NS, name: hello.runnerName ?? "" }).catch(() => undefined))?.status?.nodeName ?? nodeBName, nodeBName, "the next job ran on the other node");
+    // The pool's three idle runners, all on the node left (it fits three): the next case needs a job there.
+    await waitFor(`three idle runners on ${nodeBName}`, async () => ((await idleOn(nodeBName)).length >= 3 ? true : undefined), { timeoutMs: 300_000, intervalMs: 500 });
+    await kubectl(["uncordon", nodeA]);
+    await waitFor(`${nodeA}'s drain marks cleared`, async () => ((await drainMark(nodeA, ANNOTATIONS.drainStarted)) === undefined && (await drainMark(nodeA, ANNOTATIONS.drained)) === undefined ? true : undefined), { timeoutMs: 120_000, intervalMs: 500 });
+    say(`kubectl drain ${nodeA} mid-job returned in ${s(drainReturned)} (operator Pod moved ${operatorBefore} → ${operatorAfter}); idle runner ${elsewhere.metadata.name ?? ""} online on ${nodeBName} ${s(replacedAfter)} after the drain began; job ${job.conclusion ?? "?"} on ${vm.metadata.name ?? ""} (${nodeA}); ${nodeA} reported drained ${s(Date.parse(drained) - drainAt)} after the drain began; the next job ran on ${nodeBName}; uncordoned, its marks cleared`);
+  });
+
+  it("a machine vanishes mid-job (its kubelet, containerd, agent and VMs killed, its Node deleted): its VMs end NodeLost, the job fails on the forge, its runners are deregistered and replaced on the machine left, no VM object is stuck", async () => {
+    // Every idle runner is on the second machine: the job lands there.
+    const job = github.queueJob({ repo: REPO, labels: [POOL], steps: [{ name: "long", run: "echo begun; sleep 600" }], name: "vanished" });
+    await waitFor(`job ${job.name} running`, () => (job.status !== "queued" ? job : undefined), { timeoutMs: 120_000, intervalMs: 200 });
+    const vm = await vms.get({ namespace: NS, name: job.runnerName ?? "" });
+    assert.equal(vm.status?.nodeName, nodeBName, `the job runs on ${nodeBName}`);
+    const onB = (await vms.list({ namespace: NS })).items.filter((v) => v.status?.nodeName === nodeBName).map((v) => v.metadata.name ?? "");
+    const operatorWasThere = (await operatorNode()) === nodeBName;
+    const diedAt = Date.now();
+    const killedNode = await nodeB.vanish();
+    const killedVms = await killCgroupTree(`imp/${nodeBName}`);
+    // What a cloud's node controller does for a machine that is gone.
+    await kubectl(["delete", "node", nodeBName, "--wait=false"]);
+    const vmState = async (): Promise<string> => JSON.stringify((await vms.list({ namespace: NS })).items.map((v) => [v.metadata.name, v.status?.nodeName, v.status?.phase, v.status?.reason, v.metadata.finalizers]));
+    // The operator may have died with the machine: Kubernetes replaces its Pod once the Node is gone
+    // (the Pod garbage collector waits 40 s), and the new leader gives every node the full 40 s bound.
+    const lostBound = (operatorWasThere ? 180_000 : 60_000) + 60_000;
+    // Seen by its Event: the VM may be Failed, deregistered and deleted between two polls of it.
+    const lost = await waitFor(`${vm.metadata.name ?? ""} Failed/NodeLost (its Event)`, async () => {
+      const events = JSON.parse(await kubectl(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${vm.metadata.name ?? ""},reason=NodeLost`, "-o", "json"])) as { items: Array<{ message?: string; involvedObject: { uid?: string } }> };
+      return events.items.find((e) => e.involvedObject.uid === vm.metadata.uid);
+    }, { timeoutMs: lostBound, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nVMs: ${await vmState()}\noperator:\n${await operatorLogs()}`);
+    });
+    const lostAfter = Date.now() - diedAt;
+    await waitJob(job, 120_000);
+    assert.equal(job.conclusion, "failure", "the forge fails a job whose runner vanished");
+    assert.match(job.result?.log ?? "", /lost communication/);
+    // Deregistered (each once its runner was no longer busy), and no VM object of the machine left behind.
+    await waitFor(`no runner and no VM of ${nodeBName} left`, async () => {
+      const left = (await vms.list({ namespace: NS })).items.filter((v) => v.status?.nodeName === nodeBName);
+      return left.length === 0 && onB.every((n) => github.runnerNamed(n) === undefined) ? true : undefined;
+    }, { timeoutMs: 240_000, intervalMs: 500 }).catch(async (err: unknown) => {
+      throw new Error(`${String(err)}\nregistered: ${onB.filter((n) => github.runnerNamed(n) !== undefined).join(", ")}\nVMs: ${await vmState()}\noperator:\n${await operatorLogs()}`);
+    });
+    const cleanAfter = Date.now() - diedAt;
+    const replacement = await waitFor(`an idle runner online on ${nodeA}`, async () => (await idleOn(nodeA))[0], { timeoutMs: 300_000, intervalMs: 500 });
+    say(`${nodeBName} vanished mid-job (${killedNode} node process(es) and ${killedVms} VM process(es) killed, its Node deleted${operatorWasThere ? "; the operator's Pod was on it" : ""}): ${vm.metadata.name ?? ""} Failed/NodeLost ${s(lostAfter)} later ("${lost.message ?? ""}"); the job ${job.conclusion ?? "?"} on the forge; its ${onB.length} runner(s) deregistered and VM objects gone ${s(cleanAfter)} after; replacement ${replacement.metadata.name ?? ""} online on ${nodeA}`);
   });
 
   it("helm uninstall with the pool and its VMs still there: its hook ends them and retires the node, leaving nothing of Imp but the state it was told to keep", async () => {

@@ -3,7 +3,7 @@
  * a kubelet's cgroup root): one directory of the same name in every hierarchy.
  */
 import { existsSync } from "node:fs";
-import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 const TOP = "/sys/fs/cgroup";
@@ -27,4 +27,50 @@ export async function createInEveryHierarchy(name: string): Promise<string[]> {
     dirs.push(dir);
   }
   return dirs;
+}
+
+/** Every process in cgroup `name` or below it, in any hierarchy. */
+export async function processesInTree(name: string): Promise<number[]> {
+  const pids = new Set<number>();
+  const walk = async (d: string): Promise<void> => {
+    for (const line of (await readFile(join(d, "cgroup.procs"), "utf8").catch(() => "")).split("\n")) if (line !== "") pids.add(Number(line));
+    for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await walk(join(d, e.name));
+  };
+  for (const hierarchy of await cgroupHierarchies()) await walk(join(hierarchy, name));
+  return [...pids];
+}
+
+/** Removes the cgroup tree `name` of every hierarchy (deepest first); its processes are gone by then. */
+export async function removeCgroupTrees(name: string): Promise<void> {
+  for (const hierarchy of await cgroupHierarchies()) {
+    const root = join(hierarchy, name);
+    if (!existsSync(root)) continue;
+    const dirs: string[] = [];
+    const walk = async (d: string): Promise<void> => {
+      for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await walk(join(d, e.name));
+      dirs.push(d);
+    };
+    await walk(root);
+    for (const d of dirs) await rmdir(d).catch(() => undefined);
+  }
+}
+
+/** SIGKILLs every process in cgroup tree `name` (all hierarchies) until none is left, then removes the tree. Returns how many it killed. */
+export async function killCgroupTree(name: string): Promise<number> {
+  const killed = new Set<number>();
+  for (let round = 0; round < 50; round++) {
+    const pids = await processesInTree(name);
+    if (pids.length === 0) break;
+    for (const pid of pids) {
+      try {
+        process.kill(pid, "SIGKILL");
+        killed.add(pid);
+      } catch {
+        // Gone already.
+      }
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await removeCgroupTrees(name);
+  return killed.size;
 }

@@ -13,14 +13,14 @@
  */
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, readFile, readdir, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { KUBE_VERSION, type ControlPlane } from "../../../src/devcluster/index.ts";
 import { logTail } from "../../../src/devcluster/log-tail.ts";
 import { ManagedProcess } from "../../../src/devcluster/managed-process.ts";
 import { waitFor } from "../../../src/shared/index.ts";
-import { cgroupHierarchies, createInEveryHierarchy } from "../../harness/cgroups.ts";
+import { cgroupHierarchies, createInEveryHierarchy, processesInTree, removeCgroupTrees } from "../../harness/cgroups.ts";
 
 const execFileAsync = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../../..");
@@ -65,6 +65,13 @@ export interface KubeNodeOptions {
   readonly nodeIp: string;
   readonly plane: ControlPlane;
   readonly labels?: Readonly<Record<string, string>>;
+  /**
+   * Host paths this node sees as directories of its own (path → its own directory): a second node
+   * on one machine gets its own agent state directory, as a second machine would, though the
+   * chart's DaemonSet names one host path for every node. The node's processes then share a mount
+   * namespace of their own, in which these are bound.
+   */
+  readonly ownDirs?: Readonly<Record<string, string>>;
 }
 
 export class KubeNode {
@@ -73,6 +80,8 @@ export class KubeNode {
   readonly netns: string;
   readonly socket: string;
   readonly #processes: ManagedProcess[] = [];
+  /** Holds the node's own mount namespace (ownDirs) open while its processes come and go. */
+  #mountHolder: ManagedProcess | undefined;
   readonly #sysctls = new Map<string, string>();
   /** HOST_PATHS that did not exist before this node started. */
   readonly #newHostPaths: string[] = [];
@@ -116,6 +125,7 @@ export class KubeNode {
     await writeFile(join(dir, "cni", "net.d", "10-pods.conflist"), JSON.stringify(cniConfig(join(dir, "cni", "ipam")), null, 2));
     // The kubelet wants its cgroup root to exist in every hierarchy.
     await createInEveryHierarchy(this.cgroupRoot);
+    if (this.#options.ownDirs !== undefined) await this.#startMountNamespace(this.#options.ownDirs);
     const started = Date.now();
     const containerd = this.#spawn("containerd", "containerd", ["--config", join(dir, "containerd", "config.toml")]);
     await waitFor("containerd serving", async () => {
@@ -148,10 +158,35 @@ export class KubeNode {
     this.readyMs = Date.now() - started;
   }
 
+  /**
+   * A mount namespace in which each of `ownDirs` is bound over its host path. The kubelet, containerd
+   * and kube-proxy all join it: containerd must see the volumes the kubelet mounts for its Pods, and
+   * the mounts of a host may be private, so nothing would propagate between two namespaces.
+   */
+  async #startMountNamespace(ownDirs: Readonly<Record<string, string>>): Promise<void> {
+    const binds = Object.entries(ownDirs);
+    for (const [, own] of binds) await mkdir(own, { recursive: true });
+    const holder = new ManagedProcess({
+      name: "mount-namespace",
+      command: "unshare",
+      // Slave: the host's mounts still reach the node, its binds never reach the host. /run/netns (a
+      // Bidirectional volume of the agent) must be shared for containerd: a peer group of its own here.
+      args: ["--mount", "--propagation", "slave", "sh", "-c", 'if mountpoint -q /run/netns; then mount --make-shared /run/netns || exit 1; fi; while [ $# -gt 0 ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; exec sleep infinity', "sh", ...binds.flatMap(([path, own]) => [own, path])],
+      logFile: join(this.dir, "mount-namespace.log"),
+    });
+    this.#mountHolder = holder;
+    await waitFor("the node's own mount namespace", async () => {
+      if (!holder.running) throw new Error(`the node's mount namespace could not be made: ${await logTail(join(this.dir, "mount-namespace.log"), 10)}`);
+      const mounted = (await readFile(`/proc/${holder.pid ?? 0}/mountinfo`, "utf8").catch(() => "")).split("\n").map((l) => l.split(" ")[4]);
+      return binds.every(([path]) => mounted.includes(path)) ? true : undefined;
+    }, { timeoutMs: 10_000, intervalMs: 50 });
+  }
+
   #spawn(name: string, command: string, args: readonly string[]): ManagedProcess {
     // nsenter, not `ip netns exec`: that also remounts /sys for the namespace, hiding the cgroup
     // mounts the kubelet and runc need.
-    const proc = new ManagedProcess({ name, command: "nsenter", args: [`--net=/run/netns/${this.netns}`, "--", command, ...args], logFile: join(this.dir, `${name}.log`) });
+    const mountNs = this.#mountHolder?.pid === undefined ? [] : [`--mount=/proc/${this.#mountHolder.pid}/ns/mnt`];
+    const proc = new ManagedProcess({ name, command: "nsenter", args: [`--net=/run/netns/${this.netns}`, ...mountNs, "--", command, ...args], logFile: join(this.dir, `${name}.log`) });
     this.#processes.push(proc);
     return proc;
   }
@@ -189,12 +224,42 @@ export class KubeNode {
       }
       await containerd.stop();
     }
+    // Its mount namespace goes with the last process in it: the mounts of its Pods with it.
+    await this.#mountHolder?.stop();
     await unmountUnder(this.dir);
     for (const path of this.#newHostPaths) await rm(path, { recursive: true, force: true }).catch(() => undefined);
     await removeCgroupTrees(this.cgroupRoot);
     for (const [key, value] of this.#sysctls) await execFileAsync("sysctl", ["-q", "-w", `${key}=${value}`]).catch(() => undefined);
     if (this.#sysctls.size > 0) await rm(SYSCTL_FILE, { force: true });
     await rm(this.dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  /**
+   * The machine dies: SIGKILL of its kubelet, kube-proxy and containerd, of the containerd shims and
+   * of every process in its Pods' cgroups, with no chance to clean up. Its VMs are not in those
+   * cgroups (the agent moves them out); the caller kills them. Returns how many processes it killed.
+   * `stop()` removes what is left.
+   */
+  async vanish(): Promise<number> {
+    const killed = new Set<number>();
+    for (let round = 0; round < 5; round++) {
+      const pids = new Set<number>();
+      for (const p of this.#processes) if (p.running && p.pid !== undefined) pids.add(p.pid);
+      for (const line of (await execFileAsync("pgrep", ["-f", `containerd-shim.*${this.#options.dir}`]).then((r) => r.stdout, () => "")).split("\n")) if (line !== "") pids.add(Number(line));
+      for (const pid of await processesInTree(this.cgroupRoot)) pids.add(pid);
+      if (pids.size === 0) break;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, "SIGKILL");
+          killed.add(pid);
+        } catch {
+          // Gone already.
+        }
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    for (const p of this.#processes) await p.exited();
+    return killed.size;
   }
 
   /** What of the node is still on the host: changed sysctls, mounts under its directory, Pod cgroups, containerd shims. */
@@ -327,20 +392,5 @@ async function unmountUnder(dir: string): Promise<void> {
     const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(dir)).sort((a, b) => b.length - a.length);
     if (mounts.length === 0) return;
     for (const m of mounts) await execFileAsync("umount", ["-l", m]).catch(() => undefined);
-  }
-}
-
-/** Removes the cgroup tree `name` of every hierarchy (deepest first); its processes are gone by then. */
-async function removeCgroupTrees(name: string): Promise<void> {
-  for (const hierarchy of await cgroupHierarchies()) {
-    const root = join(hierarchy, name);
-    if (!existsSync(root)) continue;
-    const dirs: string[] = [];
-    const walk = async (d: string): Promise<void> => {
-      for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await walk(join(d, e.name));
-      dirs.push(d);
-    };
-    await walk(root);
-    for (const d of dirs) await rmdir(d).catch(() => undefined);
   }
 }
