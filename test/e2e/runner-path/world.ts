@@ -546,7 +546,16 @@ export class RunnerWorld {
       `--- VMs (${vms.length}) ---`,
       // Whether the guest answered (bootDurationMs) and where its setup is tell a boot that hangs from a setup never handed over.
       ...vms.map((vm) => `${vm.metadata.namespace ?? ""}/${nameOf(vm)} ${vm.status?.phase ?? "Pending"}${vm.metadata.deletionTimestamp === undefined ? "" : " deleting"} node ${vm.status?.nodeName ?? "-"} ${vm.status?.reason ?? ""} guest ${vm.status?.bootDurationMs === undefined ? "not answered" : `answered after ${vm.status.bootDurationMs} ms`} setup ${vm.status?.setup?.state ?? "none"}${vm.status?.setup?.sealed === undefined ? "" : " (sealed in status)"}`),
+      ...(await Promise.all(vms.filter((vm) => vm.status?.phase === "Booting" && vm.status.bootDurationMs === undefined).map((vm) => this.#consoleTail(vm)))),
     ].join("\n");
+  }
+
+  /** The end of a VM's serial console: where a guest that never answered stopped. */
+  async #consoleTail(vm: ImpVM): Promise<string> {
+    const node = this.nodes.find((n) => n.name === vm.status?.nodeName);
+    const path = node === undefined ? undefined : join(node.stateDir, "vms", vm.metadata.uid ?? "-", "vmm", "serial.log");
+    const text = path === undefined ? "" : await readFile(path, "utf8").catch((err: unknown) => `(no console: ${String(err)})`);
+    return `--- console of ${nameOf(vm)} (guest not answered), last 3000 bytes ---\n${text.slice(-3000)}`;
   }
 
   nodeOf(vm: ImpVM): WorldNode {
