@@ -7,7 +7,7 @@
  */
 import { hostname } from "node:os";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { Registry } from "prom-client";
+import { Gauge, Registry } from "prom-client";
 import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../api/index.ts";
 import type { GitHubClientOptions } from "../github/index.ts";
 import {
@@ -290,6 +290,9 @@ export class Operator {
       .addCache(this.nodeCache)
       .addCache(this.templateCache);
     for (const cache of this.#extraCaches) manager.addCache(cache);
+    // Read at scrape time: 1 on the replica whose controllers run. Across replicas, max() < 1 means no leader.
+    this.registry.removeSingleMetric("imp_operator_leader");
+    new Gauge({ name: "imp_operator_leader", help: "1 while this operator replica leads (its controllers run), else 0", registers: [this.registry], collect() { this.set(manager.isLeader() ? 1 : 0); } });
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
     if (this.drain !== undefined) manager.addController(this.drain);

@@ -159,6 +159,7 @@ describe("operator: a job's metrics, Events and timeline", { timeout: 600_000 },
       assert.equal(await scrape(metricsUrl, "imp_job_step_duration_seconds_count", { namespace: NS, pool: "jobs", step }), 1, `step ${step} observed once`);
     }
     assert.equal(await scrape(metricsUrl, "imp_job_step_duration_seconds_sum", { namespace: NS, pool: "jobs", step: "booted" }), 0.34);
+    assert.equal(await scrape(metricsUrl, "imp_operator_leader", {}), 1, "the one replica leads (its controllers minted and observed all of the above)");
     assert.equal(await scrape(metricsUrl, "gha_min_runners", { name: "jobs", namespace: NS }), 1);
     assert.equal(await scrape(metricsUrl, "gha_max_runners", { name: "jobs", namespace: NS }), 2);
 
