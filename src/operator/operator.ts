@@ -7,7 +7,7 @@
  */
 import { hostname } from "node:os";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { Gauge, Registry } from "prom-client";
+import { Registry } from "prom-client";
 import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../api/index.ts";
 import type { GitHubClientOptions } from "../github/index.ts";
 import {
@@ -31,6 +31,7 @@ import { InputsController, PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_I
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
 import { DEFAULT_LISTENER_TIMINGS, ScaleSetListeners } from "./scale-sets/index.ts";
+import { registerFleetMetrics } from "./fleet-metrics.ts";
 
 export interface OperatorOptions {
   readonly kubeConfig: KubeConfig;
@@ -290,9 +291,7 @@ export class Operator {
       .addCache(this.nodeCache)
       .addCache(this.templateCache);
     for (const cache of this.#extraCaches) manager.addCache(cache);
-    // Read at scrape time: 1 on the replica whose controllers run. Across replicas, max() < 1 means no leader.
-    this.registry.removeSingleMetric("imp_operator_leader");
-    new Gauge({ name: "imp_operator_leader", help: "1 while this operator replica leads (its controllers run), else 0", registers: [this.registry], collect() { this.set(manager.isLeader() ? 1 : 0); } });
+    registerFleetMetrics({ registry: this.registry, clock: c.clock, isLeader: () => manager.isLeader(), vmCache: this.vmCache, scaleSetSessions: () => this.scaleSets.sessions() });
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
     if (this.drain !== undefined) manager.addController(this.drain);

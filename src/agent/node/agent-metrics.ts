@@ -1,3 +1,4 @@
+import { statfs } from "node:fs/promises";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { VM_PHASES } from "../../api/index.ts";
 import type { RuntimeEvent } from "../vm/index.ts";
@@ -17,7 +18,8 @@ export class AgentMetrics {
   readonly sweepRemoved: Counter<"kind">;
   readonly exitDetection: Histogram;
 
-  constructor(registry: Registry) {
+  /** `stateDir`: the node's state directory, whose filesystem's size and free space are read at each scrape. */
+  constructor(registry: Registry, stateDir?: string) {
     const registers = [registry];
     this.prepare = new Histogram({ name: "imp_agent_prepare_seconds", help: "Preparing → VMM starting (image and disks).", buckets: SECONDS, registers });
     this.boot = new Histogram({ name: "imp_agent_boot_seconds", help: "VMM start → guest agent hello.", labelNames: ["vmm"], buckets: SECONDS, registers });
@@ -29,6 +31,18 @@ export class AgentMetrics {
     this.ended = new Counter({ name: "imp_agent_vms_ended_total", help: "VMs that ended, by reason (OOMKilled: the VM's memory limit was reached) and runner pool (empty for VMs of no pool).", labelNames: ["reason", "pool"], registers });
     this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir).", labelNames: ["kind"], registers });
     this.exitDetection = new Histogram({ name: "imp_agent_exit_detection_seconds", help: "VMM exit → agent knew of it.", buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5], registers });
+    if (stateDir !== undefined) {
+      // Read at scrape time, as node_exporter's filesystem gauges are: VM disks, the image cache and
+      // snapshots all live there, and a full one fails every VM of the node.
+      const fs = async (): Promise<{ size: number; free: number } | undefined> => {
+        const st = await statfs(stateDir).catch(() => undefined);
+        return st === undefined ? undefined : { size: st.blocks * st.bsize, free: st.bavail * st.bsize };
+      };
+      // Labeled by path so that an unreadable directory has no series at all, not a 0 that reads as full.
+      const labelNames = ["path"] as const;
+      new Gauge({ name: "imp_agent_state_dir_size_bytes", help: "Size of the filesystem holding the agent's state directory.", labelNames, registers, async collect() { this.reset(); const f = await fs(); if (f !== undefined) this.set({ path: stateDir }, f.size); } });
+      new Gauge({ name: "imp_agent_state_dir_free_bytes", help: "Space left for the agent on the filesystem holding its state directory (what an unprivileged writer may use).", labelNames, registers, async collect() { this.reset(); const f = await fs(); if (f !== undefined) this.set({ path: stateDir }, f.free); } });
+    }
   }
 
   /** `pool`: the runner pool of the VM an event is about ("" for none). */

@@ -115,7 +115,7 @@ export class NodeAgent {
     this.#startedAtMs = this.#clock.now();
     this.#log = options.logger.child({ node: options.nodeName });
     this.registry = options.registry ?? new Registry();
-    this.metrics = new AgentMetrics(this.registry);
+    this.metrics = new AgentMetrics(this.registry, options.runtime.stateDir);
     const kc = options.kubeConfig;
     this.vms = createResourceClient<ImpVM>(kc, IMP_VMS);
     this.#templates = createResourceClient<ImpVMTemplate>(kc, IMP_VM_TEMPLATES);

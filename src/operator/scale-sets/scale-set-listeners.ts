@@ -55,6 +55,14 @@ export class ScaleSetListeners implements Runnable {
     return this.#views.get(poolKey);
   }
 
+  /** Each pool with a listener here (`namespace/name`), and whether it holds a message session now. */
+  *sessions(): Iterable<readonly [string, boolean]> {
+    for (const key of this.#running.keys()) {
+      const view = this.#views.get(key);
+      yield [key, view !== undefined && view.sessionId !== undefined && (view.phase === "Polling" || view.phase === "Refreshing")];
+    }
+  }
+
   async start(signal: AbortSignal): Promise<void> {
     this.#signal = signal;
     const sync = (): void => this.#sync();

@@ -1,0 +1,26 @@
+import assert from "node:assert/strict";
+import { mkdtemp, rm, statfs } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { Registry } from "prom-client";
+import { AgentMetrics } from "./agent-metrics.ts";
+
+describe("agent metrics", () => {
+  it("report the size and free space of the state directory's filesystem at each scrape", async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "imp-metrics-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const registry = new Registry();
+    new AgentMetrics(registry, dir);
+    const value = async (name: string): Promise<number | undefined> => (await registry.getSingleMetric(name)?.get())?.values[0]?.value;
+    const st = await statfs(dir);
+    assert.equal(await value("imp_agent_state_dir_size_bytes"), st.blocks * st.bsize);
+    const free = await value("imp_agent_state_dir_free_bytes");
+    assert.ok(free !== undefined && Math.abs(free - st.bavail * st.bsize) < 256 * 2 ** 20, `free ${free ?? "none"} ≈ ${st.bavail * st.bsize}`);
+    // A state directory that is gone reports nothing rather than a stale or zero value.
+    await rm(dir, { recursive: true, force: true });
+    const gone = new Registry();
+    new AgentMetrics(gone, dir);
+    assert.equal((await gone.getSingleMetric("imp_agent_state_dir_free_bytes")?.get())?.values.length, 0);
+  });
+});

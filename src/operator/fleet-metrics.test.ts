@@ -1,0 +1,40 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Registry } from "prom-client";
+import type { ImpVM } from "../api/index.ts";
+import { FakeClock } from "../shared/index.ts";
+import { FLEET_METRICS, registerFleetMetrics } from "./fleet-metrics.ts";
+
+const vm = (name: string, node: string | undefined, deletedAt?: string): ImpVM =>
+  ({ metadata: { name, namespace: "ci", ...(deletedAt === undefined ? {} : { deletionTimestamp: deletedAt }) }, ...(node === undefined ? {} : { status: { nodeName: node } }) }) as ImpVM;
+
+async function values(registry: Registry, name: string): Promise<Array<{ labels: Record<string, string | number | undefined>; value: number }>> {
+  return ((await registry.getSingleMetric(name)?.get())?.values ?? []).map((v) => ({ labels: { ...v.labels }, value: v.value }));
+}
+
+describe("fleet metrics", () => {
+  it("read the fleet at each scrape: the leader, the oldest deleting VM per node, each listener's session", async () => {
+    const clock = new FakeClock(Date.parse("2026-12-06T10:00:00Z"));
+    const registry = new Registry();
+    let leading = false;
+    let vms: ImpVM[] = [vm("a-1", "node-a", "2026-12-06T09:50:00Z"), vm("a-2", "node-a", "2026-12-06T09:59:00Z"), vm("b-1", "node-b"), vm("p-1", undefined, "2026-12-06T09:59:30Z")];
+    let sessions: Array<readonly [string, boolean]> = [["ci/linux", true], ["ci/docker", false]];
+    registerFleetMetrics({ registry, clock, isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => sessions });
+
+    assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 0 }]);
+    leading = true;
+    assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 1 }]);
+    // node-a: the older of its two deleting VMs (10 min); node-b has none deleting; "" for one never bound.
+    assert.deepEqual(await values(registry, FLEET_METRICS.deletingAge), [{ labels: { node: "node-a" }, value: 600 }, { labels: { node: "" }, value: 30 }]);
+    await clock.advance(60_000);
+    assert.deepEqual((await values(registry, FLEET_METRICS.deletingAge))[0], { labels: { node: "node-a" }, value: 660 }, "a VM stuck terminating keeps it growing");
+    vms = [vm("b-1", "node-b")];
+    assert.deepEqual(await values(registry, FLEET_METRICS.deletingAge), [], "gone once nothing is deleting (no stale series)");
+    assert.deepEqual(await values(registry, FLEET_METRICS.scaleSetSession), [{ labels: { namespace: "ci", name: "linux" }, value: 1 }, { labels: { namespace: "ci", name: "docker" }, value: 0 }]);
+    sessions = [];
+    assert.deepEqual(await values(registry, FLEET_METRICS.scaleSetSession), [], "a pool whose listener stopped has no series");
+    // Registered again (an operator restarted in the same process): one of each, not an error.
+    registerFleetMetrics({ registry, clock, isLeader: () => false, vmCache: { list: () => [] }, scaleSetSessions: () => [] });
+    assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 0 }]);
+  });
+});
