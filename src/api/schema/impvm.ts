@@ -229,6 +229,7 @@ export const impVMDefinition: KindDefinition = {
     { name: "Node", type: "string", jsonPath: ".status.nodeName" },
     { name: "Pool", type: "string", jsonPath: ".metadata.labels.imp\\.dev/pool" },
     { name: "Reason", type: "string", jsonPath: ".status.reason", priority: 1 },
+    { name: "Setup", type: "string", jsonPath: ".status.setup.state", priority: 1 },
     { name: "Boot-ms", type: "integer", jsonPath: ".status.bootDurationMs", priority: 1 },
     { name: "Exit", type: "integer", jsonPath: ".status.exitCode", priority: 1 },
     { name: "IP", type: "string", jsonPath: ".status.guestIP", priority: 1 },

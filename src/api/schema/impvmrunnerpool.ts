@@ -232,6 +232,7 @@ export const impVMRunnerPoolDefinition: KindDefinition = {
     { name: "Max", type: "integer", jsonPath: ".spec.maxConcurrent" },
     { name: "Idle", type: "integer", jsonPath: ".status.idle" },
     { name: "Busy", type: "integer", jsonPath: ".status.busy" },
+    { name: "Waiting", type: "integer", jsonPath: ".status.queuedJobs" },
     { name: "Starting", type: "integer", jsonPath: ".status.starting" },
     { name: "Failed", type: "integer", jsonPath: ".status.failed" },
     { name: "Ready", type: "string", jsonPath: ".status.conditions[?(@.type==\"Ready\")].status" },

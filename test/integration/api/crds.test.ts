@@ -74,10 +74,13 @@ describe("installCrds()", () => {
     const version = served.spec.versions[0];
     const spec = version?.schema?.openAPIV3Schema?.properties?.["spec"];
     assert.ok(spec?.x_kubernetes_validations?.some((v) => v.rule === "self == oldSelf"), "spec immutability rule is served");
-    assert.deepEqual(version?.additionalPrinterColumns?.map((c) => c.name), ["Phase", "Node", "Pool", "Reason", "Boot-ms", "Exit", "IP", "Age"]);
+    assert.deepEqual(version?.additionalPrinterColumns?.map((c) => c.name), ["Phase", "Node", "Pool", "Reason", "Setup", "Boot-ms", "Exit", "IP", "Age"]);
     assert.deepEqual(version?.selectableFields?.map((f) => f.jsonPath), [".status.nodeName", ".status.phase"]);
     assert.deepEqual(served.spec.names.shortNames, ["ivm"]);
     assert.deepEqual(served.spec.names.categories, ["imp"]);
+    // How busy a pool is, at a glance: WAITING is the jobs waiting for a runner of it.
+    const pools = (await ext.readCustomResourceDefinition({ name: "impvmrunnerpools.imp.dev" })).spec.versions[0]?.additionalPrinterColumns;
+    assert.deepEqual(pools?.map((c) => `${c.name}=${c.jsonPath}`), ["Template=.spec.templateName", "Min-Idle=.spec.minIdle", "Max=.spec.maxConcurrent", "Idle=.status.idle", "Busy=.status.busy", "Waiting=.status.queuedJobs", "Starting=.status.starting", "Failed=.status.failed", 'Ready=.status.conditions[?(@.type=="Ready")].status', "Age=.metadata.creationTimestamp"]);
   });
 });
 
