@@ -23,8 +23,10 @@ import { createResourceClient, type ResourceClient } from "../../src/kube/index.
 import { waitFor } from "../../src/shared/index.ts";
 import { appKeyPair, APP_ID, INSTALLATION_ID } from "../github/harness.ts";
 import { GitHubTestServer, type TestJob } from "../github/server.ts";
+import { parse as parseYaml } from "yaml";
 import { killCgroupTree } from "../harness/cgroups.ts";
 import { buildImage, busyboxLayer } from "../harness/oci-image.ts";
+import { prometheusUnavailable, RunningPrometheus } from "../harness/prometheus.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../harness/registry.ts";
 import { KubeNode, kubeNodeUnavailable, NODE_BIN } from "./real-node/kube-node.ts";
 import { helloSteps } from "./runner-path/jobs.ts";
@@ -45,6 +47,8 @@ async function unavailable(): Promise<string | undefined> {
   const reason = (await simNodesUnavailable()) ?? (await kubeNodeUnavailable());
   if (reason !== undefined) return reason;
   if (!existsSync(helmBin)) return `no helm at ${helmBin} (scripts/setup.d/64-helm.sh)`;
+  const noPrometheus = prometheusUnavailable();
+  if (noPrometheus !== undefined) return noPrometheus;
   if (!existsSync(testRunnerPath)) return `no test runner at ${testRunnerPath} (scripts/setup.sh)`;
   if (!existsSync(join(cacheDir, "rootfs", "imp", "layer.tar.gz"))) return "no base layer for Imp's image (scripts/setup.d/58-runner-rootfs.sh)";
   if (!existsSync("/dev/kvm") && !existsSync("/usr/bin/qemu-system-x86_64")) return "no QEMU";
@@ -341,6 +345,65 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     return list.items.filter((p) => p.metadata.deletionTimestamp === undefined).map((p) => p.spec.nodeName ?? "unscheduled").join(",");
   };
   const drainMark = async (nodeName: string, key: string): Promise<string | undefined> => (await createResourceClient<ImpNode>(plane.kubeConfig, IMP_NODES).get({ name: nodeName })).metadata.annotations?.[key];
+
+  it("a real Prometheus scrapes the operator and the agent with the configuration docs/operations.md gives, finds the series a user needs after real jobs, answers every dashboard query and evaluates Imp's alert rules on them", async (t) => {
+    // The scrape configuration as the doc shows it, told how to reach this API server from outside the
+    // cluster; inside the node's network namespace, where the operator's Pod and the agent are reachable.
+    const doc = await readFile(join(repoRoot, "docs/operations.md"), "utf8");
+    const block = /```yaml\n(scrape_configs:[\s\S]*?)```/.exec(doc)?.[1];
+    assert.ok(block !== undefined, "docs/operations.md shows a scrape configuration");
+    const documented = parseYaml(block) as { scrape_configs: Array<{ job_name: string; kubernetes_sd_configs: Array<Record<string, unknown>> }> };
+    const { cert, key } = await plane.clientCertificate("prometheus", "prometheus", ["system:masters"]);
+    for (const job of documented.scrape_configs) for (const sd of job.kubernetes_sd_configs) Object.assign(sd, { api_server: plane.server, tls_config: { ca_file: plane.caCert, cert_file: cert, key_file: key } });
+    const config = { global: { scrape_interval: "2s", evaluation_interval: "2s" }, scrape_configs: documented.scrape_configs, rule_files: [join(repoRoot, "deploy/helm/imp/files/alerts.yaml")] };
+    const prometheus = await RunningPrometheus.start({ dir: join(dir, "prometheus"), config, listen: `${net.uplinkAddress}:9090`, netns: net.netns });
+    t.after(() => prometheus.stop());
+    const one = async (expr: string): Promise<number | undefined> => (await prometheus.query(expr))[0]?.value;
+    // Each expression must give one sample meeting its check; the names are what a user asks.
+    const wanted: Array<[string, string, (v: number) => boolean]> = [
+      ["the operator scraped", 'sum(up{job="imp-operator"})', (v) => v === 1],
+      ["the agent scraped, with its node", `sum(up{job="imp-agent",node="${nodeA}"})`, (v) => v === 1],
+      ["a leader", "max(imp_operator_leader)", (v) => v === 1],
+      ["the pool's bounds", `gha_max_runners{namespace="${NS}",name="${POOL}"} + gha_min_runners{namespace="${NS}",name="${POOL}"}`, (v) => v === 6],
+      ["jobs' queue time for the pool", `sum(gha_job_queue_duration_seconds_count{actions_github_com_scale_set_name="${POOL}"})`, (v) => v >= 1],
+      ["jobs completed", 'sum(gha_completed_jobs_total{job_result="succeeded"})', (v) => v >= 1],
+      ["jobs' duration", 'sum(gha_job_execution_duration_seconds_count{job_result="succeeded"})', (v) => v >= 1],
+      ["VMs by phase on the node", `sum(imp_agent_vms{phase="Running",node="${nodeA}"})`, (v) => v === 3],
+      ["boots", "sum(imp_agent_boot_seconds_count)", (v) => v >= 1],
+      ["VMs ended by reason (the boot-failure alert's input)", "sum(imp_agent_vms_ended_total)", (v) => v >= 1],
+      ["setups delivered", "sum(imp_agent_setup_deliveries_total)", (v) => v >= 1],
+      ["the pool's listener holding its session", `imp_operator_scale_set_session{namespace="${NS}",name="${POOL}"}`, (v) => v === 1],
+      ["the node's state directory (% free)", `100 * sum(imp_agent_state_dir_free_bytes{node="${nodeA}"}) / sum(imp_agent_state_dir_size_bytes{node="${nodeA}"})`, (v) => v > 0 && v < 100],
+    ];
+    const seen = await waitFor("every series a user needs", async () => {
+      const values = await Promise.all(wanted.map(([, expr]) => one(expr)));
+      return wanted.every(([, , ok], i) => values[i] !== undefined && ok(values[i])) ? values : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 1_000 }).catch(async (err: unknown) => {
+      const values = await Promise.all(wanted.map(async ([what, expr]) => `${what} (${expr}): ${String(await one(expr).catch((e: unknown) => e))}`));
+      throw new Error(`${String(err)}\n${values.join("\n")}\nprometheus:\n${await prometheus.logTail()}`);
+    });
+    // Every panel of the chart's dashboard, its variables at "All", must parse and answer after the jobs.
+    const dashboard = JSON.parse(await readFile(join(repoRoot, "deploy/helm/imp/files/dashboard.json"), "utf8")) as { panels: Array<{ title: string; targets?: Array<{ expr: string }> }> };
+    const asGrafana = (expr: string): string => expr.replaceAll("$__rate_interval", "1m").replaceAll("$__range", "10m").replaceAll("$pool", ".*").replaceAll("$node", ".*");
+    const targets = dashboard.panels.flatMap((p) => (p.targets ?? []).map((tg) => ({ panel: p.title, expr: tg.expr })));
+    let silent: string[] = [];
+    await waitFor("every dashboard query answers", async () => {
+      silent = [];
+      for (const tg of targets) {
+        const answer = await prometheus.query(asGrafana(tg.expr)).catch((err: unknown) => {
+          throw new Error(`panel "${tg.panel}": ${tg.expr}: ${String(err)}`);
+        });
+        if (answer.length === 0) silent.push(`panel "${tg.panel}": ${tg.expr}`);
+      }
+      return silent.length === 0 ? true : undefined;
+    }, { timeoutMs: 90_000, intervalMs: 2_000 }).catch((err: unknown) => Promise.reject(new Error(`${String(err)}; no data:\n${silent.join("\n")}`)));
+    // Imp's alert rules, evaluated on these series: every one loaded, healthy, and none firing on a healthy fleet.
+    const rules = await waitFor("every alert rule evaluated", async () => { const r = await prometheus.rules(); return r.length > 0 && r.every((x) => !x.lastEvaluation.startsWith("0001")) ? r : undefined; }, { timeoutMs: 60_000, intervalMs: 1_000 });
+    assert.deepEqual(rules.filter((r) => r.health !== "ok").map((r) => `${r.name}: ${r.lastError ?? r.health}`), [], "every rule evaluates without error");
+    assert.equal(rules.length, 9);
+    assert.deepEqual((await prometheus.query('ALERTS{alertstate="firing"}')).map((a) => a.metric["alertname"]), [], "no alert fires on a healthy fleet");
+    say(`Prometheus (scrape configuration of docs/operations.md, kubernetes_sd against the API server): ${wanted.map(([what], i) => `${what} ${String(seen[i])}`).join("; ")}; ${rules.length} alert rules evaluated, none firing; all ${targets.length} queries of the dashboard's ${dashboard.panels.filter((p) => p.targets !== undefined).length} panels answered`);
+  });
 
   it("a second machine joins: the agent DaemonSet starts there and the agent publishes its node", async () => {
     netB = await sim.add(nodeBName);

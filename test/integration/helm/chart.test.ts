@@ -124,6 +124,46 @@ describe("the Helm chart", { skip: unavailable, timeout: 600_000 }, () => {
     assert.ok(!(await render("imp", "crds.install=false")).some((o) => o.kind === "CustomResourceDefinition"));
   });
 
+  it("renders Imp's alert rules file as it is into a PrometheusRule, and a PodMonitor that scrapes every agent Pod's metrics port, only when asked", async () => {
+    const plain = await render("imp");
+    assert.ok(!plain.some((o) => o.kind === "PrometheusRule" || o.kind === "PodMonitor" || o.kind === "ServiceMonitor"), "no Prometheus Operator objects by default (their CRDs may be missing)");
+    const objs = await render("imp", "metrics.prometheusRule.enabled=true", "metrics.serviceMonitor.enabled=true");
+    const rule = objs.find((o) => o.kind === "PrometheusRule");
+    const file = docs(await readFile(join(chart, "files/alerts.yaml"), "utf8"))[0] as unknown as { groups: Array<{ rules: Array<{ alert: string; annotations: Record<string, string> }> }> };
+    assert.deepEqual(rule?.["spec"], file, "the PrometheusRule carries files/alerts.yaml unchanged (Prometheus's {{ $labels }} untouched by Helm)");
+    // Every alert has its runbook section.
+    const runbook = await readFile(join(root, "docs/operations.md"), "utf8");
+    for (const r of file.groups.flatMap((g) => g.rules)) {
+      assert.equal(r.annotations["runbook"], `docs/operations.md#${r.alert.toLowerCase()}`);
+      assert.match(runbook, new RegExp(`^### ${r.alert}$`, "m"), `docs/operations.md has no runbook for ${r.alert}`);
+    }
+    const podMonitor = objs.find((o) => o.kind === "PodMonitor") as { spec: { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: Array<{ port: string }> } } | undefined;
+    const agent = objs.find((o) => o.kind === "DaemonSet") as { spec: { template: { metadata: { labels: Record<string, string> }; spec: { containers: Array<{ ports: Array<{ name: string }> }> } } } } | undefined;
+    assert.ok(podMonitor !== undefined && agent !== undefined);
+    for (const [k, v] of Object.entries(podMonitor.spec.selector.matchLabels)) assert.equal(agent.spec.template.metadata.labels[k], v, `the PodMonitor's selector ${k}=${v} matches the agent Pods`);
+    assert.ok(agent.spec.template.spec.containers[0]?.ports.some((p) => p.name === podMonitor.spec.podMetricsEndpoints[0]?.port), "the PodMonitor's port is the agent container's");
+  });
+
+  it("renders Imp's Grafana dashboard as a ConfigMap with the sidecar's label, only when asked; every panel's query names a series Imp exports", async () => {
+    assert.ok(!(await render("imp")).some((o) => o.metadata.name === "imp-grafana-dashboard"));
+    const cm = (await render("imp", "metrics.grafanaDashboard.enabled=true", "metrics.grafanaDashboard.namespace=monitoring")).find((o) => o.metadata.name === "imp-grafana-dashboard") as (Obj & { data: Record<string, string> }) | undefined;
+    assert.ok(cm !== undefined);
+    assert.equal(cm.metadata.namespace, "monitoring");
+    assert.equal(cm.metadata.labels?.["grafana_dashboard"], "1");
+    const file = await readFile(join(chart, "files/dashboard.json"), "utf8");
+    assert.deepEqual(JSON.parse(cm.data["imp-fleet.json"] ?? "{}"), JSON.parse(file), "the ConfigMap carries files/dashboard.json unchanged");
+    // The series names in the queries, against those the code registers (a renamed metric breaks a panel).
+    const exported = new Set<string>();
+    for (const f of await readdir(join(root, "src"), { recursive: true })) {
+      if (!f.endsWith(".ts") || f.endsWith(".test.ts")) continue;
+      for (const m of (await readFile(join(root, "src", f), "utf8")).matchAll(/"((?:gha|imp)_[a-z_]+)"/g)) exported.add(m[1] ?? "");
+    }
+    const dashboard = JSON.parse(file) as { panels: Array<{ targets?: Array<{ expr: string }> }> };
+    const used = new Set(dashboard.panels.flatMap((p) => p.targets ?? []).flatMap((t) => [...t.expr.matchAll(/\b((?:gha|imp)_[a-z_]+?)(?:_bucket|_sum|_count)?\b[{[( ]/g)].map((m) => m[1] ?? "")));
+    assert.ok(used.size >= 10);
+    for (const name of used) assert.ok(exported.has(name), `the dashboard queries ${name}, which src/ does not export`);
+  });
+
   describe("on a real API server", () => {
     let plane: ControlPlane;
     const kube = (): string[] => ["--kubeconfig", plane.kubeconfigPath];
