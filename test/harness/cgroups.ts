@@ -55,11 +55,15 @@ export async function removeCgroupTrees(name: string): Promise<void> {
   }
 }
 
-/** SIGKILLs every process in cgroup tree `name` (all hierarchies) until none is left, then removes the tree. Returns how many it killed. */
-export async function killCgroupTree(name: string): Promise<number> {
+/**
+ * SIGKILLs whatever `find` names, again and again until it names nothing (or `rounds` pass): a
+ * dying process's children, or a shim that restarts a container, can appear meanwhile. Returns how
+ * many processes it killed.
+ */
+export async function killUntilGone(find: () => Promise<Iterable<number>>, rounds = 50, pauseMs = 100): Promise<number> {
   const killed = new Set<number>();
-  for (let round = 0; round < 50; round++) {
-    const pids = await processesInTree(name);
+  for (let round = 0; round < rounds; round++) {
+    const pids = [...(await find())];
     if (pids.length === 0) break;
     for (const pid of pids) {
       try {
@@ -69,8 +73,14 @@ export async function killCgroupTree(name: string): Promise<number> {
         // Gone already.
       }
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, pauseMs));
   }
-  await removeCgroupTrees(name);
   return killed.size;
+}
+
+/** SIGKILLs every process in cgroup tree `name` (all hierarchies) until none is left, then removes the tree. Returns how many it killed. */
+export async function killCgroupTree(name: string): Promise<number> {
+  const killed = await killUntilGone(() => processesInTree(name));
+  await removeCgroupTrees(name);
+  return killed;
 }

@@ -20,7 +20,7 @@ import { KUBE_VERSION, type ControlPlane } from "../../../src/devcluster/index.t
 import { logTail } from "../../../src/devcluster/log-tail.ts";
 import { ManagedProcess } from "../../../src/devcluster/managed-process.ts";
 import { waitFor } from "../../../src/shared/index.ts";
-import { cgroupHierarchies, createInEveryHierarchy, processesInTree, removeCgroupTrees } from "../../harness/cgroups.ts";
+import { cgroupHierarchies, createInEveryHierarchy, killUntilGone, processesInTree, removeCgroupTrees } from "../../harness/cgroups.ts";
 
 const execFileAsync = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../../..");
@@ -241,25 +241,15 @@ export class KubeNode {
    * `stop()` removes what is left.
    */
   async vanish(): Promise<number> {
-    const killed = new Set<number>();
-    for (let round = 0; round < 5; round++) {
+    const killed = await killUntilGone(async () => {
       const pids = new Set<number>();
       for (const p of this.#processes) if (p.running && p.pid !== undefined) pids.add(p.pid);
       for (const line of (await execFileAsync("pgrep", ["-f", `containerd-shim.*${this.#options.dir}`]).then((r) => r.stdout, () => "")).split("\n")) if (line !== "") pids.add(Number(line));
       for (const pid of await processesInTree(this.cgroupRoot)) pids.add(pid);
-      if (pids.size === 0) break;
-      for (const pid of pids) {
-        try {
-          process.kill(pid, "SIGKILL");
-          killed.add(pid);
-        } catch {
-          // Gone already.
-        }
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
+      return pids;
+    }, 5, 200);
     for (const p of this.#processes) await p.exited();
-    return killed.size;
+    return killed;
   }
 
   /** What of the node is still on the host: changed sysctls, mounts under its directory, Pod cgroups, containerd shims. */
