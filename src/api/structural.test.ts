@@ -83,6 +83,23 @@ describe("generated CRDs", () => {
     assert.deepEqual(unbounded, []);
   });
 
+  test("every field of spec and status has a description, so `kubectl explain` answers for each", () => {
+    const silent: string[] = [];
+    // A field is a property; a list's or map's elements are explained by their field, their own fields are fields.
+    const walk = (node: JsonSchema, path: string, isField: boolean): void => {
+      if (isField && (typeof node["description"] !== "string" || node["description"].trim() === "")) silent.push(path);
+      const props = node["properties"] as Record<string, JsonSchema> | undefined;
+      for (const [k, v] of Object.entries(props ?? {})) walk(v, `${path}.${k}`, true);
+      if (node["items"] !== undefined) walk(node["items"] as JsonSchema, `${path}[*]`, false);
+      if (typeof node["additionalProperties"] === "object") walk(node["additionalProperties"] as JsonSchema, `${path}.*`, false);
+    };
+    for (const crd of crds) {
+      const props = crd.spec.versions[0]!.schema.openAPIV3Schema["properties"] as Record<string, JsonSchema>;
+      for (const part of ["spec", "status"]) if (props[part] !== undefined) walk(props[part], `${crd.spec.names.kind}.${part}`, true);
+    }
+    assert.deepEqual(silent, []);
+  });
+
   test("every kind has the imp category, a short name, and a status subresource exactly when it has a status", () => {
     for (const crd of crds) {
       const v = crd.spec.versions[0]!;

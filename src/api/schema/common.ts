@@ -135,12 +135,12 @@ export const CONDITION_STATUSES = ["True", "False", "Unknown"] as const;
 /** The standard `metav1.Condition`, field for field. */
 export const Condition = Type.Object(
   {
-    type: Type.String({ minLength: 1, maxLength: 316, pattern: "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$" }),
-    status: StringEnum(CONDITION_STATUSES),
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
-    lastTransitionTime: Type.String({ format: "date-time" }),
-    reason: Type.String({ minLength: 1, maxLength: 1024, pattern: "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$" }),
-    message: Type.String({ maxLength: 32768 }),
+    type: Type.String({ minLength: 1, maxLength: 316, pattern: "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$", description: "What the condition is about, in CamelCase (Ready, Scheduled, …)." }),
+    status: StringEnum(CONDITION_STATUSES, { description: "True, False or Unknown." }),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "The object's metadata.generation the condition was set for." })),
+    lastTransitionTime: Type.String({ format: "date-time", description: "When the status last changed." }),
+    reason: Type.String({ minLength: 1, maxLength: 1024, pattern: "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description: "Why, as a CamelCase code (one of the reasons docs/api.md lists for this condition)." }),
+    message: Type.String({ maxLength: 32768, description: "Why, for a person: what happened and what to do." }),
   },
   { description: "Standard condition (metav1.Condition)." },
 );

@@ -31,7 +31,7 @@ const Version = (what: string) => Type.Optional(Type.String({ maxLength: 128, de
 
 export const ImpNodeStatus = Type.Object(
   {
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "The metadata.generation this status was written for." })),
     arch: Type.Optional(StringEnum(ARCHES, { description: "Host CPU architecture." })),
     kvm: Type.Optional(Type.Boolean({ description: "KVM is usable for fast VMs, as measured by the agent's probe (not merely /dev/kvm existing)." })),
     accel: Type.Optional(StringEnum(["kvm", "tcg"] as const, { description: "Acceleration the agent boots QEMU VMs with." })),

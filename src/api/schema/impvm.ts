@@ -108,7 +108,7 @@ export const ImpVMStatus = Type.Object(
     phase: Type.Optional(StringEnum(VM_PHASES, { description: "Lifecycle phase." })),
     reason: Type.Optional(Type.String({ maxLength: 128, pattern: "^[A-Za-z][A-Za-z0-9]*$", description: "CamelCase reason for the phase, e.g. NodeLost, Expired, BootTimeout." })),
     message: Type.Optional(Type.String({ maxLength: 4096, description: "Human-readable detail for the phase." })),
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "The metadata.generation this status was written for." })),
     conditions: Type.Optional(Conditions),
     nodeName: Type.Optional(
       Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN_PATTERN, description: "Node the VM is bound to. Set once by the scheduler." }),

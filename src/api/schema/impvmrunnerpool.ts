@@ -187,7 +187,7 @@ export type FailureBudgetStatus = Static<typeof FailureBudgetStatus>;
 export const ScaleSetStatus = Type.Object(
   {
     id: Type.Integer({ minimum: 1, format: "int64", description: "GitHub's id of the runner scale set." }),
-    name: Type.String({ maxLength: 45 }),
+    name: Type.String({ maxLength: 45, description: "The scale set's name on GitHub (what workflows put in runs-on)." }),
     sessionId: Type.Optional(Type.String({ maxLength: 64, description: "The message session this pool's listener holds; a new leader closes it before opening its own." })),
     assignedJobs: Type.Optional(Count("Jobs GitHub assigned to the scale set and not completed (waiting or running): the scaling signal.")),
     runningJobs: Type.Optional(Count("Of those, jobs a runner runs.")),
@@ -198,7 +198,7 @@ export type ScaleSetStatus = Static<typeof ScaleSetStatus>;
 
 export const ImpVMRunnerPoolStatus = Type.Object(
   {
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64" })),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "The metadata.generation this status was written for." })),
     desired: Type.Optional(Count("VMs the pool wants (busy + minIdle, capped by maxConcurrent).")),
     current: Type.Optional(Count("Non-terminal VMs of the pool.")),
     idle: Type.Optional(Count("Runners registered and waiting for a job.")),
