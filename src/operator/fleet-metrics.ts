@@ -19,7 +19,7 @@ export interface FleetMetricsSources {
   readonly isLeader: () => boolean;
   /** The VM cache (only when each VM's deletion began and where it is bound are read). */
   readonly vmCache: { list(): ReadonlyArray<{ readonly metadata: { readonly deletionTimestamp?: string | undefined }; readonly status?: { readonly nodeName?: string | undefined } | undefined }> };
-  /** Each scale-set pool (`namespace/name`) with a listener on this replica, and whether it holds a session. */
+  /** Each scale-set pool (`namespace/name`) with a listener on this replica, and whether it hears its jobs now. */
   readonly scaleSetSessions: () => Iterable<readonly [poolKey: string, held: boolean]>;
 }
 
@@ -55,7 +55,7 @@ export function registerFleetMetrics(s: FleetMetricsSources): void {
   });
   new Gauge({
     name: FLEET_METRICS.scaleSetSession,
-    help: "Per scale-set pool, on the leader: 1 while its listener holds a message session with GitHub, 0 while it has none (starting, or a session lost and being reopened).",
+    help: "Per scale-set pool, on the leader: 1 while its listener hears its jobs (a message session held, its last poll a success: condition ScaleSetListening reason Listening), 0 otherwise (starting, a session lost and being reopened, polls failing).",
     labelNames: ["namespace", "name"],
     registers,
     collect() {

@@ -23,4 +23,18 @@ describe("agent metrics", () => {
     new AgentMetrics(gone, dir);
     assert.equal((await gone.getSingleMetric("imp_agent_state_dir_free_bytes")?.get())?.values.length, 0);
   });
+
+  it("has every ended-VM reason of a pool at 0 from its first VM on, so the first failure counts in increase()", async () => {
+    const registry = new Registry();
+    const metrics = new AgentMetrics(registry);
+    const ended = async (reason: string, pool: string): Promise<number | undefined> => (await registry.getSingleMetric("imp_agent_vms_ended_total")?.get())?.values.find((v) => v.labels["reason"] === reason && v.labels["pool"] === pool)?.value;
+    assert.equal(await ended("BootTimeout", "linux"), undefined, "no series for a pool not seen");
+    metrics.onRuntimeEvent({ kind: "prepared", ms: 120 }, "linux");
+    assert.equal(await ended("BootTimeout", "linux"), 0);
+    assert.equal(await ended("PrepareFailed", "linux"), 0);
+    assert.equal(await ended("Completed", "linux"), 0);
+    metrics.onRuntimeEvent({ kind: "ended", vm: { namespace: "ci", name: "linux-1", uid: "u1" }, outcome: { succeeded: false, reason: "BootTimeout", message: "no hello" } }, "linux");
+    assert.equal(await ended("BootTimeout", "linux"), 1);
+    assert.equal(await ended("BootTimeout", "docker"), undefined);
+  });
 });

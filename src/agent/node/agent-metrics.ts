@@ -1,6 +1,6 @@
 import { statfs } from "node:fs/promises";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
-import { VM_PHASES } from "../../api/index.ts";
+import { VM_PHASES, VM_REASONS } from "../../api/index.ts";
 import type { RuntimeEvent } from "../vm/index.ts";
 
 const SECONDS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300];
@@ -45,8 +45,17 @@ export class AgentMetrics {
     }
   }
 
+  /** Pools whose ended-VM series exist (at 0 for every reason) on this agent. */
+  readonly #pools = new Set<string>();
+
   /** `pool`: the runner pool of the VM an event is about ("" for none). */
   onRuntimeEvent(event: RuntimeEvent, pool = ""): void {
+    // Every reason's series from the pool's first VM on, at 0: increase() counts nothing for a series
+    // whose first sample is already 1, so a node whose first boots fail would otherwise look healthy.
+    if (!this.#pools.has(pool)) {
+      this.#pools.add(pool);
+      for (const reason of Object.values(VM_REASONS)) this.ended.inc({ reason, pool }, 0);
+    }
     switch (event.kind) {
       case "prepared":
         this.prepare.observe(event.ms / 1000);

@@ -18,7 +18,6 @@ import {
   hasFinalizer,
   isNotFound,
   mutateWithRetry,
-  removeFinalizer,
   requeueAfter,
   type DeepReadonly,
   type EventRecorder,
@@ -130,8 +129,23 @@ export class NodeLossController {
 
   /** What the agent does last at release, done for it: the VM object may go (its pool deletes ended VMs). */
   async #releaseTeardown(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
-    await removeFinalizer(this.#o.vms, { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name }, FINALIZERS.vmTeardown, ctx.signal);
-    ctx.logger.info({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost and its machine has no Node: the agent's teardown finalizer removed");
+    let released = false;
+    try {
+      await mutateWithRetry(this.#o.vms, {
+        ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name },
+        signal: ctx.signal,
+        mutate: (d) => {
+          released = false;
+          // The same VM (not one reusing its name), still ended, still on the lost node.
+          if (d.metadata.uid !== vm.metadata.uid || !isTerminalVM(d) || d.status?.nodeName !== ctx.key || !hasFinalizer(d, FINALIZERS.vmTeardown)) return false;
+          d.metadata = { ...d.metadata, finalizers: (d.metadata.finalizers ?? []).filter((f) => f !== FINALIZERS.vmTeardown) };
+          released = true;
+        },
+      });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    if (released) ctx.logger.info({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost and its machine has no Node: the agent's teardown finalizer removed");
   }
 
   /** As the agent does at release: the sealed setup and inputs leave the status, the setup is recorded Deleted. */

@@ -55,11 +55,15 @@ export class ScaleSetListeners implements Runnable {
     return this.#views.get(poolKey);
   }
 
-  /** Each pool with a listener here (`namespace/name`), and whether it holds a message session now. */
+  /**
+   * Each pool with a listener here (`namespace/name`), and whether it hears its jobs now: a session
+   * held and the last step a success (reason Listening). A listener that keeps its session while its
+   * polls fail (the Actions service down, credentials refused) hears nothing either.
+   */
   *sessions(): Iterable<readonly [string, boolean]> {
     for (const key of this.#running.keys()) {
       const view = this.#views.get(key);
-      yield [key, view !== undefined && view.sessionId !== undefined && (view.phase === "Polling" || view.phase === "Refreshing")];
+      yield [key, view !== undefined && view.sessionId !== undefined && view.reason === "Listening" && (view.phase === "Polling" || view.phase === "Refreshing")];
     }
   }
 

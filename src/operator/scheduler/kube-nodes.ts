@@ -2,8 +2,10 @@
  * What the operator knows of core/v1 Nodes, for node loss and for placement alike: a Node this
  * process saw that is gone was deleted (a machine removed from the cluster); a Node with
  * `spec.unschedulable` was cordoned (`kubectl cordon`/`drain`), so no new VM is placed there; a node
- * that never had a Node object (the dev cluster has no kubelets) says nothing. One tracker, so the
- * scheduler never binds a VM to a node that node loss would fail at once.
+ * that never had a Node object (the dev cluster has no kubelets) is `never`: no sign of loss by
+ * itself, but once its agent is lost too, no machine of that name is left to tear its VMs down
+ * (decide-node-loss.ts). One tracker, so the scheduler never binds a VM to a node that node loss
+ * would fail at once.
  */
 import type { Informer, KubeObject } from "../../kube/index.ts";
 
