@@ -11,10 +11,11 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { SuiteContext, TestContext } from "node:test";
-import { fileDigestOf, GuestClient, readHostTscKhz } from "../../src/agent/index.ts";
+import { fileDigestOf, readHostTscKhz, type GuestClient } from "../../src/agent/index.ts";
 import { QemuVm, type QemuChannelKind } from "../../src/agent/vmm/index.ts";
+import { connectGuest } from "../../src/agent/vm/index.ts";
 import { type ExecRequest, type HelloReply } from "../../src/agent/guest/index.ts";
-import { describeError, ImpError } from "../../src/shared/index.ts";
+import { describeError, type ImpError } from "../../src/shared/index.ts";
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../..");
@@ -166,24 +167,9 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
   };
 
   const bootDialFailures: string[] = [];
-  const connect = async (timeoutMs = 30_000, onAttemptFailed?: (err: ImpError) => void): Promise<GuestClient> => {
-    const deadline = Date.now() + timeoutMs;
-    const stream = await vm.connectGuest({ timeoutMs, ...(onAttemptFailed === undefined ? {} : { onAttemptFailed }) });
-    const client = new GuestClient(stream, { clientName: "imp-e2e" });
-    client.on("close", () => undefined);
-    // A virtio-serial port may drop what the host sent before the guest opened it: ask again.
-    for (;;) {
-      try {
-        await client.hello({ timeoutMs: channel === "serial" ? 300 : Math.max(1, deadline - Date.now()), signal: vm.downSignal });
-        return client;
-      } catch (err) {
-        if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
-          client.close();
-          throw err;
-        }
-      }
-    }
-  };
+  // The agent's own connect (hello repeated over virtio-serial with growing waits), so the tests prove it.
+  const connect = (timeoutMs = 30_000, onAttemptFailed?: (err: ImpError) => void): Promise<GuestClient> =>
+    connectGuest(vm, { timeoutMs, serial: channel === "serial", clientName: "imp-e2e", ...(onAttemptFailed === undefined ? {} : { onAttemptFailed }) });
 
   try {
     const timeoutMs = options.bootTimeoutMs ?? 60_000;

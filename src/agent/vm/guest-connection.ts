@@ -2,22 +2,31 @@ import type { RunningVm } from "../vmm/types.ts";
 import { GuestClient } from "../guest/index.ts";
 import { ImpError, terminalError } from "../../shared/index.ts";
 
+/** Over virtio-serial, the first hello waits this long for its answer, each later one twice as long as the one before, up to the cap. */
+export const SERIAL_HELLO_FIRST_TRY_MS = 500;
+export const SERIAL_HELLO_TRY_CAP_MS = 8_000;
+
 /**
  * Opens a guest channel and says hello, within `timeoutMs` overall. Over virtio-serial the first
- * request can be lost while the guest has not opened its port yet, so hello is repeated (short
- * per-try timeout) until answered; over vsock the dial itself retries until the guest listens.
- * Fails at once when the VM goes down.
+ * request can be lost while the guest has not opened its port yet, so hello is repeated until
+ * answered, each try waiting twice as long as the one before (a fixed short wait never succeeds when
+ * the emulated guest on a loaded machine takes longer than it to answer); over vsock the dial
+ * itself retries until the guest listens. Fails at once when the VM goes down.
  */
-export async function connectGuest(vm: RunningVm, options: { readonly timeoutMs: number; readonly serial: boolean; readonly signal?: AbortSignal; readonly clientName: string }): Promise<GuestClient> {
+export async function connectGuest(
+  vm: RunningVm,
+  options: { readonly timeoutMs: number; readonly serial: boolean; readonly signal?: AbortSignal; readonly clientName: string; readonly onAttemptFailed?: (err: ImpError, attempt: number) => void },
+): Promise<GuestClient> {
   const deadline = performance.now() + options.timeoutMs;
   const signal = options.signal === undefined ? vm.downSignal : AbortSignal.any([vm.downSignal, options.signal]);
-  const stream = await vm.connectGuest({ timeoutMs: options.timeoutMs, signal });
+  const stream = await vm.connectGuest({ timeoutMs: options.timeoutMs, signal, ...(options.onAttemptFailed === undefined ? {} : { onAttemptFailed: options.onAttemptFailed }) });
   const client = new GuestClient(stream, { clientName: options.clientName });
   client.on("close", () => undefined);
+  let tryMs = SERIAL_HELLO_FIRST_TRY_MS;
   for (;;) {
     const left = deadline - performance.now();
     try {
-      await client.hello({ timeoutMs: Math.max(1, options.serial ? Math.min(500, left) : left), signal });
+      await client.hello({ timeoutMs: Math.max(1, options.serial ? Math.min(tryMs, left) : left), signal });
       return client;
     } catch (err) {
       const timedOut = err instanceof ImpError && err.code === "GuestTimeout";
@@ -26,6 +35,7 @@ export async function connectGuest(vm: RunningVm, options: { readonly timeoutMs:
         if (timedOut) throw terminalError("BootTimeout", `Cannot reach the guest agent: no hello within ${options.timeoutMs} ms`, { cause: err });
         throw err;
       }
+      tryMs = Math.min(tryMs * 2, SERIAL_HELLO_TRY_CAP_MS);
     }
   }
 }
