@@ -358,6 +358,12 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     const config = { global: { scrape_interval: "2s", evaluation_interval: "2s" }, scrape_configs: documented.scrape_configs, rule_files: [join(repoRoot, "deploy/helm/imp/files/alerts.yaml")] };
     const prometheus = await RunningPrometheus.start({ dir: join(dir, "prometheus"), config, listen: `${net.uplinkAddress}:9090`, netns: net.netns });
     t.after(() => prometheus.stop());
+    // A job the operator now leading sees from start to end: the upgrade restarted the operator, and
+    // on a loaded machine the job before it may have run while the old one still led (its counters
+    // went with it).
+    const observed = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "observed" });
+    await waitJob(observed, 300_000);
+    assert.equal(observed.conclusion, "success", observed.result?.log);
     const one = async (expr: string): Promise<number | undefined> => (await prometheus.query(expr))[0]?.value;
     // Each expression must give one sample meeting its check; the names are what a user asks.
     const wanted: Array<[string, string, (v: number) => boolean]> = [
