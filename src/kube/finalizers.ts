@@ -31,19 +31,27 @@ export async function addFinalizer<T extends KubeObject>(client: FinalizerClient
   });
 }
 
-/** Removes `finalizer`; an object without it, or already gone, is done. */
-export async function removeFinalizer<T extends KubeObject>(client: FinalizerClient<T>, ref: ObjectRef, finalizer: string, signal?: AbortSignal): Promise<void> {
+/**
+ * Removes `finalizer`; an object without it, or already gone, is done. `onlyIf` is checked on the
+ * object as read for the write (again on each conflict retry): false leaves it. Returns whether this
+ * call removed it.
+ */
+export async function removeFinalizer<T extends KubeObject>(client: FinalizerClient<T>, ref: ObjectRef, finalizer: string, signal?: AbortSignal, onlyIf?: (current: T) => boolean): Promise<boolean> {
+  let removed = false;
   try {
     await mutateWithRetry(client, {
       ref,
       ...(signal === undefined ? {} : { signal }),
       mutate: (draft) => {
+        removed = false;
         const meta = draft.metadata ?? {};
-        if (!hasFinalizer(draft, finalizer)) return false;
+        if (!hasFinalizer(draft, finalizer) || (onlyIf !== undefined && !onlyIf(draft))) return false;
         draft.metadata = { ...meta, finalizers: (meta.finalizers ?? []).filter((f) => f !== finalizer) };
+        removed = true;
       },
     });
   } catch (err) {
     if (!isNotFound(err)) throw err;
   }
+  return removed;
 }

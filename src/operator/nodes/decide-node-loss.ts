@@ -41,20 +41,25 @@ export type NodeLossDecision =
   | { readonly lost: false; /** Look again after this long: when the node would be lost without news. */ readonly recheckInMs: number }
   | { readonly lost: true; readonly message: string; /** No Node for it in the cluster: its VMs' teardown will never run. */ readonly machineGone: boolean };
 
+/** No Node for the machine in the cluster: deleted, or absent once Nodes are listed. */
+export function machineGone(kubeNode: KubeNodeState): boolean {
+  return kubeNode === "deleted" || kubeNode === "never";
+}
+
 export function decideNodeLoss(input: NodeLossInput): NodeLossDecision {
   const { nodeName, nowMs, lostAfterMs } = input;
   if (input.kubeNode === "deleted") return { lost: true, message: `Node ${nodeName} was deleted`, machineGone: true };
-  const machineGone = input.kubeNode === "never";
+  const gone = machineGone(input.kubeNode);
   if (input.lease === undefined) {
     const since = input.leaseMissingSinceMs ?? nowMs;
     const lostAt = since + lostAfterMs;
     return nowMs >= lostAt
-      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s`, machineGone }
+      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s`, machineGone: gone }
       : { lost: false, recheckInMs: lostAt - nowMs };
   }
   const renewed = renewTimeMs(input.lease);
-  if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime`, machineGone };
+  if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime`, machineGone: gone };
   const lostAt = Math.max(renewed, input.watchingSinceMs) + lostAfterMs;
-  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)`, machineGone };
+  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)`, machineGone: gone };
   return { lost: false, recheckInMs: lostAt - nowMs };
 }

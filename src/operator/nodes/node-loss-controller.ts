@@ -18,6 +18,7 @@ import {
   hasFinalizer,
   isNotFound,
   mutateWithRetry,
+  removeFinalizer,
   requeueAfter,
   type DeepReadonly,
   type EventRecorder,
@@ -32,7 +33,7 @@ import { silentLogger, systemClock, type Clock, type Logger } from "../../shared
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
 import { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
-import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss } from "./decide-node-loss.ts";
+import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, machineGone } from "./decide-node-loss.ts";
 
 export interface NodeLossControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
@@ -123,29 +124,16 @@ export class NodeLossController {
   #awaitsGoneMachine(vm: DeepReadonly<ImpVM>): boolean {
     const node = vm.status?.nodeName;
     if (node === undefined || !isTerminalVM(vm) || !hasFinalizer(vm, FINALIZERS.vmTeardown)) return false;
-    const state = this.#kubeNodes.state(node);
-    return state === "deleted" || state === "never";
+    return machineGone(this.#kubeNodes.state(node));
   }
 
   /** What the agent does last at release, done for it: the VM object may go (its pool deletes ended VMs). */
   async #releaseTeardown(ctx: ReconcileContext, vm: Cached<ImpVM>): Promise<void> {
-    let released = false;
-    try {
-      await mutateWithRetry(this.#o.vms, {
-        ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name },
-        signal: ctx.signal,
-        mutate: (d) => {
-          released = false;
-          // The same VM (not one reusing its name), still ended, still on the lost node.
-          if (d.metadata.uid !== vm.metadata.uid || !isTerminalVM(d) || d.status?.nodeName !== ctx.key || !hasFinalizer(d, FINALIZERS.vmTeardown)) return false;
-          d.metadata = { ...d.metadata, finalizers: (d.metadata.finalizers ?? []).filter((f) => f !== FINALIZERS.vmTeardown) };
-          released = true;
-        },
-      });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
+    // The same VM (not one reusing its name), still ended, still on the lost node.
+    const same = (d: ImpVM): boolean => d.metadata.uid === vm.metadata.uid && isTerminalVM(d) && d.status?.nodeName === ctx.key;
+    if (await removeFinalizer(this.#o.vms, { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name }, FINALIZERS.vmTeardown, ctx.signal, same)) {
+      ctx.logger.info({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost and its machine has no Node: the agent's teardown finalizer removed");
     }
-    if (released) ctx.logger.info({ vm: `${vm.metadata.namespace}/${vm.metadata.name}`, node: ctx.key }, "node lost and its machine has no Node: the agent's teardown finalizer removed");
   }
 
   /** As the agent does at release: the sealed setup and inputs leave the status, the setup is recorded Deleted. */
