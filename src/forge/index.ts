@@ -5,3 +5,4 @@ export { GitHubScaleSetForge, type GitHubScaleSetForgeOptions } from "./github/s
 export { GiteaForge, type GiteaForgeOptions } from "./gitea/gitea-forge.ts";
 export { GiteaClient, GiteaErrorCode, DEFAULT_GITEA_RETRY, describeGiteaScope, type GiteaClientOptions, type GiteaJob, type GiteaRunner, type GiteaScope, type RegisteredRunner } from "./gitea/client.ts";
 export { FORGE_ERROR_CODES } from "./error-codes.ts";
+export { acceptGiteaWebhook, GITEA_WEBHOOK_DIALECT } from "./gitea/webhook.ts";

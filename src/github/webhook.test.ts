@@ -100,7 +100,7 @@ test("a body that is not UTF-8 is rejected even with a signature over its bytes"
 test("other events and unhandled actions are rejected with a reason, though authentic", async () => {
   const push = payload();
   const pushVerdict = await acceptWebhook({ headers: headers(push, "s3cret", { "x-github-event": "push" }), body: Buffer.from(push) }, { secrets: ["s3cret"] });
-  assert.deepEqual(pushVerdict, { kind: "rejected", reason: 'event "push" is not workflow_job', authentic: true });
+  assert.deepEqual(pushVerdict, { kind: "rejected", reason: 'event "push" is not workflow_job', authentic: true, ignored: true });
   const waiting = payload({ action: "waiting" });
   const waitingVerdict = await acceptWebhook({ headers: headers(waiting), body: Buffer.from(waiting) }, { secrets: ["s3cret"] });
   assert.equal(waitingVerdict.kind, "rejected");

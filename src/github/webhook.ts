@@ -1,5 +1,5 @@
 import { DEFAULT_MAX_WEBHOOK_BYTES, verifyWebhookSignature } from "./webhook-signature.ts";
-import { parseWorkflowJobWebhook, type WorkflowJobEvent } from "./workflow-job-event.ts";
+import { parseWorkflowJobWebhook, type WebhookParseResult, type WorkflowJobEvent } from "./workflow-job-event.ts";
 
 /**
  * One webhook delivery from the HTTP layer to a typed event or a rejection: size, signature
@@ -18,7 +18,7 @@ export interface WebhookOptions {
 
 export type WebhookVerdict =
   | { readonly kind: "accepted"; readonly event: WorkflowJobEvent }
-  | { readonly kind: "rejected"; readonly reason: string; readonly authentic: boolean };
+  | { readonly kind: "rejected"; readonly reason: string; readonly authentic: boolean; readonly ignored?: true };
 
 function single(value: string | readonly string[] | undefined): string | undefined {
   return typeof value === "string" ? value : undefined;
@@ -37,5 +37,11 @@ export async function acceptWebhook(delivery: WebhookDelivery, options: WebhookO
     single(delivery.headers["x-github-delivery"]),
     new TextDecoder().decode(delivery.body),
   );
-  return parsed.ok ? { kind: "accepted", event: parsed.event } : { kind: "rejected", reason: parsed.reason, authentic: true };
+  return verdictOf(parsed);
+}
+
+/** An authentic delivery's verdict: accepted, ignored (an event or action Imp does not act on) or rejected as bad input. */
+export function verdictOf(parsed: WebhookParseResult): WebhookVerdict {
+  if (parsed.ok) return { kind: "accepted", event: parsed.event };
+  return { kind: "rejected", reason: parsed.reason, authentic: true, ...(parsed.ignored === true ? { ignored: true as const } : {}) };
 }

@@ -36,9 +36,29 @@ export interface WorkflowJobEvent {
   readonly eventName?: string;
 }
 
+/**
+ * What differs between forges that send GitHub's `workflow_job` payload: Gitea (1.24+) sends the
+ * same shape under its own header names, names an organization by `name` instead of `login`, and
+ * writes the Unix epoch for a time that is not set yet.
+ */
+export interface WebhookDialect {
+  /** The delivery-id header, as people read it (for the rejection reason). */
+  readonly deliveryHeader: string;
+  /** The key of the organization object that holds its login. */
+  readonly organizationLogin: string;
+  /** Whether 1970-01-01T00:00:00Z means "not set". */
+  readonly epochIsUnset: boolean;
+  /** Actions the forge sends that Imp does not act on (answered as ignored, not as bad input). */
+  readonly ignoredActions: readonly string[];
+}
+
+export const GITHUB_WEBHOOK_DIALECT: WebhookDialect = { deliveryHeader: "X-GitHub-Delivery", organizationLogin: "login", epochIsUnset: false, ignoredActions: [] };
+
 export type WebhookParseResult =
   | { readonly ok: true; readonly event: WorkflowJobEvent }
-  | { readonly ok: false; readonly reason: string };
+  | { readonly ok: false; readonly reason: string; readonly ignored?: true };
+
+class Ignored extends Error {}
 
 const MAX_STRING = 1024;
 const MAX_LABELS = 100;
@@ -73,11 +93,11 @@ function nullableId(value: unknown, what: string): number | null {
 
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
 
-function optionalTime(value: unknown, what: string): number | undefined {
+function optionalTime(value: unknown, what: string, epochIsUnset = false): number | undefined {
   if (value === undefined || value === null) return undefined;
   const ms = typeof value === "string" && ISO_TIME.test(value) ? Date.parse(value) : Number.NaN;
   if (!Number.isFinite(ms)) throw new Reject(`${what} is not an ISO 8601 time`);
-  return ms;
+  return epochIsUnset && ms === 0 ? undefined : ms;
 }
 
 function optionalLogin(value: unknown, key: string, what: string): string | undefined {
@@ -85,10 +105,10 @@ function optionalLogin(value: unknown, key: string, what: string): string | unde
   return string(object(value, what)[key], `${what}.${key}`);
 }
 
-export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliveryId: string | undefined, body: string): WebhookParseResult {
+export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliveryId: string | undefined, body: string, dialect: WebhookDialect = GITHUB_WEBHOOK_DIALECT): WebhookParseResult {
   try {
-    if (eventHeader !== "workflow_job") throw new Reject(`event ${JSON.stringify(eventHeader ?? null)} is not workflow_job`);
-    if (deliveryId === undefined || !DELIVERY_ID.test(deliveryId)) throw new Reject("X-GitHub-Delivery is missing or malformed");
+    if (eventHeader !== "workflow_job") throw new Ignored(`event ${JSON.stringify(eventHeader ?? null)} is not workflow_job`);
+    if (deliveryId === undefined || !DELIVERY_ID.test(deliveryId)) throw new Reject(`${dialect.deliveryHeader} is missing or malformed`);
     let payload: unknown;
     try {
       payload = JSON.parse(body);
@@ -97,6 +117,7 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
     }
     const root = object(payload, "payload");
     const action = root["action"];
+    if (typeof action === "string" && dialect.ignoredActions.includes(action)) throw new Ignored(`action ${action} is not acted on`);
     if (typeof action !== "string" || !(WORKFLOW_JOB_ACTIONS as readonly string[]).includes(action)) {
       throw new Reject(`action ${JSON.stringify(action)} is not one of ${WORKFLOW_JOB_ACTIONS.join(", ")}`);
     }
@@ -110,9 +131,9 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
     const owner = optionalLogin(repository["owner"], "login", "repository.owner") ?? fullName.split("/")[0] ?? "";
     if (fullName !== `${owner}/${repoName}`) throw new Reject("repository.full_name does not match owner and name");
     const installation = root["installation"];
-    const createdAt = optionalTime(job["created_at"], "workflow_job.created_at");
-    const startedAt = optionalTime(job["started_at"], "workflow_job.started_at");
-    const completedAt = optionalTime(job["completed_at"], "workflow_job.completed_at");
+    const createdAt = optionalTime(job["created_at"], "workflow_job.created_at", dialect.epochIsUnset);
+    const startedAt = optionalTime(job["started_at"], "workflow_job.started_at", dialect.epochIsUnset);
+    const completedAt = optionalTime(job["completed_at"], "workflow_job.completed_at", dialect.epochIsUnset);
     const event: WorkflowJobEvent = {
       deliveryId,
       action: action as WorkflowJobAction,
@@ -126,7 +147,7 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
       runnerGroupName: nullableString(job["runner_group_name"], "workflow_job.runner_group_name"),
       conclusion: nullableString(job["conclusion"], "workflow_job.conclusion"),
       repository: { owner, name: repoName, fullName },
-      organization: optionalLogin(root["organization"], "login", "organization"),
+      organization: optionalLogin(root["organization"], dialect.organizationLogin, "organization"),
       enterprise: optionalLogin(root["enterprise"], "slug", "enterprise"),
       installationId: installation === undefined || installation === null ? undefined : id(object(installation, "installation")["id"], "installation.id"),
       ...(createdAt === undefined ? {} : { createdAt }),
@@ -139,6 +160,7 @@ export function parseWorkflowJobWebhook(eventHeader: string | undefined, deliver
     return { ok: true, event };
   } catch (err) {
     if (err instanceof Reject) return { ok: false, reason: err.message };
+    if (err instanceof Ignored) return { ok: false, reason: err.message, ignored: true };
     throw err;
   }
 }

@@ -2,7 +2,8 @@
  * `imp operator`: builds the whole operator from a kubeconfig and options and runs it. Caches (pools,
  * VMs, ImpNodes, agent Leases, classes, templates, core Nodes) → leader election (a Lease) →
  * controllers (scheduler, node loss, runner pools, runner setup and registration removal) →
- * webhook receiver; a health/metrics server answers from the start.
+ * webhook receiver and scale-set listeners, whose events one fan-out (DemandEvents) hands to the
+ * pools' demand and the job observer; a health/metrics server answers from the start.
  * Runs until its signal aborts; rejects on LeadershipLost so the process exits and campaigns anew.
  */
 import { hostname } from "node:os";
@@ -27,9 +28,11 @@ import { DrainController, NodeLossController } from "./nodes/index.ts";
 import { KubeNodeTracker, nodeCordoned, SchedulerController } from "./scheduler/index.ts";
 import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
-import { InputsController, PoolForges, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
+import { InputsController, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
+import { PoolForges } from "./forges/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
+import { DemandEvents } from "./demand/index.ts";
 import { DEFAULT_LISTENER_TIMINGS, ScaleSetListeners } from "./scale-sets/index.ts";
 import { registerFleetMetrics } from "./fleet-metrics.ts";
 
@@ -159,6 +162,8 @@ export class Operator {
   readonly templateCache: Informer<ImpVMTemplate>;
   /** ARC-named job metrics, job Events and per-step VM histograms (docs/operator.md). */
   readonly jobs: JobObserver;
+  /** What the forges push (webhook deliveries, scale-set job messages), fanned out to the pools' demand and the job observer. */
+  readonly demandEvents: DemandEvents;
   /** One scale-set listener per scale-set pool, on the leader. */
   readonly scaleSets: ScaleSetListeners;
   /** The fault points this operator hits (tests read `hits`). */
@@ -182,6 +187,7 @@ export class Operator {
     this.poolCache = cache(api.pools, "impvmrunnerpools", true, RESYNC_MS);
     this.nodeCache = cache(api.nodes, "impnodes", false);
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(c.kubeConfig, EVENT_RESOURCE), component: "imp-operator", instance: c.instance, clock: c.clock, logger: c.logger });
+    this.demandEvents = new DemandEvents(c.logger.child({ component: "demand" }));
     const forges = new PoolForges({ secrets: api.secrets, baseUrlOverride: c.githubUrl, clientOptions: c.githubClientOptions, clock: c.clock, logger: c.logger.child({ component: "github" }) });
     this.scaleSets = this.#scaleSetListeners(forges, recorder);
     const common = { vmCache: this.vmCache, poolCache: this.poolCache, forges, recorder, registry: this.registry, logger: c.logger, clock: c.clock, faults: c.faults };
@@ -201,6 +207,7 @@ export class Operator {
     this.templateCache = cache(createResourceClient<ImpVMTemplate>(c.kubeConfig, IMP_VM_TEMPLATES), "impvmtemplates", true);
     this.inputs = new InputsController({ vms: api.vms, secrets: api.secrets, vmCache: this.vmCache, nodeCache: this.nodeCache, templateCache: this.templateCache, recorder, registry: this.registry, logger: c.logger, clock: c.clock });
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
+    this.demandEvents.listen(this.pools.demand).listen({ onWorkflowJob: (_forge, event, audience) => this.jobs.onWorkflowJob(event, audience), onScaleSetJob: (key, job) => this.jobs.onScaleSetJob(key, job) });
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
     this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.drain = c.nodeLoss && nodes !== undefined ? new DrainController({ vms: api.vms, nodes: api.nodes, vmInformer: this.vmCache, nodeInformer: this.nodeCache, poolInformer: this.poolCache, kubeNodes: nodes.kubeNodes, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
@@ -214,10 +221,7 @@ export class Operator {
       poolCache: this.poolCache,
       client: (pool, signal) => forges.scaleSetClientFor(pool, signal),
       onChange: (key) => this.pools.controller.enqueue(key),
-      onJob: (key, job) => {
-        this.pools.onScaleSetJob(key, job);
-        this.jobs.onScaleSetJob(key, job);
-      },
+      onJob: (key, job) => this.demandEvents.scaleSetJob(key, job),
       onEvent: (pool, type, reason, message) => void recorder.record(pool, { type, reason, message }),
       ownerName: c.instance,
       logger: c.logger.child({ component: "scale-sets" }),
@@ -267,11 +271,8 @@ export class Operator {
     const webhookSecrets = new PoolWebhookSecrets({ poolCache: this.poolCache, secrets: this.#api.secrets, operatorSecrets: c.webhookSecrets ?? [], clock: c.clock, logger: c.logger.child({ component: "webhook" }) });
     return new WebhookServer({
       secrets: [],
-      trust: (signal) => webhookSecrets.trusts(signal),
-      onEvent: (event, audience) => {
-        this.pools.onWorkflowJob(event, audience);
-        this.jobs.onWorkflowJob(event, audience);
-      },
+      trust: (forge, signal) => webhookSecrets.trusts(forge, signal),
+      onEvent: (forge, event, audience) => this.demandEvents.workflowJob(forge, event, audience),
       port,
       host: c.webhookHost,
       registry: this.registry,

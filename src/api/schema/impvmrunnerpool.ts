@@ -105,16 +105,16 @@ export type GiteaSettings = Static<typeof GiteaSettings>;
 
 export const WebhookSettings = Type.Object(
   {
-    enabled: Type.Boolean({ default: false, description: "Scale up on `workflow_job` webhooks in addition to polling." }),
+    enabled: Type.Boolean({ default: false, description: "Scale up on the forge's `workflow_job` webhooks (GitHub: `/webhooks/github`; Gitea 1.24+: `/webhooks/gitea`), with a listing of the forge's queue every 30 s as the backstop for lost deliveries." }),
     secretRef: Type.Optional(Type.Object(SecretKeySelector.properties, { description: "Secret key holding the webhook secret (HMAC SHA-256); read again at most every 10 s." })),
     previousSecretRef: Type.Optional(
       Type.Object(SecretKeySelector.properties, {
-        description: "While rotating: the secret being replaced, accepted beside `secretRef`'s until this field is removed (set it to the old key, change the secret on GitHub, then drop it).",
+        description: "While rotating: the secret being replaced, accepted beside `secretRef`'s until this field is removed (set it to the old key, change the secret on the forge, then drop it).",
       }),
     ),
   },
   {
-    description: "GitHub webhook delivery for faster scale-up.",
+    description: "Webhook delivery for faster scale-up (GitHub or Gitea; a Gitea delivery is accepted only with the pool's own secret).",
     ...cel(
       { rule: "!self.enabled || has(self.secretRef)", message: "secretRef is required when the webhook is enabled", fieldPath: ".secretRef", reason: "FieldValueRequired" },
       { rule: "!has(self.previousSecretRef) || has(self.secretRef)", message: "previousSecretRef is only accepted beside secretRef", fieldPath: ".previousSecretRef", reason: "FieldValueRequired" },
@@ -158,7 +158,6 @@ export const ImpVMRunnerPoolSpec = Type.Object(
     ...cel(
       { rule: "self.maxConcurrent >= self.minIdle", message: "maxConcurrent must be at least minIdle", fieldPath: ".maxConcurrent" },
       { rule: "has(self.github) != has(self.gitea)", message: "exactly one forge: set github or gitea", fieldPath: ".github", reason: "FieldValueRequired" },
-      { rule: "!has(self.gitea) || !has(self.webhook) || !self.webhook.enabled", message: "a Gitea pool lists Gitea's queue for demand: webhook.enabled must be false", fieldPath: ".webhook.enabled" },
       {
         rule: "!has(self.github) || !has(self.github.scaleSet) || !has(self.webhook) || !self.webhook.enabled",
         message: "a scale-set pool takes its demand from its listener: webhook.enabled must be false",

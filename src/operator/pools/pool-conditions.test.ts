@@ -32,7 +32,7 @@ describe("poolConditions", () => {
     {
       name: "the forge refused the listing",
       facts: facts({ forge: { ok: false, message: "401 Bad credentials" } }),
-      want: { CredentialsValid: ["False", "GitHubError"], Ready: ["False", "GitHubError"] },
+      want: { CredentialsValid: ["False", "ForgeError"], Ready: ["False", "ForgeError"] },
       remove: ["ScaleSetListening"],
     },
     {

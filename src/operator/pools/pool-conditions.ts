@@ -25,7 +25,7 @@ export function poolConditions(f: PoolConditionFacts): { readonly set: Condition
   const d = f.decision;
   const set: ConditionInput[] = [];
   if (f.forge !== undefined) {
-    set.push({ type: T.CredentialsValid, status: f.forge.ok ? "True" : "False", reason: f.forge.ok ? "RunnersListed" : "GitHubError", message: f.forge.message });
+    set.push({ type: T.CredentialsValid, status: f.forge.ok ? "True" : "False", reason: f.forge.ok ? "RunnersListed" : "ForgeError", message: f.forge.message });
   }
   const listener = f.listener === "none-yet" ? { reason: "Starting", message: "" } : f.listener;
   // A scale-set pool whose listener cannot listen gets no jobs: not ready, and says why.
@@ -34,7 +34,7 @@ export function poolConditions(f: PoolConditionFacts): { readonly set: Condition
   set.push({
     type: T.Ready,
     status: !forgeFailed && !d.budgetExhausted && !deaf ? "True" : "False",
-    reason: d.budgetExhausted ? "FailureBudgetExhausted" : forgeFailed ? "GitHubError" : deaf ? "ScaleSetNotListening" : "Reconciled",
+    reason: d.budgetExhausted ? "FailureBudgetExhausted" : forgeFailed ? "ForgeError" : deaf ? "ScaleSetNotListening" : "Reconciled",
     message: d.budgetExhausted
       ? `${d.failures.consecutive} VMs in a row failed before their runner started; creating one VM every ${Math.round(f.capMs / 1000)} s until one starts`
       : forgeFailed

@@ -5,10 +5,10 @@ import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } fro
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FakeClock, silentLogger, waitFor } from "../../shared/index.ts";
-import { PoolForges } from "../setup/pool-forges.ts";
+import { PoolForges } from "../forges/index.ts";
 import type { JobState, PoolForge } from "../../forge/index.ts";
 import { PoolController } from "./pool-controller.ts";
-import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
+import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "../resources.ts";
 
 const pool: ImpVMRunnerPool = {
   apiVersion: API_VERSION,
@@ -124,34 +124,34 @@ describe("PoolController", () => {
         installationId: undefined,
         createdAt: Date.now(),
       });
-      controller.onWorkflowJob(job("queued", 1, null), new Set(["ns/b"]));
-      await controller.demandSettled();
-      assert.equal(controller.activity.queuedJobs("ns/a"), 0, "pool a comes first by name, but the secret was b's");
-      assert.equal(controller.activity.queuedJobs("ns/b"), 1);
-      controller.onWorkflowJob(job("queued", 2, null), "all");
-      await controller.demandSettled();
-      assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret speaks for every pool: the first match takes it");
-      controller.onWorkflowJob(job("in_progress", 1, "a-bcdfg"), new Set(["ns/b"]));
-      assert.equal(controller.activity.isBusy("a-bcdfg"), false, "b's secret cannot mark a's runner busy");
-      assert.equal(controller.activity.queuedJobs("ns/b"), 1, "nor take b's queued job away through a runner of a");
-      controller.onWorkflowJob(job("in_progress", 1, "b-bcdfg"), new Set(["ns/b"]));
-      assert.equal(controller.activity.isBusy("b-bcdfg"), true);
-      assert.equal(controller.activity.queuedJobs("ns/b"), 0);
+      controller.demand.onWorkflowJob("github", job("queued", 1, null), new Set(["ns/b"]));
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/a"), 0, "pool a comes first by name, but the secret was b's");
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 1);
+      controller.demand.onWorkflowJob("github", job("queued", 2, null), "all");
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/a"), 1, "the operator's own secret speaks for every pool: the first match takes it");
+      controller.demand.onWorkflowJob("github", job("in_progress", 1, "a-bcdfg"), new Set(["ns/b"]));
+      assert.equal(controller.demand.ledger("github").isBusy("a-bcdfg"), false, "b's secret cannot mark a's runner busy");
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 1, "nor take b's queued job away through a runner of a");
+      controller.demand.onWorkflowJob("github", job("in_progress", 1, "b-bcdfg"), new Set(["ns/b"]));
+      assert.equal(controller.demand.ledger("github").isBusy("b-bcdfg"), true);
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 0);
       // Cancelled while queued: completed with no runner (as GitHub sends it). It ends the demand,
       // but only in the pools the delivery's secret speaks for.
-      controller.onWorkflowJob({ ...job("queued", 3, null), deliveryId: "d-3-q" }, new Set(["ns/b"]));
-      await controller.demandSettled();
-      assert.equal(controller.activity.queuedJobs("ns/b"), 1);
+      controller.demand.onWorkflowJob("github", { ...job("queued", 3, null), deliveryId: "d-3-q" }, new Set(["ns/b"]));
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 1);
       const cancelled = { ...job("completed", 3, null), conclusion: "cancelled" };
-      controller.onWorkflowJob(cancelled, new Set(["ns/a"]));
-      assert.equal(controller.activity.queuedJobs("ns/b"), 1, "a's secret cannot cancel b's queued job");
-      controller.onWorkflowJob(cancelled, new Set(["ns/b"]));
-      assert.equal(controller.activity.queuedJobs("ns/b"), 0, "a job cancelled while queued is no longer demand");
-      controller.onWorkflowJob(job("queued", 4, null), "all");
-      await controller.demandSettled();
-      assert.equal(controller.activity.queuedJobs("ns/a"), 2);
-      controller.onWorkflowJob({ ...job("completed", 4, null), conclusion: "cancelled" }, "all");
-      assert.equal(controller.activity.queuedJobs("ns/a"), 1, "the operator's own secret ends it wherever it was counted");
+      controller.demand.onWorkflowJob("github", cancelled, new Set(["ns/a"]));
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 1, "a's secret cannot cancel b's queued job");
+      controller.demand.onWorkflowJob("github", cancelled, new Set(["ns/b"]));
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/b"), 0, "a job cancelled while queued is no longer demand");
+      controller.demand.onWorkflowJob("github", job("queued", 4, null), "all");
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/a"), 2);
+      controller.demand.onWorkflowJob("github", { ...job("completed", 4, null), conclusion: "cancelled" }, "all");
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/a"), 1, "the operator's own secret ends it wherever it was counted");
     } finally {
       stop.abort();
     }
@@ -301,13 +301,13 @@ describe("PoolController demand: replayed and stale deliveries, and listings", (
     const h = await harness({ jobState: async () => "queued" });
     try {
       const now = h.clock.now();
-      h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
-      await h.controller.demandSettled();
-      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1, "the forge says job 7 waits");
-      h.controller.onWorkflowJob(delivery("completed", 7, now, "w-bcdfg"), "all");
-      assert.equal(h.controller.activity.queuedJobs("ns/w"), 0);
-      h.controller.onWorkflowJob(delivery("queued", 7, now), "all");
-      assert.equal(h.controller.activity.queuedJobs("ns/w"), 0, "the signed body replayed under a new delivery id");
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 7, now), "all");
+      await h.controller.demand.settled();
+      assert.equal(h.controller.demand.ledger("github").queuedJobs("ns/w"), 1, "the forge says job 7 waits");
+      h.controller.demand.onWorkflowJob("github", delivery("completed", 7, now, "w-bcdfg"), "all");
+      assert.equal(h.controller.demand.ledger("github").queuedJobs("ns/w"), 0);
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 7, now), "all");
+      assert.equal(h.controller.demand.ledger("github").queuedJobs("ns/w"), 0, "the signed body replayed under a new delivery id");
       assert.equal(await signals(h.registry, "webhook", "replayed"), 1);
       assert.deepEqual(h.asked, [7], "the first delivery was verified; a known replay costs no call to the forge");
     } finally {
@@ -320,19 +320,19 @@ describe("PoolController demand: replayed and stale deliveries, and listings", (
     const h = await harness({ jobState: async (_repo, id) => states.get(id) ?? "unknown" });
     try {
       const hourAgo = h.clock.now() - 3_600_000;
-      h.controller.onWorkflowJob(delivery("queued", 8, hourAgo), "all");
-      h.controller.onWorkflowJob(delivery("queued", 9, hourAgo), "all");
-      h.controller.onWorkflowJob(delivery("queued", 10, undefined), "all");
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 8, hourAgo), "all");
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 9, hourAgo), "all");
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 10, undefined), "all");
       await waitFor("the three checks", async () => ((await signals(h.registry, "webhook", "stale")) === 2 && (await signals(h.registry, "webhook", "counted")) === 1 ? true : undefined), { timeoutMs: 5_000, intervalMs: 10 });
       assert.deepEqual(h.asked.sort(), [10, 8, 9].sort());
-      assert.equal(h.controller.activity.queuedJobs("ns/w"), 1, "only job 9, which still waits");
-      assert.equal(h.controller.activity.isQueued("ns/w", 9), true);
+      assert.equal(h.controller.demand.ledger("github").queuedJobs("ns/w"), 1, "only job 9, which still waits");
+      assert.equal(h.controller.demand.ledger("github").isQueued("ns/w", 9), true);
       // Queued five seconds ago, but done by now (a replay after the operator forgot it): not counted.
       states.set(11, "done");
-      h.controller.onWorkflowJob(delivery("queued", 11, h.clock.now() - 5_000), "all");
-      await h.controller.demandSettled();
+      h.controller.demand.onWorkflowJob("github", delivery("queued", 11, h.clock.now() - 5_000), "all");
+      await h.controller.demand.settled();
       assert.ok(h.asked.includes(11), "a recent delivery is asked about too");
-      assert.equal(h.controller.activity.isQueued("ns/w", 11), false, "and not counted: the forge says its job no longer waits");
+      assert.equal(h.controller.demand.ledger("github").isQueued("ns/w", 11), false, "and not counted: the forge says its job no longer waits");
     } finally {
       h.stop.abort();
     }

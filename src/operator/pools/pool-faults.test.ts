@@ -9,9 +9,9 @@ import { Registry } from "prom-client";
 import { API_VERSION, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FaultPoints, parseFaultPlan, silentLogger, waitFor } from "../../shared/index.ts";
-import { PoolForges } from "../setup/pool-forges.ts";
+import { PoolForges } from "../forges/index.ts";
 import { PoolController } from "./pool-controller.ts";
-import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "./resources.ts";
+import { IMP_VM_RUNNER_POOLS, IMP_VMS, SECRETS, type SecretObject } from "../resources.ts";
 
 const pool: ImpVMRunnerPool = {
   apiVersion: API_VERSION,

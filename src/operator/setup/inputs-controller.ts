@@ -12,7 +12,7 @@ import type { Registry } from "prom-client";
 import { sealSetup, secretKeysNeeded, templateOf, vmInputsFrom, type ImpNode, type ImpVM, type ImpVMTemplate } from "../../api/index.ts";
 import { Controller, done, isNotFound, keyOf, mutateWithRetry, requeueAfter, type EventRecorder, type Informer, type ReconcileContext, type ReconcileResult, type ResourceClient, type Stored } from "../../kube/index.ts";
 import { describeError, ImpError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
-import type { SecretObject } from "../pools/resources.ts";
+import type { SecretObject } from "../resources.ts";
 import { VM_NODE_INDEX } from "./setup-controller.ts";
 
 const NODE_KEY_WAIT_MS = 2_000;

@@ -45,7 +45,7 @@ import {
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
-import type { PoolForges } from "./pool-forges.ts";
+import type { PoolForges } from "../forges/index.ts";
 
 /** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
 export const VM_NODE_INDEX = "imp-operator/setup-vm-by-node";

@@ -6,7 +6,7 @@ import { API_VERSION, type ImpVMRunnerPool, type WebhookSettings } from "../../a
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { FakeResourceClient, keyOf, type Stored } from "../../kube/index.ts";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
-import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../pools/resources.ts";
+import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../resources.ts";
 import { PoolWebhookSecrets, type WebhookAudience } from "./webhook-secrets.ts";
 import { WEBHOOK_PATH, WebhookServer } from "./webhook-server.ts";
 
@@ -49,7 +49,7 @@ describe("webhook secrets from the pools' Secrets", () => {
     await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "hook-a", namespace: "ns" }, data: { secret: b64("secret-a-1\n") } });
     await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "hook-b", namespace: "ns" }, data: { secret: b64("secret-b") } });
     pools = [pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" } }), pool("b", { enabled: true, secretRef: { name: "hook-b", key: "secret" } })];
-    const server = new WebhookServer({ secrets: [], trust: (s) => trust.trusts(s), onEvent: (event, audience) => received.push({ event, audience }), port: 0, host: "127.0.0.1", registry: new Registry(), logger: silentLogger });
+    const server = new WebhookServer({ secrets: [], trust: (forge, s) => trust.trusts(forge, s), onEvent: (_forge, event, audience) => received.push({ event, audience }), port: 0, host: "127.0.0.1", registry: new Registry(), logger: silentLogger });
     running = server.start(stop.signal);
     url = `${await server.listening()}${WEBHOOK_PATH}`;
   });

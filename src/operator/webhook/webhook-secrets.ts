@@ -11,7 +11,8 @@
 import { keyOf, isNotFound, type Informer, type ResourceClient } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { ImpVMRunnerPool } from "../../api/index.ts";
-import type { SecretObject } from "../pools/resources.ts";
+import type { SecretObject } from "../resources.ts";
+import { forgeOf, type ForgeFamily } from "../forges/index.ts";
 
 export const DEFAULT_WEBHOOK_SECRET_TTL_MS = 10_000;
 
@@ -50,13 +51,20 @@ export class PoolWebhookSecrets {
     this.#clock = options.clock ?? systemClock;
   }
 
-  /** The trust groups now, operator secrets first; pools sharing the same secrets share one group. */
-  async trusts(signal?: AbortSignal): Promise<WebhookTrust[]> {
+  /**
+   * The trust groups of one forge's pools now, operator secrets first (GitHub's only: the operator's
+   * secrets are the GitHub App's); pools sharing the same secrets share one group.
+   */
+  async trusts(forge: ForgeFamily = "github", signal?: AbortSignal): Promise<WebhookTrust[]> {
     const groups = new Map<string, { secrets: string[]; pools: Set<string> }>();
     const live = new Set<string>();
     for (const pool of this.#o.poolCache.list()) {
       const webhook = pool.spec.webhook;
       if (webhook?.enabled !== true || webhook.secretRef === undefined || pool.metadata.deletionTimestamp !== undefined) continue;
+      if (forgeOf(pool) !== forge) {
+        for (const ref of [webhook.secretRef, webhook.previousSecretRef]) if (ref !== undefined) live.add(`${pool.metadata.namespace ?? ""}/${ref.name}`);
+        continue;
+      }
       const namespace = pool.metadata.namespace ?? "";
       const values: string[] = [];
       for (const ref of [webhook.secretRef, webhook.previousSecretRef]) {
@@ -73,7 +81,7 @@ export class PoolWebhookSecrets {
     }
     for (const key of this.#cache.keys()) if (!live.has(key)) this.#cache.delete(key);
     const operator = this.#o.operatorSecrets ?? [];
-    return [...(operator.length > 0 ? [{ secrets: operator, audience: "all" as const }] : []), ...[...groups.values()].map((g) => ({ secrets: g.secrets, audience: g.pools }))];
+    return [...(operator.length > 0 && forge === "github" ? [{ secrets: operator, audience: "all" as const }] : []), ...[...groups.values()].map((g) => ({ secrets: g.secrets, audience: g.pools }))];
   }
 
   async #read(namespace: string, name: string, key: string, pool: string, signal: AbortSignal | undefined): Promise<string | undefined> {

@@ -24,7 +24,7 @@ describe("WebhookServer", () => {
   let url: string;
 
   before(async () => {
-    server = new WebhookServer({ secrets: [NEW, OLD], onEvent: (e) => events.push(e), port: 0, host: "127.0.0.1", registry: new Registry(), logger: silentLogger, maxBodyBytes: 4096 });
+    server = new WebhookServer({ secrets: [NEW, OLD], onEvent: (_forge, e) => events.push(e), port: 0, host: "127.0.0.1", registry: new Registry(), logger: silentLogger, maxBodyBytes: 4096 });
     running = server.start(stop.signal);
     url = `${await server.listening()}${WEBHOOK_PATH}`;
   });

@@ -341,7 +341,7 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     assert.equal(limited?.status, "True");
     assert.equal(limited?.reason, "MaxConcurrent");
     const metrics = await registry.getSingleMetric("imp_operator_webhooks_total")?.get();
-    const count = (result: string): number => metrics?.values.find((v) => v.labels["result"] === result)?.value ?? 0;
+    const count = (result: string): number => metrics?.values.find((v) => v.labels["result"] === result && v.labels["forge"] === "github")?.value ?? 0;
     assert.equal(count("rejected"), 2);
     assert.equal(count("too_large"), 1);
     assert.equal(count("duplicate"), 1);

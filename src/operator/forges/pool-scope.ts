@@ -76,3 +76,15 @@ export function poolCarriesLabels(pool: Readonly<ImpVMRunnerPool>, labels: reado
   const carried = new Set([...(pool.spec.github === undefined ? [] : IMPLICIT_LABELS), ...poolLabels(pool).map((l) => l.toLowerCase())]);
   return labels.every((l) => carried.has(l.toLowerCase()));
 }
+
+/** Which forge a pool's runners serve. Job ids and webhook secrets are each forge's own: demand never mixes them. */
+export type ForgeFamily = "github" | "gitea";
+
+export function forgeOf(pool: { readonly spec: { readonly gitea?: unknown } }): ForgeFamily {
+  return pool.spec.gitea === undefined ? "github" : "gitea";
+}
+
+/** The forge's name as a person reads it, for conditions, Events and logs. */
+export function forgeName(pool: { readonly spec: { readonly gitea?: unknown } }): string {
+  return forgeOf(pool) === "gitea" ? "Gitea" : "GitHub";
+}

@@ -14,8 +14,8 @@ import { CredentialText, DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, S
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { isNotFound, type ResourceClient } from "../../kube/index.ts";
 import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";
-import { githubOf, scopeOfPool } from "../pools/pool-scope.ts";
-import type { SecretObject } from "../pools/resources.ts";
+import { githubOf, scopeOfPool } from "./pool-scope.ts";
+import type { SecretObject } from "../resources.ts";
 
 /** Key of a credentials Secret that holds a token instead of App credentials (enterprise scope). */
 export const TOKEN_SECRET_KEY = "token";

@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import { API_VERSION, GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { FakeResourceClient } from "../../kube/index.ts";
 import { ImpError, silentLogger } from "../../shared/index.ts";
-import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../pools/resources.ts";
+import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../resources.ts";
 import { PoolForges, TOKEN_SECRET_KEY } from "./pool-forges.ts";
 
 const b64 = (s: string): string => Buffer.from(s).toString("base64");

@@ -1,0 +1,108 @@
+/**
+ * A pool's periodic listing of the jobs waiting on its forge: the demand of `listing` pools (Gitea
+ * without webhook, every `listingIntervalMs`) and the backstop of `webhook` pools (every
+ * `backstopIntervalMs`), so that no job waits for a lost delivery longer than one interval.
+ *
+ * What is listed: Gitea lists a pool's whole scope at once; GitHub lists per repository — the
+ * pool's own (repository scope) or those it heard of within a day (organization scope, at most
+ * 20); enterprise pools have no listing (docs/operator.md). A job counts in the first pool by name,
+ * of its forge, that takes it, as a delivery does.
+ */
+import { keyOf, type Informer, type ReconcileContext } from "../../kube/index.ts";
+import type { ImpVMRunnerPool } from "../../api/index.ts";
+import type { QueuedJob } from "../../forge/index.ts";
+import { describeError, type Clock } from "../../shared/index.ts";
+import { forgeOf, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
+import { cachedPools, demandKindOf, type StoredPool, type StoredVm } from "./demand-source.ts";
+import type { DemandTally } from "./demand-tally.ts";
+import type { RunnerActivity } from "./runner-activity.ts";
+
+export interface QueueListingOptions {
+  readonly poolCache: Pick<Informer<ImpVMRunnerPool>, "list">;
+  readonly forges: Pick<PoolForges, "forPool">;
+  readonly ledger: (forge: ForgeFamily) => RunnerActivity;
+  readonly tally: DemandTally;
+  readonly clock: Clock;
+  readonly listingIntervalMs: number;
+  readonly backstopIntervalMs: number;
+}
+
+const ms = (ts: string | undefined): number | undefined => (ts === undefined ? undefined : Date.parse(ts));
+
+export class QueueListing {
+  readonly #o: QueueListingOptions;
+  /** When each pool last listed. */
+  readonly #listedAt = new Map<string, number>();
+
+  constructor(options: QueueListingOptions) {
+    this.#o = options;
+  }
+
+  /** How often the pool lists, or undefined if it does not. */
+  intervalMs(pool: Readonly<ImpVMRunnerPool>): number | undefined {
+    const kind = demandKindOf(pool);
+    return kind === "listing" ? this.#o.listingIntervalMs : kind === "webhook" ? this.#o.backstopIntervalMs : undefined;
+  }
+
+  nextLookInMs(pool: StoredPool, now: number): number {
+    const every = this.intervalMs(pool);
+    const at = this.#listedAt.get(keyOf(pool));
+    return every === undefined || at === undefined ? Infinity : Math.max(500, at + every - now);
+  }
+
+  forget(poolKey: string): void {
+    this.#listedAt.delete(poolKey);
+  }
+
+  async observe(ctx: ReconcileContext, pool: StoredPool, vms: readonly StoredVm[]): Promise<void> {
+    const interval = this.intervalMs(pool);
+    if (interval === undefined) return;
+    const startedAt = this.#o.clock.now();
+    const last = this.#listedAt.get(ctx.key);
+    // Gitea says a job was taken only by no longer listing it (or by a delivery, which may be lost).
+    // A VM that ended since the last listing may have run a job counted there: list again before
+    // that demand can order a replacement for a job already done.
+    const endedSince = pool.spec.gitea !== undefined && last !== undefined && vms.some((vm) => (ms(vm.status?.phaseTimestamps?.succeeded) ?? ms(vm.status?.phaseTimestamps?.failed) ?? 0) > last);
+    if (last !== undefined && startedAt - last < interval && !endedSince) return;
+    this.#listedAt.set(ctx.key, startedAt);
+    const ledger = this.#o.ledger(forgeOf(pool));
+    const gh = pool.spec.github;
+    const repositories = gh === undefined ? [] : gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? ledger.recentRepositories(ctx.key) : [];
+    try {
+      const forge = await this.#o.forges.forPool(pool, ctx.signal);
+      let listed: readonly QueuedJob[];
+      let covered: readonly string[] | "whole-scope" = repositories;
+      if (forge.listScopeQueuedJobs !== undefined) {
+        listed = await forge.listScopeQueuedJobs(ctx.signal);
+        covered = "whole-scope";
+      } else if (forge.listQueuedJobs !== undefined && repositories.length > 0) listed = await forge.listQueuedJobs(repositories, ctx.signal);
+      else return;
+      const jobs = listed.filter((j) => this.#firstPoolFor(j, pool));
+      for (const job of jobs) {
+        if (ledger.isQueued(ctx.key, job.id)) continue;
+        if (ledger.isSettled(job.id, ctx.key)) {
+          this.#o.tally.note("listing", "replayed");
+          continue;
+        }
+        if (demandKindOf(pool) === "webhook") ctx.logger.info({ jobId: job.id, repository: job.repository }, "a queued job found by listing (its delivery was lost or is late)");
+        this.#o.tally.count(ledger, ctx.key, "listing", job.id, job.repository);
+      }
+      ledger.jobsListed(ctx.key, covered, jobs.map((j) => j.id), startedAt);
+      ctx.logger.debug({ repositories, queued: jobs.map((j) => j.id) }, "listed the jobs waiting on the forge");
+    } catch (err) {
+      ctx.logger.warn({ err: describeError(err) }, "cannot list the jobs waiting on the forge");
+    }
+  }
+
+  /** Whether `pool` is the first listing pool by name, of the same forge, that takes the job. */
+  #firstPoolFor(job: QueuedJob, pool: StoredPool): boolean {
+    const [owner = "", name = ""] = job.repository.split("/");
+    const asDelivered = { labels: job.labels, repository: { owner, name, fullName: job.repository }, organization: owner, enterprise: undefined };
+    const family = forgeOf(pool);
+    const first = cachedPools(this.#o.poolCache)
+      .filter((p) => forgeOf(p) === family && this.intervalMs(p) !== undefined && p.metadata.deletionTimestamp === undefined && poolTakesJob(p, asDelivered))
+      .map((p) => keyOf(p))
+      .sort()[0];
+    return first === keyOf(pool);
+  }
+}

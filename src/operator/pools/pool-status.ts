@@ -1,0 +1,67 @@
+/**
+ * The pool's status as a function of its old status and what the reconcile knows: counts, queued
+ * jobs, conditions (pool-conditions.ts), the failure budget, and a scale-set pool's listener.
+ */
+import type { ImpVMRunnerPool, ImpVMRunnerPoolStatus, ScaleSetStatus } from "../../api/index.ts";
+import type { Stored } from "../../kube/index.ts";
+import type { ScaleSetPoolView } from "../demand/index.ts";
+import { setCondition } from "./conditions.ts";
+import { poolConditions } from "./pool-conditions.ts";
+import { failureBudgetStatus, type FailureBudgetPolicy, type PoolDecision } from "./pool-decision.ts";
+import type { ForgeView } from "./runner-registrations.ts";
+
+export interface PoolStatusFacts {
+  readonly pool: Readonly<Stored<ImpVMRunnerPool>>;
+  readonly decision: PoolDecision;
+  readonly forge: ForgeView | undefined;
+  /** Scale-set pools: the listener's latest word (undefined before it said anything). */
+  readonly listener: ScaleSetPoolView | undefined;
+  readonly queuedJobs: number;
+  readonly policy: FailureBudgetPolicy;
+  readonly now: number;
+}
+
+export function poolStatus(f: PoolStatusFacts, old: Readonly<ImpVMRunnerPoolStatus>, generation: number | undefined): ImpVMRunnerPoolStatus {
+  const { pool, decision: d } = f;
+  const scaleSetPool = pool.spec.github?.scaleSet !== undefined;
+  const wanted = poolConditions({
+    forge: f.forge,
+    decision: d,
+    listener: !scaleSetPool ? undefined : f.listener === undefined ? "none-yet" : { reason: f.listener.reason, message: f.listener.message },
+    maxConcurrent: pool.spec.maxConcurrent,
+    capMs: f.policy.capMs,
+  });
+  let conditions = (old.conditions ?? []).filter((c) => !wanted.remove.includes(c.type));
+  for (const c of wanted.set) conditions = setCondition(conditions, c, f.now, generation);
+  const { failureBudget: _previousBudget, scaleSet: previousScaleSet, ...rest } = old;
+  const budget = failureBudgetStatus(d.failures, f.policy);
+  const scaleSet = scaleSetStatus(pool, f.listener, previousScaleSet);
+  const scaled = d.create > 0 || d.scaleDown.length > 0;
+  return {
+    ...rest,
+    ...(budget === undefined ? {} : { failureBudget: budget }),
+    ...(scaleSet === undefined ? {} : { scaleSet }),
+    queuedJobs: f.queuedJobs,
+    ...(generation === undefined ? {} : { observedGeneration: generation }),
+    ...d.counts,
+    conditions,
+    ...(scaled ? { lastScaleTime: new Date(f.now).toISOString().replace(/\.\d{3}Z$/, "Z") } : {}),
+  };
+}
+
+/** status.scaleSet: the listener's latest word, else what the status said (a restarted operator keeps the recorded session until its listener opens a new one). */
+function scaleSetStatus(pool: Readonly<Stored<ImpVMRunnerPool>>, view: ScaleSetPoolView | undefined, previous: ScaleSetStatus | undefined): ScaleSetStatus | undefined {
+  const name = pool.spec.github?.scaleSet?.name;
+  if (name === undefined) return undefined;
+  const kept = previous?.name === name ? previous : undefined;
+  const id = view?.scaleSetId ?? kept?.id;
+  if (id === undefined) return undefined;
+  const sessionId = view === undefined ? kept?.sessionId : view.sessionId;
+  const stats = view?.statistics;
+  return {
+    id,
+    name,
+    ...(sessionId === undefined ? {} : { sessionId }),
+    ...(stats === undefined ? (kept?.assignedJobs === undefined ? {} : { assignedJobs: kept.assignedJobs, runningJobs: kept.runningJobs ?? 0 }) : { assignedJobs: stats.totalAssignedJobs, runningJobs: stats.totalRunningJobs }),
+  };
+}
