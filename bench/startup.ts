@@ -9,7 +9,9 @@
  *   dropped: cold, with the job's queued webhook never delivered (webhook mode: the pool's listing
  *         of queued jobs finds it, so startup ≈ the listing interval; scale-set mode: unaffected).
  * and on a real forge, a real Gitea 1.27.3 with the real gitea-runner in the VMs (gitea-warm,
- * gitea-cold; demand is Gitea's queued-job listing every 5 s). For warm cases also: job end →
+ * gitea-cold: demand is Gitea's queued-job listing every 5 s; giteahook-cold: Gitea's signed
+ * workflow_job webhook, the listing only its 30 s backstop). Each Gitea job is the one of the run
+ * its own push started (its head_sha), timed to the "received task" line of its own log. For warm cases also: job end →
  * replacement runner online (the next job's warm start depends on it).
  * GitHub cases time the test server's own clock; Gitea cases the job's creation (Gitea's
  * created_at, whole seconds, raised to the moment the push was sent) to the runner's "received task"
@@ -39,9 +41,9 @@ if (why !== undefined) {
 }
 
 type Start = "warm" | "cold" | "dropped";
-type Demand = "webhook" | "scaleset" | "gitea";
+type Demand = "webhook" | "scaleset" | "gitea" | "giteahook";
 type Mode = `${Demand}-${Start}`;
-const MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "scaleset-cold", "gitea-cold", "webhook-dropped", "scaleset-dropped"];
+const MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "scaleset-cold", "gitea-cold", "giteahook-cold", "webhook-dropped", "scaleset-dropped"];
 interface Sample {
   readonly mode: Mode;
   /** Warm cases: the job's end → the next idle runner online. */
@@ -81,15 +83,18 @@ try {
     await world.applyPool(`${demand}-warm`, { minIdle: 1, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-warm`], scaleSet: demand === "scaleset" });
     await world.applyPool(`${demand}-cold`, { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-cold`], scaleSet: demand === "scaleset" });
   }
-  for (const pool of ["gitea-warm", "gitea-cold"]) {
+  const giteaPools = ["gitea-warm", "gitea-cold", "giteahook-cold"];
+  for (const pool of giteaPools) {
     await gitea.createRepo("acme", pool);
+    const webhook = pool.startsWith("giteahook");
+    if (webhook) await world.hookGitea("acme", pool);
     // One workflow; every later push (a trigger file) starts one run of it.
     await gitea.putFile("acme", pool, ".gitea/workflows/bench.yml", `on: [push]\njobs:\n  hi:\n    runs-on: ${pool}\n    steps:\n      - run: echo hi\n`);
-    await world.applyGiteaPool(pool, { minIdle: pool.endsWith("warm") ? 1 : 0, maxConcurrent: 1, labels: [pool] }, undefined, `acme/${pool}`);
+    await world.applyGiteaPool(pool, { minIdle: pool.endsWith("warm") ? 1 : 0, maxConcurrent: 1, labels: [pool], webhook }, undefined, `acme/${pool}`);
   }
   // The workflow's own first run (its push) goes first, unmeasured.
   await world.waitUntil("the Gitea workflows' first runs done", async () => {
-    for (const pool of ["gitea-warm", "gitea-cold"]) if ((await gitea.jobs("acme", pool)).some((j) => j.status !== "completed")) return undefined;
+    for (const pool of giteaPools) if ((await gitea.jobs("acme", pool)).some((j) => j.status !== "completed")) return undefined;
     return true;
   }, 600_000, 500);
   for (let i = 0; i < jobs; i++) {
@@ -118,12 +123,13 @@ async function gitHubSample(mode: Mode, i: number): Promise<{ sample: Sample; en
 
 async function giteaSample(mode: Mode, pool: string, i: number): Promise<{ sample: Sample; endedAt: number }> {
   const g = gitea as NonNullable<typeof gitea>;
-  const before = new Set((await g.jobs("acme", pool)).map((j) => j.id));
   const pushedAt = Date.now();
-  await g.putFile("acme", pool, `trigger-${i + 1}.txt`, `${mode} ${i + 1}\n`);
-  const job = await world.waitUntil(`${mode}-${i + 1} completed on Gitea`, async () => (await g.jobs("acme", pool)).find((j) => !before.has(j.id) && j.status === "completed"), 600_000, 100);
+  const sha = await g.putFile("acme", pool, `trigger-${i + 1}.txt`, `${mode} ${i + 1}\n`);
+  // The job of the run this push started, nothing else: its head_sha is the push's commit.
+  const job = await world.waitUntil(`${mode}-${i + 1} completed on Gitea`, async () => (await g.jobs("acme", pool)).find((j) => j.head_sha === sha && j.status === "completed"), 600_000, 100);
   const log = await g.jobLog("acme", pool, job.id);
   const received = /^(\S+Z) (\S+)\(version:[^)]*\) received task/m.exec(log);
+  if (received === null || sha === "") throw new Error(`${mode}-${i + 1}: job ${job.id} (commit ${sha || "?"}) has no "received task" line in its own log`);
   const startedAt = Date.parse(received?.[1] ?? "");
   const runner = received?.[2] ?? "";
   const queuedAt = Math.max(Date.parse(job.created_at ?? ""), pushedAt);
@@ -178,4 +184,4 @@ for (const mode of ["webhook-cold", "scaleset-cold"] as const) {
   );
 }
 const med = (mode: Mode): number => median(samples.filter((s) => s.mode === mode).map((s) => s.startupMs));
-process.stdout.write(`\nstartup median ratios: cold/warm webhook ${(med("webhook-cold") / med("webhook-warm")).toFixed(1)}×, scale set ${(med("scaleset-cold") / med("scaleset-warm")).toFixed(1)}×, Gitea ${(med("gitea-cold") / med("gitea-warm")).toFixed(1)}×; scale set/webhook cold ${(med("scaleset-cold") / med("webhook-cold")).toFixed(2)}×, warm ${(med("scaleset-warm") / med("webhook-warm")).toFixed(2)}×; Gitea/GitHub (webhook) cold ${(med("gitea-cold") / med("webhook-cold")).toFixed(2)}×, warm ${(med("gitea-warm") / med("webhook-warm")).toFixed(2)}×; dropped/cold webhook ${(med("webhook-dropped") / med("webhook-cold")).toFixed(1)}×, scale set ${(med("scaleset-dropped") / med("scaleset-cold")).toFixed(2)}×\n`);
+process.stdout.write(`\nstartup median ratios: cold/warm webhook ${(med("webhook-cold") / med("webhook-warm")).toFixed(1)}×, scale set ${(med("scaleset-cold") / med("scaleset-warm")).toFixed(1)}×, Gitea ${(med("gitea-cold") / med("gitea-warm")).toFixed(1)}×; scale set/webhook cold ${(med("scaleset-cold") / med("webhook-cold")).toFixed(2)}×, warm ${(med("scaleset-warm") / med("webhook-warm")).toFixed(2)}×; Gitea/GitHub (webhook) cold ${(med("gitea-cold") / med("webhook-cold")).toFixed(2)}×, Gitea webhook/GitHub webhook cold ${(med("giteahook-cold") / med("webhook-cold")).toFixed(2)}×, Gitea webhook/listing cold ${(med("giteahook-cold") / med("gitea-cold")).toFixed(2)}×, warm ${(med("gitea-warm") / med("webhook-warm")).toFixed(2)}×; dropped/cold webhook ${(med("webhook-dropped") / med("webhook-cold")).toFixed(1)}×, scale set ${(med("scaleset-dropped") / med("scaleset-cold")).toFixed(2)}×\n`);

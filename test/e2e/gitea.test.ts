@@ -4,6 +4,8 @@
  * scenario (runner-path/gitea-scenario.ts, also `npm run demo -- --forge gitea`): a Gitea pool's VM
  * registers its runner from a sealed `.runner`, a pushed workflow (several steps, an env var, a
  * clone, a local action) runs in it, its log comes from Gitea's API, the VM ends and is replaced.
+ * Then demand: a pool scaled to zero served from Gitea's queue listing, and one served from Gitea's
+ * own workflow_job webhook, signed with the pool's secret.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -43,6 +45,30 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       const pool = await world.pools.get({ namespace: NAMESPACE, name: "cold" });
       const live = (await world.listVms("cold")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
       return pool.status?.queuedJobs === 0 && pool.status.desired === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("cold-")) : undefined;
+    }, 180_000, 250);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
+  });
+
+  it("a webhook pool (minIdle 0): Gitea's signed workflow_job delivery orders the job's VM, not the next listing", async () => {
+    const gitea = world.gitea;
+    assert.ok(gitea !== undefined);
+    await gitea.createRepo("acme", "pushed");
+    const hook = await world.hookGitea("acme", "pushed");
+    await world.applyGiteaPool("pushed", { minIdle: 0, maxConcurrent: 2, labels: ["imp-pushed"], webhook: true }, NAMESPACE, "acme/pushed");
+    // Its first listing (at once, nothing queued) is over once the pool has a status: from then on
+    // only a delivery can bring this job's demand before the backstop listing 30 s later.
+    await world.waitUntil("the webhook pool reconciled", async () => ((await world.pools.get({ namespace: NAMESPACE, name: "pushed" })).status?.observedGeneration !== undefined ? true : undefined), 60_000, 250);
+    await gitea.putFile("acme", "pushed", ".gitea/workflows/ci.yml", "on: [push]\njobs:\n  pushed:\n    runs-on: imp-pushed\n    steps:\n      - run: echo pushed by a webhook\n");
+    const job = await world.waitUntil("the pushed job completed", async () => (await gitea.jobs("acme", "pushed")).find((j) => j.status === "completed"), 300_000, 250);
+    assert.equal(job.conclusion, "success");
+    const about = (line: string): boolean => line.includes(`"${NAMESPACE}/pushed"`) && line.includes(`"jobId":${job.id},`);
+    const said = world.operator.log().split("\n").filter(about);
+    assert.ok(said.some((l) => l.includes("a queued delivery verified: the forge says the job waits")), `the operator counted the job from Gitea's delivery (hook ${hook}); it said about job ${job.id}:\n${said.join("\n")}`);
+    assert.ok(!said.some((l) => l.includes("found by listing")), `no listing found the job before the delivery did:\n${said.join("\n")}`);
+    const vms = await world.waitUntil("the pool back to nothing", async () => {
+      const pool = await world.pools.get({ namespace: NAMESPACE, name: "pushed" });
+      const live = (await world.listVms("pushed")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
+      return pool.status?.queuedJobs === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-")) : undefined;
     }, 180_000, 250);
     assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
   });

@@ -14,6 +14,7 @@ import { promisify } from "node:util";
 import { nodeKeyPairFromPrivate, openSetup, parseSealedSetup, type ImpVM } from "../../src/api/index.ts";
 import { VmDir } from "../../src/agent/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
+import { freePort } from "../../src/devcluster/index.ts";
 import { giteaWorldUnavailable, nameOf, RunnerWorld } from "../e2e/runner-path/world.ts";
 import { GITEA_RUNNER_BIN, type GiteaJobView } from "../gitea/gitea-server.ts";
 import { processesMentioning } from "../harness/node-agent.ts";
@@ -71,7 +72,36 @@ async function runnersOf(ctx: CaseContext): Promise<string[]> {
   return (await giteaOf(ctx).runners(`/repos/acme/${ctx.pool}`)).map((r) => r.name);
 }
 
+/** A webhook pool lists the jobs waiting on Gitea this often (DEFAULT_DEMAND_LIST_INTERVAL_MS): its backstop for lost deliveries. */
+const DEMAND_LIST_INTERVAL_MS = 30_000;
+
 const cases: FaultCase[] = [
+  {
+    id: "gitea-webhook-queued-dropped",
+    injected: "Gitea's workflow_job deliveries for the repository never arrive (its hook points at a port nothing listens on)",
+    where: "burst capacity: a Gitea pool with minIdle 0 and spec.webhook enabled (its own secretRef), no VM; only demand makes it create one",
+    forge: "gitea",
+    pool: { minIdle: 0, maxConcurrent: 2, webhook: true },
+    async run(ctx) {
+      await ctx.world.hookGitea("acme", ctx.pool, `http://127.0.0.1:${await freePort()}/webhooks/gitea`);
+      ctx.faultNow();
+      const pushedAt = Date.now();
+      await pushWorkflow(ctx, "undelivered", "echo served by the listing");
+      // Bound: one backstop listing, a boot and the runner taking the job, on a loaded 2-core machine.
+      const bound = DEMAND_LIST_INTERVAL_MS + 90_000;
+      await jobReaches(ctx, "undelivered", "in_progress", bound);
+      const waited = Date.now() - pushedAt;
+      const job = await jobReaches(ctx, "undelivered", "completed");
+      assert.equal(job.conclusion, "success");
+      await waitFor(`no live VM left in ${ctx.namespace}`, async () => ((await ctx.world.listVms()).some((vm) => vm.metadata.namespace === ctx.namespace && !["Succeeded", "Failed"].includes(vm.status?.phase ?? "")) ? undefined : true), { timeoutMs: 180_000, intervalMs: 250 });
+      const seen = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name]) => name);
+      assert.equal(seen.length, 1, `one VM for the one job: ${seen.join(", ")}`);
+      const said = ctx.world.operator.log().split("\n").filter((l) => l.includes(`"${ctx.namespace}/${ctx.pool}"`) && l.includes(`"jobId":${job.id},`));
+      assert.ok(said.some((l) => l.includes("a queued job found by listing")), `the backstop listing, not a delivery, brought the demand:\n${said.join("\n")}`);
+      assert.ok(!said.some((l) => l.includes("a queued delivery verified")), "no delivery arrived");
+      return `job ${job.id} got a runner ${s(waited)} after the push although Gitea's delivery never arrived (the pool's backstop listing found it; bound ${s(bound)}); one VM, cleaned up`;
+    },
+  },
   {
     id: "gitea-vm-killed-mid-job",
     injected: "SIGKILL of the VM's QEMU process while the real gitea-runner runs a job",

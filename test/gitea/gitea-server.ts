@@ -38,6 +38,8 @@ export interface GiteaJobView {
   readonly runner_name?: string;
   readonly runner_id?: number;
   readonly labels: string[];
+  /** The commit the job's run was started for. */
+  readonly head_sha?: string;
   readonly created_at?: string;
   readonly started_at?: string;
   readonly completed_at?: string;
@@ -138,9 +140,10 @@ export class GiteaServer {
     await this.api("POST", `/orgs/${owner}/repos`, { name, auto_init: true, default_branch: "main", private: false });
   }
 
-  /** Commits a file on main (a workflow under .gitea/workflows starts a run). */
-  async putFile(owner: string, repo: string, path: string, content: string, message = `add ${path}`): Promise<void> {
-    await this.api("POST", `/repos/${owner}/${repo}/contents/${path}`, { content: Buffer.from(content).toString("base64"), message, branch: "main" });
+  /** Commits a file on main (a workflow under .gitea/workflows starts a run); returns the commit's sha (the run's jobs carry it as head_sha). */
+  async putFile(owner: string, repo: string, path: string, content: string, message = `add ${path}`): Promise<string> {
+    const r = await this.api<{ commit?: { sha?: string } }>("POST", `/repos/${owner}/${repo}/contents/${path}`, { content: Buffer.from(content).toString("base64"), message, branch: "main" });
+    return r.commit?.sha ?? "";
   }
 
   async jobs(owner: string, repo: string, status?: string): Promise<GiteaJobView[]> {

@@ -91,6 +91,7 @@ export class WebhookDemand {
       const forge = await this.#o.forges.forPool(pool);
       const state = (await forge.jobState?.(event.repository.fullName, event.jobId)) ?? "unknown";
       if (state === "queued") {
+        this.#o.logger.info({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId }, "a queued delivery verified: the forge says the job waits");
         this.#o.tally.count(ledger, key, "webhook", event.jobId, event.repository.fullName);
         return;
       }

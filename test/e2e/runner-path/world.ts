@@ -206,6 +206,8 @@ export class RunnerWorld {
   readonly say: (line: string) => void;
   readonly nodes: WorldNode[] = [];
   readonly #webhookSecret: string;
+  /** The Gitea pools' webhook secret (Secret gitea-webhook in every namespace). */
+  readonly #giteaWebhookSecret = `gitea-whsec-${Math.random().toString(36).slice(2)}`;
   readonly vms: ResourceClient<ImpVM>;
   readonly pools: ResourceClient<ImpVMRunnerPool>;
   readonly impNodes: ResourceClient<ImpNode>;
@@ -450,6 +452,8 @@ export class RunnerWorld {
     if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner", "runner-docker", this.dockerImage));
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
+      // Gitea pools' own webhook secret: the operator trusts no other for a Gitea delivery.
+      await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-webhook", namespace }, data: { secret: b64(this.#giteaWebhookSecret) } } as KubeObject);
       await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner", "runner-small", this.giteaImage));
       if (this.giteaDockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner", "runner-docker", this.giteaDockerImage));
     }
@@ -486,6 +490,17 @@ export class RunnerWorld {
     if (this.gitea === undefined) throw new Error("this world has no Gitea: start it with { gitea: true }");
     if (spec.docker === true && this.giteaDockerImage === undefined) throw new Error("this world has no Docker runner image: start it with { gitea: true, docker: true }");
     return this.kubectl(["apply", "-f", "-"], giteaPoolYaml(namespace, name, this.gitea.url, spec, repository, this.registryForVms));
+  }
+
+  /**
+   * Makes Gitea send the repository's workflow_job webhooks to the operator (`/webhooks/gitea`),
+   * signed with the Gitea pools' secret; `url` sends them elsewhere instead (a fault case's lost
+   * deliveries). Returns the hook's id.
+   */
+  async hookGitea(owner: string, repo: string, url = this.webhookUrl.replace(/\/webhooks\/github$/, "/webhooks/gitea")): Promise<number> {
+    if (this.gitea === undefined) throw new Error("this world has no Gitea: start it with { gitea: true }");
+    const hook = await this.gitea.api<{ id: number }>("POST", `/repos/${owner}/${repo}/hooks`, { type: "gitea", active: true, events: ["workflow_job"], config: { url, content_type: "json", secret: this.#giteaWebhookSecret } });
+    return hook.id;
   }
 
   /** Queues a job for runners with `labels` (default the pools' default labels). */
@@ -797,6 +812,8 @@ export interface GiteaPoolShape {
   readonly labels: readonly string[];
   /** The Docker runner image with gitea-runner (worlds with `gitea: true, docker: true`): the runner runs as `runner`, dockerd beside it. */
   readonly docker?: boolean;
+  /** Demand from Gitea's workflow_job webhooks (spec.webhook, secret `gitea-webhook`) with the listing as backstop; hook the repository with `hookGitea`. */
+  readonly webhook?: boolean;
 }
 
 function giteaPoolYaml(namespace: string, name: string, url: string, spec: GiteaPoolShape, repository: string, registryForVms: string | undefined): string {
@@ -819,7 +836,7 @@ spec:
   maxConcurrent: ${spec.maxConcurrent}
   runnerCommand: ["${docker ? "/usr/local/bin/imp-docker-entrypoint" : "/runner/run.sh"}"]
   runnerSetupDelivery: Stdin
-${docker && registryForVms !== undefined ? `  runnerEnv:\n    - { name: DOCKERD_INSECURE_REGISTRIES, value: "${registryForVms}" }\n` : ""}`;
+${spec.webhook === true ? "  webhook:\n    enabled: true\n    secretRef:\n      name: gitea-webhook\n      key: secret\n" : ""}${docker && registryForVms !== undefined ? `  runnerEnv:\n    - { name: DOCKERD_INSECURE_REGISTRIES, value: "${registryForVms}" }\n` : ""}`;
 }
 
 export interface PoolShape {
