@@ -10,6 +10,7 @@
  */
 import type { ImpVM, ImpVMRunnerPool } from "../../api/index.ts";
 import type { ReconcileContext, Stored } from "../../kube/index.ts";
+import { forgeOf } from "../forges/index.ts";
 
 export const DEMAND_KINDS = ["scale-set", "webhook", "listing", "none"] as const;
 export type DemandKind = (typeof DEMAND_KINDS)[number];
@@ -17,7 +18,7 @@ export type DemandKind = (typeof DEMAND_KINDS)[number];
 export function demandKindOf(pool: Readonly<ImpVMRunnerPool>): DemandKind {
   if (pool.spec.github?.scaleSet !== undefined) return "scale-set";
   if (pool.spec.webhook?.enabled === true) return "webhook";
-  if (pool.spec.gitea !== undefined) return "listing";
+  if (forgeOf(pool) === "gitea") return "listing";
   return "none";
 }
 

@@ -12,7 +12,7 @@ import { keyOf, type Informer, type ReconcileContext } from "../../kube/index.ts
 import type { ImpVMRunnerPool } from "../../api/index.ts";
 import type { QueuedJob } from "../../forge/index.ts";
 import { describeError, type Clock } from "../../shared/index.ts";
-import { forgeOf, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
+import { forgeOf, listedRepositories, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
 import { cachedPools, demandKindOf, type StoredPool, type StoredVm } from "./demand-source.ts";
 import type { DemandTally } from "./demand-tally.ts";
 import type { RunnerActivity } from "./runner-activity.ts";
@@ -62,12 +62,11 @@ export class QueueListing {
     // Gitea says a job was taken only by no longer listing it (or by a delivery, which may be lost).
     // A VM that ended since the last listing may have run a job counted there: list again before
     // that demand can order a replacement for a job already done.
-    const endedSince = pool.spec.gitea !== undefined && last !== undefined && vms.some((vm) => (ms(vm.status?.phaseTimestamps?.succeeded) ?? ms(vm.status?.phaseTimestamps?.failed) ?? 0) > last);
+    const endedSince = forgeOf(pool) === "gitea" && last !== undefined && vms.some((vm) => (ms(vm.status?.phaseTimestamps?.succeeded) ?? ms(vm.status?.phaseTimestamps?.failed) ?? 0) > last);
     if (last !== undefined && startedAt - last < interval && !endedSince) return;
     this.#listedAt.set(ctx.key, startedAt);
     const ledger = this.#o.ledger(forgeOf(pool));
-    const gh = pool.spec.github;
-    const repositories = gh === undefined ? [] : gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? ledger.recentRepositories(ctx.key) : [];
+    const repositories = listedRepositories(pool, () => ledger.recentRepositories(ctx.key));
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
       let listed: readonly QueuedJob[];

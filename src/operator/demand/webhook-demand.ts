@@ -18,7 +18,7 @@ import type { ImpVMRunnerPool } from "../../api/index.ts";
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { describeError, type Logger } from "../../shared/index.ts";
 import { forgeOf, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
-import { cachedPools, type StoredPool } from "./demand-source.ts";
+import { cachedPools, demandKindOf, type StoredPool } from "./demand-source.ts";
 import type { DemandTally } from "./demand-tally.ts";
 import type { RunnerActivity } from "./runner-activity.ts";
 import { isPoolRunner } from "./runner-names.ts";
@@ -47,9 +47,14 @@ export class WebhookDemand {
     const ledger = this.#o.ledger(forge);
     const pools = cachedPools(this.#o.poolCache).filter((p) => forgeOf(p) === forge && (audience === "all" || audience.has(keyOf(p))));
     if (event.action === "queued") {
-      // One pool per job, the first by name: counting a job in several pools would over-create.
-      const pool = pools.filter((p) => p.spec.webhook?.enabled === true && p.metadata.deletionTimestamp === undefined && poolTakesJob(p, event)).sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
-      if (pool !== undefined) this.#queued(ledger, pool, event);
+      // One pool per job, the first by name: counting a job in several pools would over-create. A
+      // pool of the same forge that lists instead (no webhook) and comes first counts it from its
+      // listing, as the listings' own rule says: then no webhook pool does.
+      const listing = cachedPools(this.#o.poolCache).filter((p) => forgeOf(p) === forge && demandKindOf(p) === "listing");
+      const first = [...pools.filter((p) => demandKindOf(p) === "webhook"), ...listing]
+        .filter((p) => p.metadata.deletionTimestamp === undefined && poolTakesJob(p, event))
+        .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
+      if (first !== undefined && demandKindOf(first) === "webhook") this.#queued(ledger, first, event);
       return;
     }
     for (const p of pools) if (poolTakesJob(p, event)) ledger.repositoryHeard(keyOf(p), event.repository.fullName);

@@ -21,11 +21,23 @@ export function poolLabels(pool: Readonly<ImpVMRunnerPool>): readonly string[] {
   return pool.spec.github?.labels ?? pool.spec.gitea?.labels ?? [];
 }
 
-/** `owner/name` of the pool's repository, or its organization: what metrics and Events name. */
+/** `owner/name` of the pool's repository, or its organization, or (GitHub enterprise scope) its enterprise: what metrics and Events name. */
 export function poolOwner(pool: Readonly<ImpVMRunnerPool>): { readonly organization: string; readonly repository: string; readonly enterprise: string } {
   const f = pool.spec.github ?? pool.spec.gitea;
   const [owner = "", repo = ""] = f?.repository?.split("/") ?? [];
-  return { organization: f?.organization ?? owner, repository: repo, enterprise: pool.spec.github?.enterprise ?? "" };
+  return { organization: f?.organization ?? owner, repository: repo, enterprise: pool.spec.github?.scope === "enterprise" ? (pool.spec.github.enterprise ?? "") : "" };
+}
+
+/**
+ * Where a listing of the jobs waiting for the pool looks, when its forge lists per repository
+ * (GitHub): the pool's repository (repository scope), the repositories it heard of recently
+ * (organization scope; GitHub has no organization-wide listing), none (enterprise scope, or a
+ * forge that lists its whole scope at once).
+ */
+export function listedRepositories(pool: Readonly<ImpVMRunnerPool>, recentlyHeard: () => string[]): string[] {
+  const gh = pool.spec.github;
+  if (gh === undefined) return [];
+  return gh.scope === "repo" ? [gh.repository ?? ""] : gh.scope === "org" ? recentlyHeard() : [];
 }
 
 export function scopeOfPool(pool: Readonly<ImpVMRunnerPool>): GitHubScope {

@@ -11,6 +11,7 @@ import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
 import type { Cached, EventRecorder, Informer, InvolvedObject } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { WebhookAudience } from "../webhook/index.ts";
+import { forgeOf, poolOwner, type ForgeFamily } from "../forges/index.ts";
 import type { Registry } from "prom-client";
 import { ArcJobMetrics, type ArcPoolSample } from "./arc-metrics.ts";
 import { decideJobObservation, jobKey, type JobSeen, type PoolRef } from "./job-decision.ts";
@@ -61,10 +62,12 @@ export class JobObserver {
   /**
    * Called with every accepted workflow_job delivery (after the receiver's delivery-id check).
    * `audience`: the pools whose webhook secret signed it; a delivery counts only for those.
+   * `forge`: whose delivery it is — each forge numbers its jobs itself, so a job is known by both,
+   * and only a runner of a pool of that forge can have run it.
    */
-  onWorkflowJob(event: WorkflowJobEvent, audience: WebhookAudience = "all"): void {
+  onWorkflowJob(event: WorkflowJobEvent, audience: WebhookAudience = "all", forge: ForgeFamily = "github"): void {
     try {
-      this.#observe(event, audience);
+      this.#observe(event, audience, forge);
     } catch (err) {
       // Observing must never fail a delivery (a 5xx would make GitHub redeliver it to the pools too).
       this.#o.logger.warn({ err: describeError(err), job: event.jobId }, "could not observe a workflow_job event");
@@ -77,11 +80,11 @@ export class JobObserver {
     if (event !== undefined) this.onWorkflowJob(event, new Set([poolKey]));
   }
 
-  #observe(event: WorkflowJobEvent, audience: WebhookAudience): void {
+  #observe(event: WorkflowJobEvent, audience: WebhookAudience, forge: ForgeFamily): void {
     if (event.action === "queued" || event.runnerName === null) return;
-    const key = jobKey(event);
+    const key = `${forge}/${jobKey(event)}`;
     const known = this.#jobs.get(key);
-    const runner = known ?? this.#runnerOf(event);
+    const runner = known ?? this.#runnerOf(event, forge);
     if (runner === undefined) return; // not a runner of an Imp pool
     // A pool's own secret vouches for that pool only: it cannot start or end jobs in another's metrics.
     if (audience !== "all" && !audience.has(`${runner.pool.namespace}/${runner.pool.name}`)) return;
@@ -109,7 +112,7 @@ export class JobObserver {
     this.#pending.add(p);
   }
 
-  #runnerOf(event: WorkflowJobEvent): Omit<KnownJob, "seen"> | undefined {
+  #runnerOf(event: WorkflowJobEvent, forge: ForgeFamily): Omit<KnownJob, "seen"> | undefined {
     const named = this.#o.vmCache.byIndex(VM_NAME_INDEX, event.runnerName ?? "").filter((vm) => vm.metadata.labels?.[LABELS.pool] !== undefined);
     // Two namespaces may hold a VM of the same name; the runner id GitHub reports tells them apart.
     const vm = named.length <= 1 ? named[0] : (named.find((v) => v.status?.runner?.id === event.runnerId) ?? undefined);
@@ -117,7 +120,8 @@ export class JobObserver {
     const namespace = vm.metadata.namespace ?? "";
     const poolName = vm.metadata.labels?.[LABELS.pool] ?? "";
     const pool = this.#o.poolCache.get(`${namespace}/${poolName}`);
-    const enterprise = pool?.spec.github?.scope === "enterprise" ? pool.spec.github.enterprise : undefined;
+    if (pool !== undefined && forgeOf(pool) !== forge) return undefined;
+    const enterprise = pool === undefined ? undefined : poolOwner(pool as Readonly<ImpVMRunnerPool>).enterprise || undefined;
     return { pool: { name: poolName, namespace, enterprise }, vm: involved(vm) };
   }
 }
@@ -132,8 +136,7 @@ function involved(vm: Cached<ImpVM>): InvolvedObject {
 }
 
 function poolSample(pool: Cached<ImpVMRunnerPool>): ArcPoolSample {
-  const forge = pool.spec.github ?? pool.spec.gitea;
-  const [owner, repo] = forge?.repository?.split("/") ?? [];
+  const owner = poolOwner(pool as Readonly<ImpVMRunnerPool>);
   const name = pool.metadata.name;
   const namespace = pool.metadata.namespace ?? "";
   const s = pool.status ?? {};
@@ -141,9 +144,9 @@ function poolSample(pool: Cached<ImpVMRunnerPool>): ArcPoolSample {
     labels: {
       name,
       namespace,
-      repository: repo ?? "",
-      organization: forge?.organization ?? owner ?? "",
-      enterprise: pool.spec.github?.enterprise ?? "",
+      repository: owner.repository,
+      organization: owner.organization,
+      enterprise: owner.enterprise,
       actions_github_com_scale_set_name: name,
       actions_github_com_scale_set_namespace: namespace,
     },

@@ -33,7 +33,7 @@ import {
 } from "../../kube/index.ts";
 import { describeError, isRetryable, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { PoolForges } from "../forges/index.ts";
-import { PoolDemand, type ScaleSetViews } from "../demand/index.ts";
+import { demandKindOf, PoolDemand, type ScaleSetViews } from "../demand/index.ts";
 import { PoolExpectations } from "./expectations.ts";
 import { decidePool, DEFAULT_FAILURE_BUDGET, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
 import { poolStatus } from "./pool-status.ts";
@@ -248,7 +248,7 @@ export class PoolController {
       pool,
       decision,
       forge: this.#registrations.view(ctx.key),
-      listener: pool.spec.github?.scaleSet === undefined ? undefined : this.#o.scaleSets?.view(ctx.key),
+      listener: demandKindOf(pool) === "scale-set" ? this.#o.scaleSets?.view(ctx.key) : undefined,
       queuedJobs,
       policy: this.#policy,
       now: this.#clock.now(),

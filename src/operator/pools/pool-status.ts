@@ -4,7 +4,7 @@
  */
 import type { ImpVMRunnerPool, ImpVMRunnerPoolStatus, ScaleSetStatus } from "../../api/index.ts";
 import type { Stored } from "../../kube/index.ts";
-import type { ScaleSetPoolView } from "../demand/index.ts";
+import { demandKindOf, type ScaleSetPoolView } from "../demand/index.ts";
 import { setCondition } from "./conditions.ts";
 import { poolConditions } from "./pool-conditions.ts";
 import { failureBudgetStatus, type FailureBudgetPolicy, type PoolDecision } from "./pool-decision.ts";
@@ -23,7 +23,7 @@ export interface PoolStatusFacts {
 
 export function poolStatus(f: PoolStatusFacts, old: Readonly<ImpVMRunnerPoolStatus>, generation: number | undefined): ImpVMRunnerPoolStatus {
   const { pool, decision: d } = f;
-  const scaleSetPool = pool.spec.github?.scaleSet !== undefined;
+  const scaleSetPool = demandKindOf(pool) === "scale-set";
   const wanted = poolConditions({
     forge: f.forge,
     decision: d,

@@ -69,6 +69,7 @@ export class WebhookServer {
     });
     this.#received = new PromCounter({ name: "imp_operator_webhooks_total", help: "Webhook deliveries by forge (github, gitea; none for an unknown path) and result.", labelNames: ["forge", "result"], registers: [options.registry] });
     for (const forge of ["github", "gitea"]) for (const r of WEBHOOK_RESULTS) this.#received.inc({ forge, result: r }, 0);
+    this.#received.inc({ forge: "none", result: "not_found" }, 0);
   }
 
   /** Resolves with the base URL once listening. */
