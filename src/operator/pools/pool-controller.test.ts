@@ -157,6 +157,58 @@ describe("PoolController", () => {
     }
   });
 
+  it("each forge its own ledger: a Gitea delivery never touches a GitHub pool's job of the same number; a Gitea job a listing pool takes first is counted only by that listing", async () => {
+    const stop = new AbortController();
+    const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS);
+    const gitea = (name: string, webhook: boolean): ImpVMRunnerPool => {
+      const { github: _github, ...spec } = pool.spec;
+      return { ...pool, metadata: { name, namespace: "ns" }, spec: { ...spec, minIdle: 0, gitea: { url: "http://127.0.0.1:9", credentialsSecretRef: { name: "gitea-token" }, scope: "repo", repository: "acme/web", labels: ["imp"] }, ...(webhook ? { webhook: { enabled: true, secretRef: { name: "hook", key: "secret" } } } : {}) } };
+    };
+    await pools.create({ ...pool, metadata: { name: "hub", namespace: "ns" }, spec: { ...pool.spec, minIdle: 0, webhook: { enabled: true, secretRef: { name: "hook", key: "secret" } } } });
+    await pools.create(gitea("tea", true));
+    const poolCache = new Informer({ client: pools });
+    void poolCache.start(stop.signal);
+    await poolCache.waitForSync(stop.signal);
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
+    const asked: string[] = [];
+    const controller = new PoolController({
+      pools,
+      vms,
+      poolCache,
+      vmCache: new Informer({ client: vms }),
+      forges: { forPool: async (p) => ({ kind: p.spec.gitea === undefined ? "github" : "gitea", mint: () => Promise.reject(new Error("no mint here")), removeRunner: async () => "done", listRunners: async () => [], jobState: async () => { asked.push(p.metadata.name ?? ""); return "queued"; } }) },
+      recorder: new EventRecorder({ client: new FakeResourceClient<CoreEvent>(EVENT_RESOURCE), component: "test", instance: "test" }),
+      registry: new Registry(),
+      logger: silentLogger,
+    });
+    const event = (action: WorkflowJobEvent["action"], runnerName: string | null): WorkflowJobEvent => ({
+      deliveryId: `d-${action}`, action, jobId: 7, runId: 1, runAttempt: 1, jobName: "build", labels: ["imp"], runnerName, runnerId: null, runnerGroupName: null,
+      conclusion: action === "completed" ? "success" : null, repository: { owner: "acme", name: "web", fullName: "acme/web" }, organization: "acme", enterprise: undefined, installationId: undefined,
+    });
+    try {
+      controller.demand.onWorkflowJob("github", event("queued", null), "all");
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/hub"), 1);
+      // Gitea's job 7 is another job: it runs and completes on Gitea, with the operator's trust for all.
+      controller.demand.onWorkflowJob("gitea", event("in_progress", "tea-bcdfg"), "all");
+      controller.demand.onWorkflowJob("gitea", event("completed", "tea-bcdfg"), "all");
+      assert.equal(controller.demand.ledger("github").queuedJobs("ns/hub"), 1, "GitHub's job 7 still waits");
+      assert.equal(controller.demand.ledger("github").isSettled(7, "ns/hub"), false);
+      assert.equal(controller.demand.ledger("gitea").isFinished("tea-bcdfg"), true);
+      assert.equal(controller.demand.ledger("github").isFinished("tea-bcdfg"), false);
+      assert.deepEqual(asked, ["hub"], "the Gitea deliveries were no queued demand: nothing asked");
+      // A listing Gitea pool first by name takes Gitea job 8: the webhook pool does not count it too.
+      await pools.create(gitea("leaf", false));
+      await waitFor("the listing pool in the cache", () => (poolCache.get("ns/leaf") === undefined ? undefined : true), { timeoutMs: 5_000, intervalMs: 10 });
+      controller.demand.onWorkflowJob("gitea", { ...event("queued", null), jobId: 8, deliveryId: "d-8" }, new Set(["ns/tea"]));
+      await controller.demand.settled();
+      assert.equal(controller.demand.ledger("gitea").queuedJobs("ns/tea"), 0, "ns/leaf (listing) comes first by name: its listing counts job 8");
+      assert.deepEqual(asked, ["hub"]);
+    } finally {
+      stop.abort();
+    }
+  });
+
   it("a restarted operator keeps backing off: the failure budget is taken up from the pool's status", async () => {
     const clock = new FakeClock(1_700_000_000_000);
     const pools = new FakeResourceClient<ImpVMRunnerPool>(IMP_VM_RUNNER_POOLS, { clock });

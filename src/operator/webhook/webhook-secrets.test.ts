@@ -113,3 +113,68 @@ describe("webhook secrets from the pools' Secrets", () => {
     assert.equal(secrets.calls.get - reads, 2, "one read per Secret after the copies aged");
   });
 });
+
+describe("Gitea deliveries (/webhooks/gitea): only Gitea pools' own secrets sign them", () => {
+  const clock = new FakeClock(1_700_000_000_000);
+  const secrets = new FakeResourceClient<SecretObject>(SECRETS);
+  const received: Array<{ forge: string; event: WorkflowJobEvent; audience: WebhookAudience }> = [];
+  const stop = new AbortController();
+  let running: Promise<void>;
+  let base: string;
+  const giteaPool = (name: string, secretName: string): Stored<ImpVMRunnerPool> => {
+    const { github: _github, ...spec } = pool(name, { enabled: true, secretRef: { name: secretName, key: "secret" } }).spec;
+    return { ...pool(name, { enabled: false }), spec: { ...spec, gitea: { url: "http://127.0.0.1:9", credentialsSecretRef: { name: "gitea-token" }, scope: "repo", repository: "acme/web", labels: ["imp"] } } } as Stored<ImpVMRunnerPool>;
+  };
+  const giteaBody = (action = "queued"): string =>
+    JSON.stringify({ action, workflow_job: { id: 7, run_id: 8, name: "build", labels: ["imp"], started_at: "1970-01-01T00:00:00Z" }, repository: { name: "web", full_name: "acme/web", owner: { login: "acme" } }, organization: { name: "acme", username: "acme" } });
+
+  before(async () => {
+    await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "hook-g", namespace: "ns" }, data: { secret: b64("gitea-secret") } });
+    await secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "hook-a", namespace: "ns" }, data: { secret: b64("github-secret") } });
+    const pools = [giteaPool("g", "hook-g"), pool("a", { enabled: true, secretRef: { name: "hook-a", key: "secret" } })];
+    const trust = new PoolWebhookSecrets({ poolCache: { list: () => pools }, secrets, operatorSecrets: ["app-wide"], clock, logger: silentLogger });
+    const server = new WebhookServer({ secrets: [], trust: (forge, s) => trust.trusts(forge, s), onEvent: (forge, event, audience) => received.push({ forge, event, audience }), port: 0, host: "127.0.0.1", registry: new Registry(), logger: silentLogger });
+    running = server.start(stop.signal);
+    base = await server.listening();
+  });
+  after(async () => {
+    stop.abort();
+    await running;
+  });
+
+  const postGitea = async (body: string, secret: string, delivery = randomUUID()): Promise<{ status: number; forge?: string; audience?: string[] | "all" }> => {
+    const before = received.length;
+    const hex = createHmac("sha256", secret).update(body).digest("hex");
+    const r = await fetch(`${base}/webhooks/gitea`, { method: "POST", headers: { "x-gitea-event": "workflow_job", "x-gitea-delivery": delivery, "x-gitea-signature": hex }, body });
+    await r.arrayBuffer();
+    const got = received.length > before ? received.at(-1) : undefined;
+    return { status: r.status, ...(got === undefined ? {} : { forge: got.forge, audience: got.audience === "all" ? "all" : [...got.audience].sort() }) };
+  };
+
+  it("signed with the Gitea pool's secret: accepted for that pool, as Gitea's; the operator's (GitHub App's) secret and a GitHub pool's are refused", async () => {
+    assert.deepEqual(await postGitea(giteaBody(), "gitea-secret"), { status: 202, forge: "gitea", audience: ["ns/g"] });
+    assert.deepEqual(await postGitea(giteaBody(), "app-wide"), { status: 401 });
+    assert.deepEqual(await postGitea(giteaBody(), "github-secret"), { status: 401 });
+  });
+
+  it("the Gitea pool's secret does not sign on the GitHub path; the GitHub pool's still does", async () => {
+    const post = async (secret: string): Promise<number> => {
+      const r = await fetch(`${base}${WEBHOOK_PATH}`, { method: "POST", headers: { "x-github-event": "workflow_job", "x-github-delivery": randomUUID(), "x-hub-signature-256": sign(payload, secret) }, body: payload });
+      await r.arrayBuffer();
+      return r.status;
+    };
+    assert.equal(await post("gitea-secret"), 401);
+    assert.equal(await post("github-secret"), 202);
+    assert.equal(received.at(-1)?.forge, "github");
+  });
+
+  it("Gitea's `waiting` is answered 204 and reaches no pool; a repeated X-Gitea-Delivery is a duplicate, per forge", async () => {
+    assert.deepEqual(await postGitea(giteaBody("waiting"), "gitea-secret"), { status: 204 });
+    const id = randomUUID();
+    assert.deepEqual(await postGitea(giteaBody(), "gitea-secret", id), { status: 202, forge: "gitea", audience: ["ns/g"] });
+    assert.deepEqual(await postGitea(giteaBody(), "gitea-secret", id), { status: 200 });
+    const r = await fetch(`${base}${WEBHOOK_PATH}`, { method: "POST", headers: { "x-github-event": "workflow_job", "x-github-delivery": id, "x-hub-signature-256": sign(payload, "github-secret") }, body: payload });
+    await r.arrayBuffer();
+    assert.equal(r.status, 202, "GitHub's delivery ids are another space: the same id from GitHub is new");
+  });
+});

@@ -2,11 +2,13 @@
  * Which webhook secrets authenticate a delivery for which pools. A pool with `spec.webhook.enabled`
  * names its secret with `spec.webhook.secretRef` (and, while rotating, the one being replaced with
  * `previousSecretRef`); a delivery signed with either counts for that pool only. Secrets given to
- * the operator itself (`--webhook-secret-file`, the App-wide secret) count for every pool.
+ * the operator itself (`--webhook-secret-file`, the GitHub App's secret) count for every GitHub
+ * pool and never for a Gitea one: trust groups are built per forge.
  *
  * Secrets are read through the API (GET, no watch: the operator needs no list/watch on Secrets) and
  * kept at most `ttlMs`, so a rotation is in effect within that time without a restart. A Secret or
- * key that cannot be read leaves its pool with the operator's secrets only, and says so in the log.
+ * key that cannot be read leaves its pool with the operator's secrets only (a Gitea pool with none),
+ * and says so in the log.
  */
 import { keyOf, isNotFound, type Informer, type ResourceClient } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
@@ -99,8 +101,8 @@ export class PoolWebhookSecrets {
           return decode(cached.data?.[key]);
         }
         cached = { at: now, data: undefined };
-        if (isNotFound(err)) this.#o.logger.warn({ pool, secret: id }, "a pool's webhook Secret does not exist; its deliveries need the operator's own secret");
-        else this.#o.logger.warn({ pool, secret: id, err: describeError(err) }, "cannot read a pool's webhook Secret; its deliveries need the operator's own secret");
+        if (isNotFound(err)) this.#o.logger.warn({ pool, secret: id }, "a pool's webhook Secret does not exist; its deliveries are accepted only with the operator's own secret (GitHub pools), or not at all (Gitea pools)");
+        else this.#o.logger.warn({ pool, secret: id, err: describeError(err) }, "cannot read a pool's webhook Secret; its deliveries are accepted only with the operator's own secret (GitHub pools), or not at all (Gitea pools)");
       }
       this.#cache.set(id, cached);
       if (cached.data !== undefined && decode(cached.data[key]) === undefined) this.#o.logger.warn({ pool, secret: id, key }, "a pool's webhook Secret has no such key (or it is empty)");
