@@ -11,11 +11,11 @@
  * and on a real forge, a real Gitea 1.27.3 with the real gitea-runner in the VMs (gitea-warm,
  * gitea-cold: demand is Gitea's queued-job listing every 5 s; giteahook-cold: Gitea's signed
  * workflow_job webhook, the listing only its 30 s backstop). Each Gitea job is the one of the run
- * its own push started (its head_sha), timed to the "received task" line of its own log. For warm cases also: job end →
+ * its own push started (its head_sha). For warm cases also: job end →
  * replacement runner online (the next job's warm start depends on it).
  * GitHub cases time the test server's own clock; Gitea cases the job's creation (Gitea's
- * created_at, whole seconds, raised to the moment the push was sent) to the runner's "received task"
- * log line (Gitea's clock, 0.1 µs): the same machine's clock either way.
+ * created_at, whole seconds, raised to the moment the push was sent) to the moment Gitea first
+ * shows the job taken (polled every 50 ms): this host's clock either way, never the guest's.
  * For each job: startup (GitHub's queued → started, what ARC's gha_job_startup_duration_seconds
  * measures), the VMM boot of the VM that ran it (spawn → guest hello, measured by the agent in the
  * same run), and Imp's own overhead = startup − VMM boot for a cold start (the boot happened before
@@ -125,21 +125,29 @@ async function giteaSample(mode: Mode, pool: string, i: number): Promise<{ sampl
   const g = gitea as NonNullable<typeof gitea>;
   const pushedAt = Date.now();
   const sha = await g.putFile("acme", pool, `trigger-${i + 1}.txt`, `${mode} ${i + 1}\n`);
-  // The job of the run this push started, nothing else: its head_sha is the push's commit.
-  const job = await world.waitUntil(`${mode}-${i + 1} completed on Gitea`, async () => (await g.jobs("acme", pool)).find((j) => j.head_sha === sha && j.status === "completed"), 600_000, 100);
+  // The job of the run this push started, nothing else: its head_sha is the push's commit. Its
+  // start is when Gitea first shows it taken, on this host's clock (polled every 50 ms): the
+  // runner's own log lines carry the guest's clock, which under TCG lags the host's by up to a
+  // second (they made warm startups negative).
+  let startedAt = Number.NaN;
+  const job = await world.waitUntil(`${mode}-${i + 1} completed on Gitea`, async () => {
+    const mine = (await g.jobs("acme", pool)).find((j) => j.head_sha === sha);
+    if (mine !== undefined && mine.status !== "queued" && mine.status !== "waiting" && Number.isNaN(startedAt)) startedAt = Date.now();
+    return mine?.status === "completed" ? mine : undefined;
+  }, 600_000, 50);
   const log = await g.jobLog("acme", pool, job.id);
   const received = /^(\S+Z) (\S+)\(version:[^)]*\) received task/m.exec(log);
   if (received === null || sha === "") throw new Error(`${mode}-${i + 1}: job ${job.id} (commit ${sha || "?"}) has no "received task" line in its own log`);
-  const startedAt = Date.parse(received?.[1] ?? "");
-  const runner = received?.[2] ?? "";
+  const runner = received[2] ?? "";
   const queuedAt = Math.max(Date.parse(job.created_at ?? ""), pushedAt);
   const vm = world.history(runner)?.last;
   const bootMs = vm?.status?.bootDurationMs ?? Number.NaN;
   const startupMs = startedAt - queuedAt;
-  // completed_at has whole seconds; the log's last line has Gitea's precise clock.
-  const lastLine = [...log.matchAll(/^(\S+Z) /gm)].at(-1)?.[1];
-  const endedAt = Date.parse(lastLine ?? "") || Date.parse(job.completed_at ?? "") || Date.now();
-  return { sample: { mode, startupMs, bootMs, overheadMs: mode.endsWith("warm") ? startupMs : startupMs - bootMs, executionMs: endedAt - startedAt, steps: {} }, endedAt };
+  // Execution on the guest's own clock (first and last line of its log), so its skew cancels out.
+  const stamps = [...log.matchAll(/^(\S+Z) /gm)].map((m) => Date.parse(m[1] ?? ""));
+  const executionMs = (stamps.at(-1) ?? Number.NaN) - (stamps[0] ?? Number.NaN);
+  const endedAt = startedAt + executionMs || Date.now();
+  return { sample: { mode, startupMs, bootMs, overheadMs: mode.endsWith("warm") ? startupMs : startupMs - bootMs, executionMs, steps: {} }, endedAt };
 }
 
 function sampleOf(mode: Mode, job: TestJob): Sample {
