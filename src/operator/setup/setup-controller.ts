@@ -191,7 +191,7 @@ export class SetupController {
     const name = vm.metadata.name;
     await this.#faults.hit("teardown.before-deregister", ctx.signal);
     if (pool === undefined) {
-      await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its GitHub registration (if any) cannot be looked up and is left to GitHub's cleanup of offline runners`, signal: ctx.signal });
+      await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its registration on the forge (if any) cannot be looked up and is left to the forge's cleanup of offline runners`, signal: ctx.signal });
     } else {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
       const result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
