@@ -41,6 +41,8 @@ export interface ForgeRunner {
 /** A job that waits for a runner, as the forge lists it. */
 export interface QueuedJob {
   readonly id: number;
+  /** 1, and one more for each re-run. GitHub and Gitea 1.27 give a re-run a new job id; a forge that kept the id would still not stall (see RunnerActivity). */
+  readonly runAttempt?: number;
   readonly labels: readonly string[];
   /** `owner/name` of its repository. */
   readonly repository: string;

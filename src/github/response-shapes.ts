@@ -72,6 +72,8 @@ export interface GitHubWorkflowJob {
   readonly runnerName: string | null;
   /** created_at in ms since the epoch, when GitHub gives one. */
   readonly createdAt: number | undefined;
+  /** run_attempt: 1 for the first run, more for each re-run (1 when absent). */
+  readonly runAttempt: number;
 }
 
 export function parseWorkflowJob(value: unknown, what = "workflow job"): GitHubWorkflowJob {
@@ -86,6 +88,7 @@ export function parseWorkflowJob(value: unknown, what = "workflow job"): GitHubW
     labels: labels as string[],
     runnerName: typeof obj["runner_name"] === "string" && obj["runner_name"] !== "" ? obj["runner_name"] : null,
     createdAt: Number.isNaN(created) ? undefined : created,
+    runAttempt: typeof obj["run_attempt"] === "number" && Number.isSafeInteger(obj["run_attempt"]) && obj["run_attempt"] >= 1 ? obj["run_attempt"] : 1,
   };
 }
 

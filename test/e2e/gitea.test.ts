@@ -71,5 +71,18 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       return pool.status?.queuedJobs === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-")) : undefined;
     }, 180_000, 250);
     assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
+
+    // The job re-run on the pool scaled to zero (the stall ARC fleets hit: a re-run's demand taken
+    // for a replay of the finished job). Gitea 1.27 re-runs it as a new job, attempt 2 of the run.
+    const logBefore = world.operator.log().length;
+    await gitea.api("POST", `/repos/acme/pushed/actions/runs/${job.run_id}/rerun`);
+    const rerun = await world.waitUntil("the re-run completed", async () => (await gitea.jobs("acme", "pushed")).find((j) => j.run_id === job.run_id && (j.run_attempt ?? 1) >= 2 && j.status === "completed"), 300_000, 250);
+    assert.equal(rerun.conclusion, "success");
+    const rerunSaid = world.operator.log().slice(logBefore).split("\n").filter((l) => l.includes(`"${NAMESPACE}/pushed"`) && /jobId|queued|demand|delivery/i.test(l));
+    process.stdout.write(`# re-run: job ${rerun.id} attempt ${rerun.run_attempt ?? "?"} (the first run was job ${job.id}) served; the operator said:\n${rerunSaid.map((l) => `#   ${l.slice(0, 300)}`).join("\n")}\n`);
+    assert.ok(!rerunSaid.some((l) => l.includes("a replay; not counted")), "the re-run's delivery was not taken for a replay of the finished attempt");
+    assert.ok(rerunSaid.some((l) => l.includes("a queued delivery verified") && l.includes(`"jobId":${rerun.id},`)), "Gitea's delivery for the re-run was verified with Gitea and counted");
+    const after = [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-"));
+    assert.equal(after.length, 2, `one more VM for the re-run: ${after.join(", ")}`);
   });
 });

@@ -32,6 +32,8 @@ export function giteaUnavailable(): string | undefined {
 export interface GiteaJobView {
   readonly id: number;
   readonly run_id: number;
+  /** 1, and one more for each re-run. */
+  readonly run_attempt?: number;
   readonly name: string;
   readonly status: string;
   readonly conclusion?: string;

@@ -38,6 +38,8 @@ export interface GiteaRunner {
 export interface GiteaJob {
   readonly id: number;
   readonly runId: number;
+  /** run_attempt: 1, and one more for each re-run (Gitea 1.27 gives a re-run a new job id as well). */
+  readonly runAttempt: number;
   readonly name: string;
   /** runs-on */
   readonly labels: readonly string[];
@@ -258,6 +260,7 @@ function parseJob(value: unknown, where: string): GiteaJob {
   return {
     id: o["id"],
     runId: typeof o["run_id"] === "number" ? o["run_id"] : 0,
+    runAttempt: typeof o["run_attempt"] === "number" && Number.isSafeInteger(o["run_attempt"]) && o["run_attempt"] >= 1 ? o["run_attempt"] : 1,
     name: typeof o["name"] === "string" ? o["name"].slice(0, 256) : "",
     labels,
     status: o["status"],

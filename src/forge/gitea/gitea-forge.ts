@@ -103,7 +103,7 @@ export class GiteaForge implements PoolForge {
   async listScopeQueuedJobs(signal?: AbortSignal): Promise<readonly QueuedJob[]> {
     const jobs = await this.#o.client.listJobs(this.#o.scope, "queued", signal);
     const fallback = this.#o.scope.kind === "repo" ? `${this.#o.scope.owner}/${this.#o.scope.repo}` : "";
-    return jobs.map((j) => ({ id: j.id, labels: j.labels, repository: j.repository === "" ? fallback : j.repository, ...(j.createdAt === undefined ? {} : { queuedAt: j.createdAt }) }));
+    return jobs.map((j) => ({ id: j.id, runAttempt: j.runAttempt, labels: j.labels, repository: j.repository === "" ? fallback : j.repository, ...(j.createdAt === undefined ? {} : { queuedAt: j.createdAt }) }));
   }
 
   async jobState(repository: string, jobId: number, signal?: AbortSignal): Promise<JobState> {

@@ -76,7 +76,7 @@ export class GitHubJitForge implements PoolForge {
     for (const repository of repositories) {
       const [owner = "", repo = ""] = repository.split("/");
       for (const job of await this.#o.client.listQueuedJobs({ owner, repo })) {
-        jobs.push({ id: job.id, labels: job.labels, repository, ...(job.createdAt === undefined ? {} : { queuedAt: job.createdAt }) });
+        jobs.push({ id: job.id, runAttempt: job.runAttempt, labels: job.labels, repository, ...(job.createdAt === undefined ? {} : { queuedAt: job.createdAt }) });
       }
     }
     return jobs;

@@ -25,8 +25,8 @@ export class DemandTally {
   }
 
   /** The job waits for the pool: counted once (a settled or already counted job is a replay), and the pool reconsiders. */
-  count(ledger: RunnerActivity, poolKey: string, source: DemandSignal, jobId: number, repository: string): void {
-    if (!ledger.jobQueued(poolKey, jobId, repository)) {
+  count(ledger: RunnerActivity, poolKey: string, source: DemandSignal, jobId: number, repository: string, attempt = 1): void {
+    if (!ledger.jobQueued(poolKey, jobId, repository, attempt)) {
       this.note(source, "replayed");
       return;
     }

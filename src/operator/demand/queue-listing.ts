@@ -79,12 +79,12 @@ export class QueueListing {
       const jobs = listed.filter((j) => this.#firstPoolFor(j, pool));
       for (const job of jobs) {
         if (ledger.isQueued(ctx.key, job.id)) continue;
-        if (ledger.isSettled(job.id, ctx.key)) {
+        if (ledger.isSettled(job.id, ctx.key, job.runAttempt ?? 1)) {
           this.#o.tally.note("listing", "replayed");
           continue;
         }
         if (demandKindOf(pool) === "webhook") ctx.logger.info({ jobId: job.id, repository: job.repository }, "a queued job found by listing (its delivery was lost or is late)");
-        this.#o.tally.count(ledger, ctx.key, "listing", job.id, job.repository);
+        this.#o.tally.count(ledger, ctx.key, "listing", job.id, job.repository, job.runAttempt ?? 1);
       }
       ledger.jobsListed(ctx.key, covered, jobs.map((j) => j.id), startedAt);
       ctx.logger.debug({ repositories, queued: jobs.map((j) => j.id) }, "listed the jobs waiting on the forge");

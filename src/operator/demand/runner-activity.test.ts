@@ -55,6 +55,21 @@ describe("RunnerActivity demand", () => {
     assert.equal(a.isSettled(6, "ns/b"), true, "the App's secret speaks for every pool");
   });
 
+  it("a re-run under the same job id (a forge that keeps the id) is new demand; the attempt that ended, replayed, is not", () => {
+    const a = new RunnerActivity(new FakeClock());
+    assert.equal(a.jobQueued("ns/p", 7, "acme/web", 1), true);
+    a.jobTaken(7, "all", 1);
+    assert.equal(a.queuedJobs("ns/p"), 0);
+    assert.equal(a.jobQueued("ns/p", 7, "acme/web", 1), false, "attempt 1 replayed: settled");
+    assert.equal(a.isSettled(7, "ns/p", 2), false);
+    assert.equal(a.jobQueued("ns/p", 7, "acme/web", 2), true, "attempt 2, the re-run, waits");
+    assert.equal(a.queuedJobs("ns/p"), 1);
+    a.jobTaken(7, new Set(["ns/p"]), 2);
+    assert.equal(a.isSettled(7, "ns/p", 2), true);
+    assert.equal(a.isSettled(7, "ns/q", 2), false, "attempt 2 settled by ns/p's own secret only: the earlier 'all' does not carry over");
+    assert.equal(a.isSettled(7, "ns/q", 1), false, "a later attempt starts over for every pool");
+  });
+
   it("remembers at most the most recent repositories a pool heard of, for a day", async () => {
     const clock = new FakeClock();
     const a = new RunnerActivity(clock);

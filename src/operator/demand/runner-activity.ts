@@ -5,8 +5,11 @@
  * fast but may be lost, duplicated or replayed; listings are slow but complete, so a listing replaces
  * what it covers unless a webhook about the same job or runner arrived after it was started. Queued
  * jobs expire after `queuedTtlMs`, so a lost in_progress webhook cannot hold burst capacity for ever.
- * Jobs seen taken or completed are remembered (bounded) as settled: a later `queued` for them is a
- * replay and never counts again.
+ * Jobs seen taken or completed are remembered (bounded) as settled, with the run attempt they were
+ * seen in: a later `queued` for that attempt or an earlier one is a replay and never counts again; a
+ * later attempt is a re-run and counts, even on a forge that re-ran a job under the same id (GitHub
+ * and Gitea 1.27.3 give a re-run a new id — measured for Gitea in test/e2e/gitea.test.ts — so there
+ * the attempt only guards; a forge that kept the id would otherwise stall a re-run for a day).
  */
 import type { Clock } from "../../shared/index.ts";
 
@@ -40,7 +43,7 @@ export class RunnerActivity {
    * trusted for all said so (the App's webhook secret), else only the pools whose own secret did
    * (a pool's secret must not make other pools ignore a job). Insertion order is time order.
    */
-  readonly #settled = new Map<number, { readonly at: number; readonly pools: ReadonlySet<string> | "all" }>();
+  readonly #settled = new Map<number, { readonly at: number; readonly attempt: number; readonly pools: ReadonlySet<string> | "all" }>();
   /** pool key → repository → when a job of it was last heard of. */
   readonly #repositories = new Map<string, Map<string, number>>();
   /** runner name → last known busy flag. */
@@ -53,9 +56,9 @@ export class RunnerActivity {
     this.#queuedTtlMs = queuedTtlMs;
   }
 
-  /** A job waits for a runner of this pool. A settled job never counts again (a replayed delivery); returns whether it counted. */
-  jobQueued(poolKey: string, jobId: number, repository?: string): boolean {
-    if (this.isSettled(jobId, poolKey)) return false;
+  /** A job waits for a runner of this pool. A settled job never counts again in that attempt (a replayed delivery); returns whether it counted. */
+  jobQueued(poolKey: string, jobId: number, repository?: string, attempt = 1): boolean {
+    if (this.isSettled(jobId, poolKey, attempt)) return false;
     let jobs = this.#queued.get(poolKey);
     if (jobs === undefined) {
       jobs = new Map();
@@ -108,18 +111,20 @@ export class RunnerActivity {
     return entry !== undefined && entry.expires > this.#clock.now();
   }
 
-  /** Whether the job was seen taken or completed (within SETTLED_JOB_TTL_MS), by a signal trusted for this pool. */
-  isSettled(jobId: number, poolKey: string): boolean {
+  /** Whether the job was seen taken or completed in this run attempt or a later one (within SETTLED_JOB_TTL_MS), by a signal trusted for this pool. */
+  isSettled(jobId: number, poolKey: string, attempt = 1): boolean {
     const entry = this.#settled.get(jobId);
-    return entry !== undefined && this.#clock.now() - entry.at < SETTLED_JOB_TTL_MS && (entry.pools === "all" || entry.pools.has(poolKey));
+    return entry !== undefined && entry.attempt >= attempt && this.#clock.now() - entry.at < SETTLED_JOB_TTL_MS && (entry.pools === "all" || entry.pools.has(poolKey));
   }
 
-  #settle(jobId: number, pools: ReadonlySet<string> | "all"): void {
+  #settle(jobId: number, pools: ReadonlySet<string> | "all", attempt: number): void {
     const now = this.#clock.now();
-    const known = this.#settled.get(jobId)?.pools;
+    const old = this.#settled.get(jobId);
+    // A later attempt starts over: the pools that vouched for an earlier one say nothing about it.
+    const known = old === undefined || old.attempt < attempt ? undefined : old.pools;
     this.#settled.delete(jobId);
     const merged = pools === "all" || known === "all" ? "all" : new Set([...(known ?? []), ...pools]);
-    this.#settled.set(jobId, { at: now, pools: merged });
+    this.#settled.set(jobId, { at: now, attempt: Math.max(attempt, old?.attempt ?? 0), pools: merged });
     for (const [id, entry] of this.#settled) {
       if (this.#settled.size <= MAX_SETTLED_JOBS && now - entry.at < SETTLED_JOB_TTL_MS) break;
       this.#settled.delete(id);
@@ -131,8 +136,8 @@ export class RunnerActivity {
    * waits for it any more. `inPool`: only the pools it answers true for (a pool's own webhook
    * secret). Returns the pools that were waiting for it.
    */
-  jobTaken(jobId: number, audience: ReadonlySet<string> | "all" = "all"): string[] {
-    this.#settle(jobId, audience);
+  jobTaken(jobId: number, audience: ReadonlySet<string> | "all" = "all", attempt = 1): string[] {
+    this.#settle(jobId, audience, attempt);
     const waited: string[] = [];
     for (const [poolKey, jobs] of this.#queued) if ((audience === "all" || audience.has(poolKey)) && jobs.delete(jobId)) waited.push(poolKey);
     return waited;

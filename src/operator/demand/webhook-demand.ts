@@ -62,13 +62,13 @@ export class WebhookDemand {
     if (runner === null) {
       // Completed without a runner: cancelled while queued. No pool waits for it any more; a
       // pool's own secret can end only that pool's demand.
-      for (const poolKey of ledger.jobTaken(event.jobId, audience)) this.#o.enqueue(poolKey);
+      for (const poolKey of ledger.jobTaken(event.jobId, audience, event.runAttempt)) this.#o.enqueue(poolKey);
       return;
     }
     const owners = pools.filter((p) => isPoolRunner(p.metadata.name, runner));
     // A pool's own secret speaks only about that pool's runners.
     if (audience !== "all" && owners.length === 0) return;
-    ledger.jobTaken(event.jobId, audience);
+    ledger.jobTaken(event.jobId, audience, event.runAttempt);
     if (event.action === "completed") ledger.runnerFinished(runner);
     else ledger.runnerBusy(runner, true);
     for (const pool of owners) this.#o.enqueue(keyOf(pool));
@@ -81,7 +81,7 @@ export class WebhookDemand {
 
   #queued(ledger: RunnerActivity, pool: StoredPool, event: WorkflowJobEvent): void {
     const key = keyOf(pool);
-    if (ledger.isSettled(event.jobId, key)) {
+    if (ledger.isSettled(event.jobId, key, event.runAttempt)) {
       this.#o.tally.note("webhook", "replayed");
       this.#o.logger.warn({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId }, "a queued delivery for a job already taken or completed: a replay; not counted");
       return;
@@ -97,7 +97,7 @@ export class WebhookDemand {
       const state = (await forge.jobState?.(event.repository.fullName, event.jobId)) ?? "unknown";
       if (state === "queued") {
         this.#o.logger.info({ pool: key, jobId: event.jobId, deliveryId: event.deliveryId }, "a queued delivery verified: the forge says the job waits");
-        this.#o.tally.count(ledger, key, "webhook", event.jobId, event.repository.fullName);
+        this.#o.tally.count(ledger, key, "webhook", event.jobId, event.repository.fullName, event.runAttempt);
         return;
       }
       this.#o.tally.note("webhook", "stale");
