@@ -37,4 +37,24 @@ describe("fleet metrics", () => {
     registerFleetMetrics({ registry, clock, isLeader: () => false, vmCache: { list: () => [] }, scaleSetSessions: () => [] });
     assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 0 }]);
   });
+
+  it("count each pool's VMs the scheduler finds no room for, and only those", async () => {
+    const registry = new Registry();
+    const unschedulable = { type: "Scheduled", status: "False", reason: "Unschedulable", message: "no node has 4 vCPU free" };
+    const pending = (name: string, pool: string, extra: Record<string, unknown> = {}): ImpVM =>
+      ({ metadata: { name, namespace: "ci", labels: { "imp.dev/pool": pool } }, status: { phase: "Pending", conditions: [unschedulable] }, ...extra }) as unknown as ImpVM;
+    let vms: ImpVM[] = [
+      pending("big-1", "big"),
+      pending("big-2", "big"),
+      pending("small-1", "small"),
+      pending("big-3", "big", { status: { phase: "Pending" } }), // not judged yet
+      pending("big-4", "big", { status: { phase: "Pending", nodeName: "node-a", conditions: [unschedulable] } }), // placed since
+      pending("big-5", "big", { metadata: { name: "big-5", namespace: "ci", labels: { "imp.dev/pool": "big" }, deletionTimestamp: "2026-12-06T09:59:00Z" } }),
+      ({ metadata: { name: "lone", namespace: "ci" }, status: { phase: "Pending", conditions: [unschedulable] } }) as unknown as ImpVM, // no pool
+    ];
+    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => true, vmCache: { list: () => vms }, scaleSetSessions: () => [] });
+    assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [{ labels: { namespace: "ci", pool: "big" }, value: 2 }, { labels: { namespace: "ci", pool: "small" }, value: 1 }]);
+    vms = [];
+    assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [], "no stale series once placed");
+  });
 });

@@ -1,24 +1,28 @@
 /**
  * The operator's gauges of the fleet's state, read at scrape time from what the process already
  * holds (no bookkeeping of their own to drift): whether this replica leads, how long the oldest
- * deleting VM of each node has waited, and whether each scale-set pool's listener holds a session.
+ * deleting VM of each node has waited, whether each scale-set pool's listener holds a session, and
+ * how many of each pool's VMs wait for node capacity (demand the cluster cannot place now).
  * They are what the alert rules (deploy/helm/imp/files/alerts.yaml) ask about beyond ARC's gauges.
  */
 import { Gauge, type Registry } from "prom-client";
 import type { Clock } from "../shared/index.ts";
+import { LABELS } from "../api/index.ts";
+import { waitsForCapacity } from "./pools/index.ts";
 
 export const FLEET_METRICS = {
   leader: "imp_operator_leader",
   deletingAge: "imp_operator_vm_deleting_max_age_seconds",
   scaleSetSession: "imp_operator_scale_set_session",
+  waitingForCapacity: "imp_operator_pool_vms_waiting_for_capacity",
 } as const;
 
 export interface FleetMetricsSources {
   readonly registry: Registry;
   readonly clock: Clock;
   readonly isLeader: () => boolean;
-  /** The VM cache (only when each VM's deletion began and where it is bound are read). */
-  readonly vmCache: { list(): ReadonlyArray<{ readonly metadata: { readonly deletionTimestamp?: string | undefined }; readonly status?: { readonly nodeName?: string | undefined } | undefined }> };
+  /** The VM cache (when each VM's deletion began, where it is bound, its pool, phase and Scheduled condition are read). */
+  readonly vmCache: { list(): ReadonlyArray<Parameters<typeof waitsForCapacity>[0] & { readonly metadata: { readonly namespace?: string | undefined; readonly labels?: Readonly<Record<string, string>> | undefined } }> };
   /** Each scale-set pool (`namespace/name`) with a listener on this replica, and whether it hears its jobs now. */
   readonly scaleSetSessions: () => Iterable<readonly [poolKey: string, held: boolean]>;
 }
@@ -63,6 +67,26 @@ export function registerFleetMetrics(s: FleetMetricsSources): void {
       for (const [key, held] of s.scaleSetSessions()) {
         const [namespace = "", name = ""] = key.split("/");
         this.set({ namespace, name }, held ? 1 : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: FLEET_METRICS.waitingForCapacity,
+    help: "Per pool, its runner VMs that wait to be placed while the scheduler finds no node with room for them (Scheduled=False, Unschedulable): jobs the cluster cannot take now. Pools with none have no series.",
+    labelNames: ["namespace", "pool"],
+    registers,
+    collect() {
+      this.reset();
+      const waiting = new Map<string, number>();
+      for (const vm of s.vmCache.list()) {
+        const pool = vm.metadata.labels?.[LABELS.pool];
+        if (pool === undefined || !waitsForCapacity(vm)) continue;
+        const key = `${vm.metadata.namespace ?? ""}/${pool}`;
+        waiting.set(key, (waiting.get(key) ?? 0) + 1);
+      }
+      for (const [key, n] of waiting) {
+        const [namespace = "", pool = ""] = key.split("/");
+        this.set({ namespace, pool }, n);
       }
     },
   });

@@ -30,6 +30,18 @@ describe("poolConditions", () => {
       remove: ["ScaleSetListening"],
     },
     {
+      name: "VMs wait for node capacity: scaling limited by the nodes, after the failure backoff and maxConcurrent",
+      facts: facts({ decision: { waitingForCapacity: 3 } }),
+      want: { Ready: ["True", "Reconciled"], ScalingLimited: ["True", "NodeCapacity"] },
+      remove: ["ScaleSetListening"],
+    },
+    {
+      name: "maxConcurrent says more than node capacity",
+      facts: facts({ decision: { waitingForCapacity: 3, cappedByMaxConcurrent: true } }),
+      want: { ScalingLimited: ["True", "MaxConcurrent"] },
+      remove: ["ScaleSetListening"],
+    },
+    {
       name: "the forge refused the listing",
       facts: facts({ forge: { ok: false, message: "401 Bad credentials" } }),
       want: { CredentialsValid: ["False", "ForgeError"], Ready: ["False", "ForgeError"] },

@@ -11,7 +11,7 @@ import type { PoolDecision } from "./pool-decision.ts";
 export interface PoolConditionFacts {
   /** The last listing of the pool's runners on its forge; undefined before the first. */
   readonly forge: { readonly ok: boolean; readonly message: string } | undefined;
-  readonly decision: Pick<PoolDecision, "budgetExhausted" | "cappedByMaxConcurrent" | "holdUntil" | "failures">;
+  readonly decision: Pick<PoolDecision, "budgetExhausted" | "cappedByMaxConcurrent" | "holdUntil" | "failures"> & Partial<Pick<PoolDecision, "waitingForCapacity">>;
   /** Scale-set pools only: the listener's reason (Listening, Starting, …) and message; undefined for other pools. */
   readonly listener: { readonly reason: string; readonly message: string } | "none-yet" | undefined;
   readonly maxConcurrent: number;
@@ -44,11 +44,18 @@ export function poolConditions(f: PoolConditionFacts): { readonly set: Condition
           : "Pool reconciled",
   });
   const held = d.holdUntil !== undefined;
+  const waiting = d.waitingForCapacity ?? 0;
   set.push({
     type: T.ScalingLimited,
-    status: held || d.cappedByMaxConcurrent ? "True" : "False",
-    reason: held ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : "WithinLimits",
-    message: held ? `Creation held back after ${d.failures.consecutive} start failure(s)` : d.cappedByMaxConcurrent ? `Demand is above maxConcurrent ${f.maxConcurrent}` : "Demand is within maxConcurrent",
+    status: held || d.cappedByMaxConcurrent || waiting > 0 ? "True" : "False",
+    reason: held ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : waiting > 0 ? "NodeCapacity" : "WithinLimits",
+    message: held
+      ? `Creation held back after ${d.failures.consecutive} start failure(s)`
+      : d.cappedByMaxConcurrent
+        ? `Demand is above maxConcurrent ${f.maxConcurrent}`
+        : waiting > 0
+          ? `${waiting} runner VM(s) wait for node capacity: no node has room for them now (their Scheduled condition says why)`
+          : "Demand is within maxConcurrent",
   });
   if (listener === undefined) return { set, remove: [T.ScaleSetListening] };
   set.push({ type: T.ScaleSetListening, status: listener.reason === "Listening" ? "True" : "False", reason: listener.reason, message: listener.message === "" ? "Waiting for the listener" : listener.message });

@@ -38,7 +38,7 @@ import { PoolExpectations } from "./expectations.ts";
 import { decidePool, DEFAULT_FAILURE_BUDGET, restoreFailures, type FailureBudgetPolicy, type FailureState, type PoolDecision, type PoolVmView } from "./pool-decision.ts";
 import { poolStatus } from "./pool-status.ts";
 import { RunnerRegistrations } from "./runner-registrations.ts";
-import { newRunnerVm } from "./runner-vm.ts";
+import { newRunnerVm, waitsForCapacity } from "./runner-vm.ts";
 
 const POOL_VM_INDEX = "imp-operator/vm-by-pool";
 
@@ -176,6 +176,7 @@ export class PoolController {
       createdAt: ms(vm.metadata.creationTimestamp) ?? 0,
       runningAt: ms(vm.status?.phaseTimestamps?.running),
       failedAt: ms(vm.status?.phaseTimestamps?.failed),
+      unschedulable: waitsForCapacity(vm),
     };
   }
 

@@ -34,6 +34,13 @@ describe("decidePool", () => {
     assert.deepEqual(d.counts, { desired: 2, current: 0, idle: 0, busy: 0, starting: 0, failed: 0 });
   });
 
+  it("counts the VMs that wait for node capacity (unbound, judged unschedulable), and creates no more for demand they already stand for", () => {
+    const d = decidePool(observe({ minIdle: 0, queuedJobs: 3, vms: [vm("p-a", "Pending", { unschedulable: true }), vm("p-b", "Pending", { unschedulable: true }), vm("p-c", "Pending"), vm("p-d", "Pending", { unschedulable: true, deleting: true })] }));
+    assert.equal(d.waitingForCapacity, 2, "p-c is not judged yet; p-d is going");
+    assert.equal(d.create, 0, "three jobs, three live VMs waiting for them: none more");
+    assert.equal(decidePool(observe()).waitingForCapacity, 0);
+  });
+
   it("drains a cordoned node: its idle runners are scaled down and replaced; a busy one finishes its job; a starting one is left to start", () => {
     const d = decidePool(observe({ vms: [vm("p-idle1", "Running", { draining: true }), vm("p-idle2", "Running", { draining: true }), vm("p-busy", "Running", { draining: true, busy: true }), vm("p-boot", "Booting", { draining: true }), vm("p-else", "Running")] }));
     assert.deepEqual(d.scaleDown, ["p-idle1", "p-idle2"], "both idle runners there go, although the pool is not above its size");

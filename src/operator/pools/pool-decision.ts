@@ -49,6 +49,8 @@ export interface PoolVmView {
   readonly runningAt: number | undefined;
   /** When it failed (phaseTimestamps.failed), if it did. */
   readonly failedAt: number | undefined;
+  /** Waiting to be placed, and the scheduler found no node with room for it (its Scheduled condition: Unschedulable). */
+  readonly unschedulable?: boolean;
 }
 
 /**
@@ -136,6 +138,8 @@ export interface PoolDecision {
   readonly budgetExhausted: boolean;
   /** busy + minIdle + queued is above maxConcurrent. */
   readonly cappedByMaxConcurrent: boolean;
+  /** The pool's VMs that wait for node capacity: demand the cluster cannot place now. */
+  readonly waitingForCapacity: number;
 }
 
 const isTerminal = (phase: VMPhase | undefined): boolean => phase === "Succeeded" || phase === "Failed";
@@ -240,5 +244,6 @@ export function decidePool(o: PoolObservation): PoolDecision {
     holdUntil: holding ? holdUntil : undefined,
     budgetExhausted: failures.consecutive >= o.policy.maxFailures,
     cappedByMaxConcurrent: wanted > o.maxConcurrent,
+    waitingForCapacity: o.vms.filter((v) => v.unschedulable === true && !v.deleting && !v.bound && !isTerminal(v.phase)).length,
   };
 }

@@ -1,4 +1,4 @@
-import { API_VERSION, FINALIZERS, IMP_VM_RUNNER_POOL, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
+import { API_VERSION, CONDITION_TYPES, FINALIZERS, IMP_VM_RUNNER_POOL, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
 import type { Stored } from "../../kube/index.ts";
 
 /** A new runner VM of the pool: named `<pool>-xxxxx` by the API server, owned by the pool, ephemeral, its setup required. */
@@ -23,4 +23,16 @@ export function newRunnerVm(pool: Readonly<Stored<ImpVMRunnerPool>>): ImpVM {
       ...(pool.spec.runnerSetupDelivery === undefined ? {} : { runnerSetupDelivery: pool.spec.runnerSetupDelivery }),
     },
   } as ImpVM;
+}
+
+/**
+ * Whether the VM waits to be placed and the scheduler found no node with room for it: Pending,
+ * unbound, not being deleted, its Scheduled condition False with reason Unschedulable. The
+ * scheduler's own verdict, so the pools do no capacity arithmetic of their own.
+ */
+export function waitsForCapacity(vm: { readonly metadata: { readonly deletionTimestamp?: string | undefined }; readonly status?: { readonly phase?: string | undefined; readonly nodeName?: string | undefined; readonly conditions?: ReadonlyArray<{ readonly type: string; readonly status: string; readonly reason?: string | undefined }> | undefined } | undefined }): boolean {
+  if (vm.metadata.deletionTimestamp !== undefined || vm.status?.nodeName !== undefined) return false;
+  if (vm.status?.phase !== undefined && vm.status.phase !== "Pending") return false;
+  const scheduled = vm.status?.conditions?.find((c) => c.type === CONDITION_TYPES.vm.Scheduled);
+  return scheduled?.status === "False" && scheduled.reason === "Unschedulable";
 }

@@ -259,6 +259,32 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
     await deletePool("gamma", gh);
   });
 
+  it("VMs the scheduler finds no room for: ScalingLimited NodeCapacity and the waiting gauge, until they are placed", async (t) => {
+    const gh = await startGitHub(t);
+    await createPool("zeta", gh);
+    const both = await waitForVms("zeta", 2);
+    // Played here as the scheduler writes it when no node has room (bind-protocol.ts).
+    const unschedulable = { type: "Scheduled", status: "False", reason: "Unschedulable", message: "no node fits: node-a full (vmSlots 0 free)", lastTransitionTime: new Date().toISOString() };
+    for (const vm of both) await vms.patchStatus({ namespace: NS, name: vm.metadata.name ?? "" }, { status: { phase: "Pending", conditions: [unschedulable] } });
+    // The first patched VM alone may already be reported (1 waiting): wait for both.
+    const limited = await waitFor("zeta ScalingLimited NodeCapacity for both VMs", async () => {
+      const c = (await pools.get({ namespace: NS, name: "zeta" })).status?.conditions?.find((x) => x.type === "ScalingLimited");
+      return c?.reason === "NodeCapacity" && c.message.startsWith("2 ") ? c : undefined;
+    }, WAIT);
+    assert.equal(limited.status, "True");
+    assert.match(limited.message, /^2 runner VM\(s\) wait for node capacity: no node has room/);
+    const gauge = async (): Promise<number | undefined> => (await registry.getSingleMetric("imp_operator_pool_vms_waiting_for_capacity")?.get())?.values.find((v) => v.labels["pool"] === "zeta")?.value;
+    assert.equal(await gauge(), 2);
+    assert.equal((await liveVmsOf("zeta")).length, 2, "minIdle 2, and the two waiting VMs stand for it: none more");
+    for (const vm of both) await bind(vm);
+    await waitFor("zeta within limits once placed", async () => {
+      const c = (await pools.get({ namespace: NS, name: "zeta" })).status?.conditions?.find((x) => x.type === "ScalingLimited");
+      return c?.reason === "WithinLimits" ? c : undefined;
+    }, WAIT);
+    assert.equal(await gauge(), undefined, "no series once nothing waits");
+    await deletePool("zeta", gh);
+  });
+
   it("cordon drains a node: its idle runners are deregistered, deleted and replaced; its busy runner keeps its job; uncordon drains nothing more", async (t) => {
     const gh = await startGitHub(t);
     await nodes.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "node-d" }, spec: { unschedulable: false } });
