@@ -42,7 +42,7 @@ describe("fleet metrics", () => {
     const registry = new Registry();
     const unschedulable = { type: "Scheduled", status: "False", reason: "Unschedulable", message: "no node has 4 vCPU free" };
     const pending = (name: string, pool: string, extra: Record<string, unknown> = {}): ImpVM =>
-      ({ metadata: { name, namespace: "ci", labels: { "imp.dev/pool": pool } }, status: { phase: "Pending", conditions: [unschedulable] }, ...extra }) as unknown as ImpVM;
+      ({ metadata: { name, namespace: "ci", labels: { "imp.dev/pool": pool }, ownerReferences: [{ kind: "ImpVMRunnerPool", name: pool }] }, status: { phase: "Pending", conditions: [unschedulable] }, ...extra }) as unknown as ImpVM;
     let vms: ImpVM[] = [
       pending("big-1", "big"),
       pending("big-2", "big"),
@@ -51,8 +51,12 @@ describe("fleet metrics", () => {
       pending("big-4", "big", { status: { phase: "Pending", nodeName: "node-a", conditions: [unschedulable] } }), // placed since
       pending("big-5", "big", { metadata: { name: "big-5", namespace: "ci", labels: { "imp.dev/pool": "big" }, deletionTimestamp: "2026-12-06T09:59:00Z" } }),
       ({ metadata: { name: "lone", namespace: "ci" }, status: { phase: "Pending", conditions: [unschedulable] } }) as unknown as ImpVM, // no pool
+      ({ metadata: { name: "big-9", namespace: "ci", labels: { "imp.dev/pool": "big" } }, status: { phase: "Pending", conditions: [unschedulable] } }) as unknown as ImpVM, // labelled, owned by no pool
     ];
-    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => true, vmCache: { list: () => vms }, scaleSetSessions: () => [] });
+    let leading = false;
+    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => [] });
+    assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [], "a standby reports nothing: a sum over replicas would double it");
+    leading = true;
     assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [{ labels: { namespace: "ci", pool: "big" }, value: 2 }, { labels: { namespace: "ci", pool: "small" }, value: 1 }]);
     vms = [];
     assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [], "no stale series once placed");

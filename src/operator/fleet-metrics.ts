@@ -22,7 +22,7 @@ export interface FleetMetricsSources {
   readonly clock: Clock;
   readonly isLeader: () => boolean;
   /** The VM cache (when each VM's deletion began, where it is bound, its pool, phase and Scheduled condition are read). */
-  readonly vmCache: { list(): ReadonlyArray<Parameters<typeof waitsForCapacity>[0] & { readonly metadata: { readonly namespace?: string | undefined; readonly labels?: Readonly<Record<string, string>> | undefined } }> };
+  readonly vmCache: { list(): ReadonlyArray<Parameters<typeof waitsForCapacity>[0] & { readonly metadata: { readonly namespace?: string | undefined; readonly labels?: Readonly<Record<string, string>> | undefined; readonly ownerReferences?: ReadonlyArray<{ readonly kind: string; readonly name: string }> | undefined } }> };
   /** Each scale-set pool (`namespace/name`) with a listener on this replica, and whether it hears its jobs now. */
   readonly scaleSetSessions: () => Iterable<readonly [poolKey: string, held: boolean]>;
 }
@@ -72,15 +72,19 @@ export function registerFleetMetrics(s: FleetMetricsSources): void {
   });
   new Gauge({
     name: FLEET_METRICS.waitingForCapacity,
-    help: "Per pool, its runner VMs that wait to be placed while the scheduler finds no node with room for them (Scheduled=False, Unschedulable): jobs the cluster cannot take now. Pools with none have no series.",
+    help: "Per pool, on the leader: its runner VMs that wait to be placed while the scheduler finds no node with room for them (Scheduled=False, Unschedulable): jobs the cluster cannot take now. Pools with none have no series.",
     labelNames: ["namespace", "pool"],
     registers,
     collect() {
       this.reset();
+      // The leader's count only: every replica holds the caches, and a sum over replicas would double it.
+      if (!s.isLeader()) return;
       const waiting = new Map<string, number>();
       for (const vm of s.vmCache.list()) {
         const pool = vm.metadata.labels?.[LABELS.pool];
-        if (pool === undefined || !waitsForCapacity(vm)) continue;
+        // Owned by a pool of that name, as the pool's own decision counts its VMs.
+        const owned = vm.metadata.ownerReferences?.some((o) => o.kind === "ImpVMRunnerPool" && o.name === pool) === true;
+        if (pool === undefined || !owned || !waitsForCapacity(vm)) continue;
         const key = `${vm.metadata.namespace ?? ""}/${pool}`;
         waiting.set(key, (waiting.get(key) ?? 0) + 1);
       }

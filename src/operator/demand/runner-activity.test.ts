@@ -70,6 +70,17 @@ describe("RunnerActivity demand", () => {
     assert.equal(a.isSettled(7, "ns/q", 1), false, "a later attempt starts over for every pool");
   });
 
+  it("a late word about an earlier attempt neither ends a re-run's demand nor widens what its settle covers", () => {
+    const a = new RunnerActivity(new FakeClock());
+    a.jobTaken(7, "all", 1);
+    assert.equal(a.jobQueued("ns/p", 7, "acme/web", 2), true);
+    assert.deepEqual(a.jobTaken(7, "all", 1), [], "attempt 1's completed, redelivered late");
+    assert.equal(a.queuedJobs("ns/p"), 1, "attempt 2 still waits");
+    a.jobTaken(7, new Set(["ns/p"]), 2);
+    a.jobTaken(7, "all", 1);
+    assert.equal(a.isSettled(7, "ns/q", 2), false, "attempt 1's trust for all does not leak into attempt 2's settle");
+  });
+
   it("remembers at most the most recent repositories a pool heard of, for a day", async () => {
     const clock = new FakeClock();
     const a = new RunnerActivity(clock);

@@ -31,6 +31,8 @@ interface QueuedEntry {
   readonly repository: string | undefined;
   /** When this demand was last confirmed (webhook or listing). */
   readonly at: number;
+  /** The run attempt it waits in: a late word about an earlier attempt does not end it. */
+  readonly attempt: number;
 }
 
 export class RunnerActivity {
@@ -65,7 +67,7 @@ export class RunnerActivity {
       this.#queued.set(poolKey, jobs);
     }
     const now = this.#clock.now();
-    jobs.set(jobId, { expires: now + this.#queuedTtlMs, repository, at: now });
+    jobs.set(jobId, { expires: now + this.#queuedTtlMs, repository, at: now, attempt });
     if (repository !== undefined) this.repositoryHeard(poolKey, repository);
     return true;
   }
@@ -120,6 +122,8 @@ export class RunnerActivity {
   #settle(jobId: number, pools: ReadonlySet<string> | "all", attempt: number): void {
     const now = this.#clock.now();
     const old = this.#settled.get(jobId);
+    // A late word about an earlier attempt changes nothing about the later one already settled.
+    if (old !== undefined && attempt < old.attempt) return;
     // A later attempt starts over: the pools that vouched for an earlier one say nothing about it.
     const known = old === undefined || old.attempt < attempt ? undefined : old.pools;
     this.#settled.delete(jobId);
@@ -139,7 +143,12 @@ export class RunnerActivity {
   jobTaken(jobId: number, audience: ReadonlySet<string> | "all" = "all", attempt = 1): string[] {
     this.#settle(jobId, audience, attempt);
     const waited: string[] = [];
-    for (const [poolKey, jobs] of this.#queued) if ((audience === "all" || audience.has(poolKey)) && jobs.delete(jobId)) waited.push(poolKey);
+    for (const [poolKey, jobs] of this.#queued) {
+      if (audience !== "all" && !audience.has(poolKey)) continue;
+      const entry = jobs.get(jobId);
+      // A late word about an earlier attempt does not end the demand of a re-run.
+      if (entry !== undefined && entry.attempt <= attempt && jobs.delete(jobId)) waited.push(poolKey);
+    }
     return waited;
   }
 
