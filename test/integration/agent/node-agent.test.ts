@@ -96,6 +96,14 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
    * at once with its reason and the agent's last log lines, instead of waiting out the budget and
    * saying only that the phase never came.
    */
+  /**
+   * The last copy of each VM's serial console seen while waiting for it: the agent removes the VM's
+   * directory when it ends, and a guest that never answered (BootTimeout, rare under load) is
+   * explained only by where its boot stopped.
+   */
+  const consoles = new Map<string, string>();
+  const consoleOf = (name: string): string => `\n--- the VM's serial console, last 3000 bytes ---\n${(consoles.get(name) ?? "(never read)").slice(-3000)}`;
+
   async function waitForPhase(name: string, phases: string[], timeoutMs = VM_DONE_MS): Promise<ImpVM> {
     let last = "not yet created";
     const explain = (): string => `ImpVM ${name} never reached ${phases.join("|")}; last seen ${last}. The agent's last log lines:\n${agent.logs().slice(-3000)}`;
@@ -103,6 +111,10 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
       const vm = await get(name);
       const phase = vm?.status?.phase ?? "";
       last = vm === undefined ? "gone" : `${phase || "no phase"}${vm.status?.reason === undefined ? "" : ` (${vm.status.reason}: ${vm.status.message ?? ""})`}`;
+      if (vm?.metadata.uid !== undefined && (phase === "Booting" || phase === "Running")) {
+        const text = await readFile(join(agent.stateDir, "vms", vm.metadata.uid, "vmm", "serial.log"), "utf8").catch(() => undefined);
+        if (text !== undefined) consoles.set(name, text);
+      }
       if (vm !== undefined && phases.includes(phase)) return { vm };
       return phase === "Succeeded" || phase === "Failed" ? { ended: true as const } : undefined;
     }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) => Promise.reject(new Error(explain(), { cause: err })));
@@ -149,7 +161,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
   it("runs a workload to Succeeded with exit 0, phase timestamps and durations, then frees everything", async () => {
     await boundVm("ok-1", ["/bin/sh", "-c", "echo hello from the guest"]);
     const done = await waitForPhase("ok-1", ["Succeeded", "Failed"]);
-    assert.equal(done.status?.phase, "Succeeded", `status: ${JSON.stringify(done.status)}`);
+    assert.equal(done.status?.phase, "Succeeded", `status: ${JSON.stringify(done.status)}${consoleOf("ok-1")}`);
     assert.equal(done.status?.exitCode, 0);
     assert.equal(done.status?.reason, "Completed");
     for (const p of ["preparing", "booting", "running", "succeeded"] as const) assert.ok(done.status?.phaseTimestamps?.[p] !== undefined, `timestamp ${p}`);
