@@ -20,7 +20,7 @@ export { DEFAULT_RATE_LIMIT_POLICY, decideRateLimitRetry, type RateLimitPolicy, 
 export { DEFAULT_TOKEN_REFRESH_MARGIN_MS, tokenNeedsRefresh } from "./installation-token-cache.ts";
 export { DEFAULT_MAX_WEBHOOK_BYTES, verifyWebhookSignature, type SignatureHeader, type SignatureVerdict } from "./webhook-signature.ts";
 export { parseWorkflowJobWebhook, GITHUB_WEBHOOK_DIALECT, WORKFLOW_JOB_ACTIONS, type WebhookDialect, type WorkflowJobEvent, type WorkflowJobAction, type WebhookParseResult } from "./workflow-job-event.ts";
-export { acceptWebhook, verdictOf, type WebhookDelivery, type WebhookOptions, type WebhookVerdict } from "./webhook.ts";
+export { acceptWebhook, single as singleHeader, verdictOf, type WebhookDelivery, type WebhookOptions, type WebhookVerdict } from "./webhook.ts";
 export { readWebhookBody, type BodyRead } from "./webhook-body.ts";
 export { DeliveryDeduplicator, type DeliveryDeduplicatorOptions } from "./delivery-deduplicator.ts";
 export { CredentialText } from "./credential-text.ts";

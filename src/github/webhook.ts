@@ -20,7 +20,8 @@ export type WebhookVerdict =
   | { readonly kind: "accepted"; readonly event: WorkflowJobEvent }
   | { readonly kind: "rejected"; readonly reason: string; readonly authentic: boolean; readonly ignored?: true };
 
-function single(value: string | readonly string[] | undefined): string | undefined {
+/** A header that must be given once: its value, or undefined when absent or repeated. */
+export function single(value: string | readonly string[] | undefined): string | undefined {
   return typeof value === "string" ? value : undefined;
 }
 

@@ -10,7 +10,9 @@
  */
 import type { ImpVM, ImpVMRunnerPool } from "../../api/index.ts";
 import type { ReconcileContext, Stored } from "../../kube/index.ts";
-import { forgeOf } from "../forges/index.ts";
+import { keyOf } from "../../kube/index.ts";
+import type { WorkflowJobEvent } from "../../github/index.ts";
+import { forgeOf, poolTakesJob, type ForgeFamily } from "../forges/index.ts";
 
 export const DEMAND_KINDS = ["scale-set", "webhook", "listing", "none"] as const;
 export type DemandKind = (typeof DEMAND_KINDS)[number];
@@ -40,4 +42,18 @@ export interface DemandSource {
 /** The cache's pools as the pool-facing functions take them (the cache's deep-readonly view of the same objects). */
 export function cachedPools(cache: { list(): readonly unknown[] }): readonly StoredPool[] {
   return cache.list() as readonly StoredPool[];
+}
+
+/**
+ * The one pool a waiting job counts in: the first by key, of the job's forge, not being deleted,
+ * that `counts` admits and that takes the job. Listings and deliveries both ask this, so a job is
+ * never counted in two pools (and by code point, so every replica orders keys alike).
+ */
+export function firstPoolTaking(pools: readonly StoredPool[], forge: ForgeFamily, job: Pick<WorkflowJobEvent, "labels" | "repository" | "organization" | "enterprise">, counts: (pool: StoredPool) => boolean): StoredPool | undefined {
+  let first: StoredPool | undefined;
+  for (const p of pools) {
+    if (forgeOf(p) !== forge || p.metadata.deletionTimestamp !== undefined || !counts(p) || !poolTakesJob(p, job)) continue;
+    if (first === undefined || keyOf(p) < keyOf(first)) first = p;
+  }
+  return first;
 }

@@ -12,8 +12,8 @@ import { keyOf, type Informer, type ReconcileContext } from "../../kube/index.ts
 import type { ImpVMRunnerPool } from "../../api/index.ts";
 import type { QueuedJob } from "../../forge/index.ts";
 import { describeError, type Clock } from "../../shared/index.ts";
-import { forgeOf, listedRepositories, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
-import { cachedPools, demandKindOf, type StoredPool, type StoredVm } from "./demand-source.ts";
+import { forgeOf, listedRepositories, type ForgeFamily, type PoolForges } from "../forges/index.ts";
+import { cachedPools, demandKindOf, firstPoolTaking, type StoredPool, type StoredVm } from "./demand-source.ts";
 import type { DemandTally } from "./demand-tally.ts";
 import type { RunnerActivity } from "./runner-activity.ts";
 
@@ -97,11 +97,7 @@ export class QueueListing {
   #firstPoolFor(job: QueuedJob, pool: StoredPool): boolean {
     const [owner = "", name = ""] = job.repository.split("/");
     const asDelivered = { labels: job.labels, repository: { owner, name, fullName: job.repository }, organization: owner, enterprise: undefined };
-    const family = forgeOf(pool);
-    const first = cachedPools(this.#o.poolCache)
-      .filter((p) => forgeOf(p) === family && this.intervalMs(p) !== undefined && p.metadata.deletionTimestamp === undefined && poolTakesJob(p, asDelivered))
-      .map((p) => keyOf(p))
-      .sort()[0];
-    return first === keyOf(pool);
+    const first = firstPoolTaking(cachedPools(this.#o.poolCache), forgeOf(pool), asDelivered, (p) => this.intervalMs(p) !== undefined);
+    return first !== undefined && keyOf(first) === keyOf(pool);
   }
 }

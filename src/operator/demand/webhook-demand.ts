@@ -18,7 +18,7 @@ import type { ImpVMRunnerPool } from "../../api/index.ts";
 import type { WorkflowJobEvent } from "../../github/index.ts";
 import { describeError, type Logger } from "../../shared/index.ts";
 import { forgeOf, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
-import { cachedPools, demandKindOf, type StoredPool } from "./demand-source.ts";
+import { cachedPools, demandKindOf, firstPoolTaking, type StoredPool } from "./demand-source.ts";
 import type { DemandTally } from "./demand-tally.ts";
 import type { RunnerActivity } from "./runner-activity.ts";
 import { isPoolRunner } from "./runner-names.ts";
@@ -50,10 +50,8 @@ export class WebhookDemand {
       // One pool per job, the first by name: counting a job in several pools would over-create. A
       // pool of the same forge that lists instead (no webhook) and comes first counts it from its
       // listing, as the listings' own rule says: then no webhook pool does.
-      const listing = cachedPools(this.#o.poolCache).filter((p) => forgeOf(p) === forge && demandKindOf(p) === "listing");
-      const first = [...pools.filter((p) => demandKindOf(p) === "webhook"), ...listing]
-        .filter((p) => p.metadata.deletionTimestamp === undefined && poolTakesJob(p, event))
-        .sort((a, b) => keyOf(a).localeCompare(keyOf(b)))[0];
+      const heard = new Set(pools.map((p) => keyOf(p)));
+      const first = firstPoolTaking(cachedPools(this.#o.poolCache), forge, event, (p) => demandKindOf(p) === "listing" || (demandKindOf(p) === "webhook" && heard.has(keyOf(p))));
       if (first !== undefined && demandKindOf(first) === "webhook") this.#queued(ledger, first, event);
       return;
     }
