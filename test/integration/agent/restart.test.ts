@@ -31,6 +31,8 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
   let image: string;
   let stateDir: string;
   const children: ChildProcess[] = [];
+  /** The log of the agent started last: what a failed wait prints, with the VM's console. */
+  let currentLog: () => string = () => "(no agent started)";
 
   before(async () => {
     plane = await startControlPlane({ controllerManager: false });
@@ -61,6 +63,7 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
     child.stdout?.on("data", (c: Buffer) => (log += c.toString("utf8")));
     child.stderr?.on("data", (c: Buffer) => (log += c.toString("utf8")));
     children.push(child);
+    currentLog = () => log;
     return { child, log: () => log };
   }
 
@@ -84,11 +87,22 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
   }
 
   const phaseOf = async (name: string): Promise<ImpVM> => vms.get({ namespace: NS, name });
-  const waitPhase = (name: string, phases: string[], timeoutMs = 240_000): Promise<ImpVM> =>
-    waitFor(`${name} in ${phases.join("|")}`, async () => {
+  /**
+   * Waits for one of `phases`; on timeout it says where the VM stood, with the agent's last log lines
+   * and the VM's serial console (kept while it is readable: the agent removes it with the VM), since
+   * a VM that never reaches Running under load is otherwise explained by nothing.
+   */
+  async function waitPhase(name: string, phases: string[], timeoutMs = 240_000): Promise<ImpVM> {
+    let last = "not read";
+    let consoleText = "(never read)";
+    return waitFor(`${name} in ${phases.join("|")}`, async () => {
       const vm = await phaseOf(name);
+      last = `${vm.status?.phase ?? "no phase"}${vm.status?.reason === undefined ? "" : ` (${vm.status.reason}: ${vm.status.message ?? ""})`}`;
+      consoleText = await readFile(join(stateDir, "vms", vm.metadata.uid ?? "", "vmm", "serial.log"), "utf8").catch(() => consoleText);
       return phases.includes(vm.status?.phase ?? "") ? vm : undefined;
-    }, { timeoutMs, intervalMs: 200 });
+    }, { timeoutMs, intervalMs: 200 }).catch((err: unknown) =>
+      Promise.reject(new Error(`${name} never reached ${phases.join("|")}; last seen ${last}.\n--- the agent's last log lines ---\n${currentLog().slice(-4000)}\n--- the VM's serial console, last 3000 bytes ---\n${consoleText.slice(-3000)}`, { cause: err })));
+  }
 
   it("SIGKILL of the agent while a VM runs: the restarted agent re-adopts it, the one exec completes, no second exec", async () => {
     const first = startAgent();
@@ -150,10 +164,12 @@ describe("node agent restart: supervised VMs are re-adopted, never re-run", { ti
     const vm = await boundVm("forger-watched", `${FORGE}\nsleep 1\nexit 0`, true);
     const uid = vm.metadata.uid ?? "";
     await waitPhase("forger-watched", ["Running"]);
+    let seen = "";
     const printed = await waitFor("the job printed its fatal lines", async () => {
-      const text = await readFile(join(stateDir, "vms", uid, "vmm", "serial.log"), "utf8").catch(() => "");
-      return /Kernel panic - not syncing: printed by the job/.test(text) ? text : undefined;
-    }, { timeoutMs: 60_000, intervalMs: 100 });
+      seen = await readFile(join(stateDir, "vms", uid, "vmm", "serial.log"), "utf8").catch(() => seen);
+      return /Kernel panic - not syncing: printed by the job/.test(seen) ? seen : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 100 }).catch(async (err: unknown) =>
+      Promise.reject(new Error(`the job's lines never reached the console; the VM is ${JSON.stringify((await phaseOf("forger-watched")).status)}\n--- the agent's last log lines ---\n${agent.log().slice(-4000)}\n--- the console, last 3000 bytes ---\n${seen.slice(-3000)}`, { cause: err })));
     assert.match(printed, /imp-initramfs: FATAL: printed by the job/);
     const done = await waitPhase("forger-watched", ["Succeeded", "Failed"]);
     assert.equal(done.status?.phase, "Succeeded", `console lines decided nothing: ${JSON.stringify(done.status)}`);
