@@ -19,7 +19,7 @@ describe("fleet metrics", () => {
     let leading = false;
     let vms: ImpVM[] = [vm("a-1", "node-a", "2026-12-06T09:50:00Z"), vm("a-2", "node-a", "2026-12-06T09:59:00Z"), vm("b-1", "node-b"), vm("p-1", undefined, "2026-12-06T09:59:30Z")];
     let sessions: Array<readonly [string, boolean]> = [["ci/linux", true], ["ci/docker", false]];
-    registerFleetMetrics({ registry, clock, isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => sessions });
+    registerFleetMetrics({ registry, clock, isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => sessions, scaleSetJobsWaiting: () => [] });
 
     assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 0 }]);
     leading = true;
@@ -34,7 +34,7 @@ describe("fleet metrics", () => {
     sessions = [];
     assert.deepEqual(await values(registry, FLEET_METRICS.scaleSetSession), [], "a pool whose listener stopped has no series");
     // Registered again (an operator restarted in the same process): one of each, not an error.
-    registerFleetMetrics({ registry, clock, isLeader: () => false, vmCache: { list: () => [] }, scaleSetSessions: () => [] });
+    registerFleetMetrics({ registry, clock, isLeader: () => false, vmCache: { list: () => [] }, scaleSetSessions: () => [], scaleSetJobsWaiting: () => [] });
     assert.deepEqual(await values(registry, FLEET_METRICS.leader), [{ labels: {}, value: 0 }]);
   });
 
@@ -54,11 +54,23 @@ describe("fleet metrics", () => {
       ({ metadata: { name: "big-9", namespace: "ci", labels: { "imp.dev/pool": "big" } }, status: { phase: "Pending", conditions: [unschedulable] } }) as unknown as ImpVM, // labelled, owned by no pool
     ];
     let leading = false;
-    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => [] });
+    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => leading, vmCache: { list: () => vms }, scaleSetSessions: () => [], scaleSetJobsWaiting: () => [] });
     assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [], "a standby reports nothing: a sum over replicas would double it");
     leading = true;
     assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [{ labels: { namespace: "ci", pool: "big" }, value: 2 }, { labels: { namespace: "ci", pool: "small" }, value: 1 }]);
     vms = [];
     assert.deepEqual(await values(registry, FLEET_METRICS.waitingForCapacity), [], "no stale series once placed");
+  });
+
+  it("count the jobs each scale-set pool leaves on GitHub for want of node capacity, on the leader only", async () => {
+    const registry = new Registry();
+    let leading = false;
+    let waiting: Array<readonly [string, number]> = [["ci/linux", 7], ["ci/docker", 0]];
+    registerFleetMetrics({ registry, clock: new FakeClock(), isLeader: () => leading, vmCache: { list: () => [] }, scaleSetSessions: () => [], scaleSetJobsWaiting: () => waiting });
+    assert.deepEqual(await values(registry, FLEET_METRICS.jobsWaitingForCapacity), [], "a standby reports nothing");
+    leading = true;
+    assert.deepEqual(await values(registry, FLEET_METRICS.jobsWaitingForCapacity), [{ labels: { namespace: "ci", pool: "linux" }, value: 7 }, { labels: { namespace: "ci", pool: "docker" }, value: 0 }]);
+    waiting = [];
+    assert.deepEqual(await values(registry, FLEET_METRICS.jobsWaitingForCapacity), [], "a pool whose listener stopped has no series");
   });
 });

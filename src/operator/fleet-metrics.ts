@@ -2,7 +2,8 @@
  * The operator's gauges of the fleet's state, read at scrape time from what the process already
  * holds (no bookkeeping of their own to drift): whether this replica leads, how long the oldest
  * deleting VM of each node has waited, whether each scale-set pool's listener holds a session, and
- * how many of each pool's VMs wait for node capacity (demand the cluster cannot place now).
+ * how many of each pool's VMs wait for node capacity (demand the cluster cannot place now), and how
+ * many jobs each scale-set pool leaves on GitHub for the same reason.
  * They are what the alert rules (deploy/helm/imp/files/alerts.yaml) ask about beyond ARC's gauges.
  */
 import { Gauge, type Registry } from "prom-client";
@@ -15,6 +16,7 @@ export const FLEET_METRICS = {
   deletingAge: "imp_operator_vm_deleting_max_age_seconds",
   scaleSetSession: "imp_operator_scale_set_session",
   waitingForCapacity: "imp_operator_pool_vms_waiting_for_capacity",
+  jobsWaitingForCapacity: "imp_operator_pool_jobs_waiting_for_capacity",
 } as const;
 
 export interface FleetMetricsSources {
@@ -25,6 +27,8 @@ export interface FleetMetricsSources {
   readonly vmCache: { list(): ReadonlyArray<Parameters<typeof waitsForCapacity>[0] & { readonly metadata: { readonly namespace?: string | undefined; readonly labels?: Readonly<Record<string, string>> | undefined; readonly ownerReferences?: ReadonlyArray<{ readonly kind: string; readonly name: string }> | undefined } }> };
   /** Each scale-set pool (`namespace/name`) with a listener on this replica, and whether it hears its jobs now. */
   readonly scaleSetSessions: () => Iterable<readonly [poolKey: string, held: boolean]>;
+  /** Each scale-set pool with a listener here, and the jobs GitHub holds for it for want of node capacity. */
+  readonly scaleSetJobsWaiting: () => Iterable<readonly [poolKey: string, jobs: number]>;
 }
 
 /** Registers the gauges (again after a restart of the operator in the same process: old ones go first). */
@@ -67,6 +71,20 @@ export function registerFleetMetrics(s: FleetMetricsSources): void {
       for (const [key, held] of s.scaleSetSessions()) {
         const [namespace = "", name = ""] = key.split("/");
         this.set({ namespace, name }, held ? 1 : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: FLEET_METRICS.jobsWaitingForCapacity,
+    help: "Per scale-set pool, on the leader: jobs waiting on GitHub that the pool did not acquire because the cluster has no room for more of its VMs (its listener told GitHub a capacity below maxConcurrent; GitHub's totalAvailableJobs). 0 while the pool is not short of nodes.",
+    labelNames: ["namespace", "pool"],
+    registers,
+    collect() {
+      this.reset();
+      if (!s.isLeader()) return;
+      for (const [key, jobs] of s.scaleSetJobsWaiting()) {
+        const [namespace = "", pool = ""] = key.split("/");
+        this.set({ namespace, pool }, jobs);
       }
     },
   });

@@ -20,19 +20,20 @@ import {
   labelIndex,
   LEASE_RESOURCE,
   Manager, type CoreEvent,
+  type Cached,
   type KubeObject,
   type Lease,
   type ResourceClient,
 } from "../kube/index.ts";
 import { DrainController, NodeLossController } from "./nodes/index.ts";
-import { KubeNodeTracker, nodeCordoned, SchedulerController } from "./scheduler/index.ts";
+import { isTerminalVM, KubeNodeTracker, nodeCordoned, nodeMayHaveRoom, SchedulerController } from "./scheduler/index.ts";
 import { NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../shared/index.ts";
 import { IMP_NODES, IMP_VM_RUNNER_POOLS, IMP_VMS, PoolController, SECRETS, type FailureBudgetPolicy, type SecretObject } from "./pools/index.ts";
 import { InputsController, SetupController, VM_NODE_INDEX, VM_POOL_INDEX } from "./setup/index.ts";
 import { PoolForges } from "./forges/index.ts";
 import { PoolWebhookSecrets, WebhookServer } from "./webhook/index.ts";
 import { JobObserver } from "./jobs/index.ts";
-import { DemandEvents } from "./demand/index.ts";
+import { DemandEvents, jobsWaitingForCapacity } from "./demand/index.ts";
 import { DEFAULT_LISTENER_TIMINGS, ScaleSetListeners } from "./scale-sets/index.ts";
 import { registerFleetMetrics } from "./fleet-metrics.ts";
 
@@ -209,6 +210,7 @@ export class Operator {
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
     this.demandEvents.listen(this.pools.demand).listen({ onWorkflowJob: (forge, event, audience) => this.jobs.onWorkflowJob(event, audience, forge), onScaleSetJob: (key, job) => this.jobs.onScaleSetJob(key, job) });
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
+    if (this.scheduler !== undefined) this.#nudgeListenersOnRoom();
     this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.drain = c.nodeLoss && nodes !== undefined ? new DrainController({ vms: api.vms, nodes: api.nodes, vmInformer: this.vmCache, nodeInformer: this.nodeCache, poolInformer: this.poolCache, kubeNodes: nodes.kubeNodes, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);
@@ -228,7 +230,38 @@ export class Operator {
       clock: c.clock,
       timings: { ...DEFAULT_LISTENER_TIMINGS, conflictRetryMs: c.scaleSetConflictRetryMs ?? DEFAULT_LISTENER_TIMINGS.conflictRetryMs },
       faults: c.faults,
+      capacity: (pool) => this.#poolCapacity(pool),
     });
+  }
+
+  /**
+   * How many jobs a scale-set pool can hold now: its VMs that live (not ended, not being deleted)
+   * plus the room the cluster has for more of them. Undefined when this operator runs no scheduler
+   * and so cannot know; the listener then says the pool's maxConcurrent.
+   */
+  #poolCapacity(pool: Cached<ImpVMRunnerPool>): number | undefined {
+    const scheduler = this.scheduler;
+    if (scheduler === undefined) return undefined;
+    const live = this.vmCache
+      .byIndex(VM_POOL_INDEX, pool.metadata.name)
+      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined).length;
+    return live + scheduler.roomForPool(pool);
+  }
+
+  *#scaleSetJobsWaiting(): Iterable<readonly [string, number]> {
+    for (const [key] of this.scaleSets.sessions()) yield [key, jobsWaitingForCapacity(this.scaleSets.view(key), this.poolCache.get(key)?.spec.maxConcurrent ?? 0)];
+  }
+
+  /** A VM ended or is being deleted, a node appeared or may have room: the listeners may now say a larger capacity. */
+  #nudgeListenersOnRoom(): void {
+    const grown = (): void => this.scaleSets.roomMayHaveGrown();
+    this.vmCache.addEventHandler({
+      onUpdate: (old, vm) => {
+        if ((!isTerminalVM(old) && isTerminalVM(vm)) || (old.metadata.deletionTimestamp === undefined && vm.metadata.deletionTimestamp !== undefined)) grown();
+      },
+      onDelete: grown,
+    });
+    this.nodeCache.addEventHandler({ onAdd: grown, onUpdate: (old, node) => nodeMayHaveRoom(old, node) && grown() });
   }
 
   /** Agent Leases and (unless told not to) core/v1 Nodes: a deleted Node's node is lost and never chosen. */
@@ -292,7 +325,7 @@ export class Operator {
       .addCache(this.nodeCache)
       .addCache(this.templateCache);
     for (const cache of this.#extraCaches) manager.addCache(cache);
-    registerFleetMetrics({ registry: this.registry, clock: c.clock, isLeader: () => manager.isLeader(), vmCache: this.vmCache, scaleSetSessions: () => this.scaleSets.sessions() });
+    registerFleetMetrics({ registry: this.registry, clock: c.clock, isLeader: () => manager.isLeader(), vmCache: this.vmCache, scaleSetSessions: () => this.scaleSets.sessions(), scaleSetJobsWaiting: () => this.#scaleSetJobsWaiting() });
     if (this.scheduler !== undefined) manager.addController(this.scheduler);
     if (this.nodeLoss !== undefined) manager.addController(this.nodeLoss);
     if (this.drain !== undefined) manager.addController(this.drain);

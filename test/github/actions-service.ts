@@ -17,7 +17,15 @@
  *    `reassignAfterMs` is cancelled for the scale set and offered again (JobCompleted canceled, then
  *    JobAvailable), at most 3 times, as GitHub re-queues it;
  *  - every message carries the scale set's statistics; totalAssignedJobs counts jobs assigned and
- *    not completed.
+ *    not completed;
+ *  - the poll's `X-ScaleSetMaxCapacity` is how many jobs the scale set can hold at once
+ *    (actions/scaleset: "allows the backend to assign jobs accurately and avoid creating backlogs
+ *    your scale set cannot fulfill"): a job is offered only while the scale set's assigned jobs plus
+ *    its offers not yet acquired stay below the last capacity it sent; the rest wait, counted in
+ *    totalAvailableJobs, and are offered (oldest first) as the capacity a poll sends grows or its
+ *    jobs complete. An offer not acquired within `reofferAfterMs` no longer holds a place and is
+ *    made again. GitHub does not document its algorithm; this is the contract's plain reading, and
+ *    before a scale set's first poll (no capacity said yet) every job is offered.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 
@@ -41,6 +49,10 @@ export interface TestScaleSet {
   /** Messages not deleted yet, oldest first. */
   readonly messages: QueuedMessage[];
   session: TestSession | undefined;
+  /** The X-ScaleSetMaxCapacity of its last poll; undefined before the first. */
+  maxCapacity?: number | undefined;
+  /** Job id → when it was last offered to this scale set (JobAvailable sent). */
+  readonly offers: Map<number, number>;
 }
 
 export interface TestSession {
@@ -106,6 +118,8 @@ export interface ActionsServiceOptions {
   readonly queueTokenTtlMs: number;
   readonly adminTokenTtlSeconds: number;
   readonly reassignAfterMs: number;
+  /** An offer (JobAvailable) not acquired within this holds no place under the capacity any more; default reassignAfterMs. */
+  readonly reofferAfterMs?: number;
 }
 
 export interface Reply {
@@ -169,9 +183,49 @@ export class ActionsService {
 
   // ---- events from the rest of the server ------------------------------------------------------
 
-  /** A job was queued: every scale set in its scope that carries its labels is offered it. */
+  /** A job was queued: every scale set in its scope that carries its labels is offered it, as far as its capacity allows. */
   jobQueued(job: ScaleSetJob): void {
-    for (const s of this.scaleSets.values()) if (this.#takes(s, job)) this.#send(s, [this.#jobMessage("JobAvailable", job, { acquireJobUrl: `${this.#base()}/_apis/runtime/runnerrequests/${job.id}` })]);
+    for (const s of this.scaleSets.values()) if (this.#takes(s, job) && this.#room(s, Date.now()) > 0) this.#offer(s, job);
+  }
+
+  /** Jobs assigned to `s` and not completed. */
+  assignedTo(s: TestScaleSet): number {
+    return [...this.#host.jobs()].filter((j) => j.scaleSetId === s.id && j.status !== "completed").length;
+  }
+
+  #offer(s: TestScaleSet, job: ScaleSetJob): void {
+    s.offers.set(job.id, Date.now());
+    this.#send(s, [this.#jobMessage("JobAvailable", job, { acquireJobUrl: `${this.#base()}/_apis/runtime/runnerrequests/${job.id}` })]);
+  }
+
+  /** Offers `s` may still make under its capacity: not its assigned jobs, nor its offers still open. */
+  #room(s: TestScaleSet, now: number): number {
+    if (s.maxCapacity === undefined) return Number.POSITIVE_INFINITY;
+    return s.maxCapacity - this.assignedTo(s) - this.#openOffers(s, now).size;
+  }
+
+  /** Jobs offered to `s` within reofferAfterMs, still queued and acquired by no one. */
+  #openOffers(s: TestScaleSet, now: number): Set<number> {
+    const open = new Set<number>();
+    const offers = s.offers;
+    for (const job of this.#host.jobs()) {
+      const at = offers.get(job.id);
+      if (at !== undefined && job.status === "queued" && job.scaleSetId === undefined && now - at < (this.#o.reofferAfterMs ?? this.#o.reassignAfterMs)) open.add(job.id);
+    }
+    return open;
+  }
+
+  /** Offers what waits for `s`, oldest first, while its capacity has room. */
+  #topUp(s: TestScaleSet): void {
+    const now = Date.now();
+    let room = this.#room(s, now);
+    if (room <= 0) return;
+    const open = this.#openOffers(s, now);
+    const waiting = [...this.#host.jobs()].filter((j) => j.status === "queued" && j.scaleSetId === undefined && !open.has(j.id) && this.#takes(s, j)).sort((a, b) => a.queuedAt - b.queuedAt || a.id - b.id);
+    for (const job of waiting) {
+      if (room-- <= 0) break;
+      this.#offer(s, job);
+    }
   }
 
   /** Whether a runner of `scaleSetId` may take `job`: only what its scale set acquired. */
@@ -305,10 +359,11 @@ export class ActionsService {
       createdOn: iso(Date.now()),
       messages: [],
       session: undefined,
+      offers: new Map(),
     };
     this.scaleSets.set(s.id, s);
     // Jobs already waiting reach a new scale set as they would have, had it existed.
-    for (const job of this.#host.jobs()) if (job.status === "queued" && job.scaleSetId === undefined && this.#takes(s, job)) this.#send(s, [this.#jobMessage("JobAvailable", job, { acquireJobUrl: "" })]);
+    for (const job of this.#host.jobs()) if (job.status === "queued" && job.scaleSetId === undefined && this.#takes(s, job)) this.#offer(s, job);
     return { status: 200, body: this.#scaleSetJson(s) };
   }
 
@@ -369,10 +424,14 @@ export class ActionsService {
     if (method !== "GET") return { status: 405 };
     if (!String(headers["accept"] ?? "").includes("api-version=6.0-preview")) return { status: 400, body: { message: "Accept must carry api-version=6.0-preview" } };
     const last = Number(query.get("lastMessageId") ?? "0") || 0;
+    const capacity = Number(headers["x-scalesetmaxcapacity"]);
+    if (Number.isInteger(capacity) && capacity >= 0) scaleSet.maxCapacity = capacity;
     const deadline = Date.now() + this.#o.queuePollMs;
     for (;;) {
       session.seenAt = Date.now();
       if (scaleSet.session !== session) return this.#dropped.has(session.id) ? { status: 401, body: { message: "message queue token expired" } } : { status: 404, body: { message: "the session is gone" } };
+      // Room may have appeared since the last look: its jobs completed, or this poll said more.
+      this.#topUp(scaleSet);
       const message = scaleSet.messages.find((x) => x.id > last) ?? (last === 0 ? scaleSet.messages[0] : undefined);
       if (message !== undefined) {
         return { status: 200, body: { messageId: message.id, messageType: "RunnerScaleSetJobMessages", body: message.body, statistics: this.statistics(scaleSet) } };

@@ -97,6 +97,44 @@ test("a message comes again until it is deleted; acquisition is first come, firs
   assert.equal(assigned?.statistics.totalAvailableJobs, 0);
 });
 
+test("X-ScaleSetMaxCapacity: no more jobs offered than the scale set can hold; the rest wait, counted, and come as its capacity grows", async (t) => {
+  const fx = await startGitHub(t, { actionsService: { queuePollMs: 300, reofferAfterMs: 1_500 } });
+  const client = clientOf(fx);
+  const set = await client.createScaleSet({ name: "imp-cap", runnerGroupId: 1, labels: [{ type: "System", name: "imp-cap" }] });
+  const session = await client.createSession(set.id, "op");
+  let last = 0;
+  /** Reads and acknowledges every message there is; the JobAvailable ids in them, and the last statistics. */
+  const drain = async (capacity: number): Promise<{ offered: number[]; available: number; assigned: number }> => {
+    const offered: number[] = [];
+    let stats = { totalAvailableJobs: -1, totalAssignedJobs: -1 };
+    for (;;) {
+      const m = await client.getMessage(session, last, capacity);
+      if (m === undefined) return { offered, available: stats.totalAvailableJobs, assigned: stats.totalAssignedJobs };
+      offered.push(...m.jobs.filter((j) => j.messageType === "JobAvailable").map((j) => j.runnerRequestId));
+      stats = m.statistics;
+      await client.deleteMessage(session, m.id);
+      last = m.id;
+    }
+  };
+  assert.deepEqual((await drain(2)).offered, [], "nothing queued yet; the service now knows the capacity: 2");
+  const jobs = [1, 2, 3, 4, 5].map((i) => fx.server.queueJob({ repo: { owner: "acme", repo: "web" }, labels: ["imp-cap"], steps: [], name: `j${i}` }));
+  const first = await drain(2);
+  assert.deepEqual(first.offered, [jobs[0]?.id, jobs[1]?.id], "the two oldest, no more");
+  assert.equal(first.available, 5, "all five wait and are counted");
+  assert.deepEqual(await client.acquireJobs(session, first.offered), first.offered);
+  const full = await drain(2);
+  assert.deepEqual(full.offered, [], "two assigned fill a capacity of two");
+  assert.equal(full.assigned, 2);
+  assert.equal(full.available, 3);
+  const grown = await drain(3);
+  assert.deepEqual(grown.offered, [jobs[2]?.id], "a capacity of three makes room for the next oldest");
+  // Not acquired: the offer holds its place until reofferAfterMs, then it is made again.
+  assert.deepEqual((await drain(3)).offered, [], "an open offer counts against the capacity");
+  await new Promise((r) => setTimeout(r, 1_600));
+  assert.deepEqual((await drain(3)).offered, [jobs[2]?.id], "an offer not taken in time is made again");
+  assert.deepEqual((await drain(0)).offered, [], "capacity 0: nothing offered");
+});
+
 test("runners: generatejitconfig, a taken name, lookup by name, removal and its idempotence", async (t) => {
   const fx = await startGitHub(t);
   const client = clientOf(fx);

@@ -6,4 +6,5 @@ export { DEMAND_RESULTS } from "./demand-tally.ts";
 export { RunnerActivity, DEFAULT_QUEUED_JOB_TTL_MS } from "./runner-activity.ts";
 export { isPoolRunner, poolRunnerPattern } from "./runner-names.ts";
 export type { ScaleSetPoolView, ScaleSetViews } from "./scale-set-demand.ts";
+export { jobsWaitingForCapacity } from "./scale-set-demand.ts";
 export type { DemandAudience } from "./webhook-demand.ts";

@@ -18,7 +18,19 @@ export interface ScaleSetPoolView {
   readonly message: string;
   readonly scaleSetId: number | undefined;
   readonly sessionId: string | undefined;
-  readonly statistics: { readonly totalAssignedJobs: number; readonly totalRunningJobs: number } | undefined;
+  readonly statistics: { readonly totalAssignedJobs: number; readonly totalRunningJobs: number; readonly totalAvailableJobs: number } | undefined;
+  /** The capacity the listener's last poll told the service; undefined before its first poll. */
+  readonly capacity: number | undefined;
+}
+
+/**
+ * Jobs a scale-set pool leaves on GitHub for want of node capacity: what GitHub holds for it while
+ * the listener said less than maxConcurrent (the cluster has no room for more of its VMs). At
+ * maxConcurrent, waiting jobs wait for the pool's own cap (reason MaxConcurrent), not for nodes.
+ */
+export function jobsWaitingForCapacity(view: ScaleSetPoolView | undefined, maxConcurrent: number): number {
+  if (view?.capacity === undefined || view.statistics === undefined || view.capacity >= maxConcurrent) return 0;
+  return view.statistics.totalAvailableJobs;
 }
 
 export interface ScaleSetViews {

@@ -36,6 +36,12 @@ describe("poolConditions", () => {
       remove: ["ScaleSetListening"],
     },
     {
+      name: "a scale-set pool leaves jobs on GitHub for want of nodes: scaling limited by the nodes",
+      facts: facts({ listener: { reason: "Listening", message: "" }, jobsWaitingForCapacity: 6 }),
+      want: { Ready: ["True", "Reconciled"], ScalingLimited: ["True", "NodeCapacity"], ScaleSetListening: ["True", "Listening"] },
+      remove: [],
+    },
+    {
       name: "maxConcurrent says more than node capacity",
       facts: facts({ decision: { waitingForCapacity: 3, cappedByMaxConcurrent: true } }),
       want: { ScalingLimited: ["True", "MaxConcurrent"] },
@@ -110,5 +116,7 @@ describe("poolConditions", () => {
     assert.equal(deaf.Ready?.message, "the scale set was deleted on GitHub; recreating it");
     const capped = byType(poolConditions(facts({ decision: { cappedByMaxConcurrent: true } })).set);
     assert.match(capped.ScalingLimited?.message ?? "", /maxConcurrent 4/);
+    const both = byType(poolConditions(facts({ jobsWaitingForCapacity: 6, decision: { waitingForCapacity: 1 } })).set);
+    assert.match(both.ScalingLimited?.message ?? "", /^6 job\(s\) wait on GitHub, not acquired: .*status\.scaleSet\.capacity.*; 1 runner VM\(s\) wait for node capacity/);
   });
 });

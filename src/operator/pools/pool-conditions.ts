@@ -12,6 +12,8 @@ export interface PoolConditionFacts {
   /** The last listing of the pool's runners on its forge; undefined before the first. */
   readonly forge: { readonly ok: boolean; readonly message: string } | undefined;
   readonly decision: Pick<PoolDecision, "budgetExhausted" | "cappedByMaxConcurrent" | "holdUntil" | "failures"> & Partial<Pick<PoolDecision, "waitingForCapacity">>;
+  /** Scale-set pools: jobs GitHub holds for the pool because the cluster has no room for more of its VMs (jobsWaitingForCapacity). */
+  readonly jobsWaitingForCapacity?: number;
   /** Scale-set pools only: the listener's reason (Listening, Starting, …) and message; undefined for other pools. */
   readonly listener: { readonly reason: string; readonly message: string } | "none-yet" | undefined;
   readonly maxConcurrent: number;
@@ -45,16 +47,21 @@ export function poolConditions(f: PoolConditionFacts): { readonly set: Condition
   });
   const held = d.holdUntil !== undefined;
   const waiting = d.waitingForCapacity ?? 0;
+  const jobsWaiting = f.jobsWaitingForCapacity ?? 0;
+  const short = waiting > 0 || jobsWaiting > 0;
   set.push({
     type: T.ScalingLimited,
-    status: held || d.cappedByMaxConcurrent || waiting > 0 ? "True" : "False",
-    reason: held ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : waiting > 0 ? "NodeCapacity" : "WithinLimits",
+    status: held || d.cappedByMaxConcurrent || short ? "True" : "False",
+    reason: held ? "StartFailureBackoff" : d.cappedByMaxConcurrent ? "MaxConcurrent" : short ? "NodeCapacity" : "WithinLimits",
     message: held
       ? `Creation held back after ${d.failures.consecutive} start failure(s)`
       : d.cappedByMaxConcurrent
         ? `Demand is above maxConcurrent ${f.maxConcurrent}`
-        : waiting > 0
-          ? `${waiting} runner VM(s) wait for node capacity: no node has room for them now (their Scheduled condition says why)`
+        : short
+          ? [
+              jobsWaiting > 0 ? `${jobsWaiting} job(s) wait on GitHub, not acquired: the cluster has no room for more of this pool's VMs now (status.scaleSet.capacity is what the pool told GitHub it can hold)` : "",
+              waiting > 0 ? `${waiting} runner VM(s) wait for node capacity: no node has room for them now (their Scheduled condition says why)` : "",
+            ].filter((x) => x !== "").join("; ")
           : "Demand is within maxConcurrent",
   });
   if (listener === undefined) return { set, remove: [T.ScaleSetListening] };

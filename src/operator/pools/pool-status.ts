@@ -4,7 +4,7 @@
  */
 import type { ImpVMRunnerPool, ImpVMRunnerPoolStatus, ScaleSetStatus } from "../../api/index.ts";
 import type { Stored } from "../../kube/index.ts";
-import { demandKindOf, type ScaleSetPoolView } from "../demand/index.ts";
+import { demandKindOf, jobsWaitingForCapacity, type ScaleSetPoolView } from "../demand/index.ts";
 import { setCondition } from "./conditions.ts";
 import { poolConditions } from "./pool-conditions.ts";
 import { failureBudgetStatus, type FailureBudgetPolicy, type PoolDecision } from "./pool-decision.ts";
@@ -27,6 +27,7 @@ export function poolStatus(f: PoolStatusFacts, old: Readonly<ImpVMRunnerPoolStat
   const wanted = poolConditions({
     forge: f.forge,
     decision: d,
+    jobsWaitingForCapacity: scaleSetPool ? jobsWaitingForCapacity(f.listener, pool.spec.maxConcurrent) : 0,
     listener: !scaleSetPool ? undefined : f.listener === undefined ? "none-yet" : { reason: f.listener.reason, message: f.listener.message },
     maxConcurrent: pool.spec.maxConcurrent,
     capMs: f.policy.capMs,
@@ -63,5 +64,7 @@ function scaleSetStatus(pool: Readonly<Stored<ImpVMRunnerPool>>, view: ScaleSetP
     name,
     ...(sessionId === undefined ? {} : { sessionId }),
     ...(stats === undefined ? (kept?.assignedJobs === undefined ? {} : { assignedJobs: kept.assignedJobs, runningJobs: kept.runningJobs ?? 0 }) : { assignedJobs: stats.totalAssignedJobs, runningJobs: stats.totalRunningJobs }),
+    ...(stats === undefined ? (kept?.availableJobs === undefined ? {} : { availableJobs: kept.availableJobs }) : { availableJobs: stats.totalAvailableJobs }),
+    ...(view?.capacity === undefined ? (kept?.capacity === undefined ? {} : { capacity: kept.capacity }) : { capacity: view.capacity }),
   };
 }

@@ -6,8 +6,15 @@
  * before the ack means the message comes again (at least once); every handler is idempotent.
  * Demand is never counted from messages: it is the latest `statistics.totalAssignedJobs`, which
  * every message, and every new session, carries.
+ *
+ * Capacity-honest: each poll tells the service (X-ScaleSetMaxCapacity, actions/scaleset's
+ * SetMaxRunners) how many jobs the pool can hold now — its VMs plus the room the cluster has for
+ * more, at most maxConcurrent — so the service offers no job the cluster cannot place; the rest stay
+ * GitHub's to give to a scale set that can run them, and wait there, counted (totalAvailableJobs).
+ * A long poll sent a capacity that may since have grown (a VM ended, a node joined): `nudge()` ends
+ * it early so the next poll says the new one at once, instead of up to 50 s later.
  */
-import { ScaleSetErrorCode, type JobMessage, type RunnerScaleSet, type ScaleSetClient, type ScaleSetSession, type ScaleSetStatistics } from "../../github/index.ts";
+import { ScaleSetErrorCode, type JobMessage, type RunnerScaleSet, type ScaleSetClient, type ScaleSetMessage, type ScaleSetSession, type ScaleSetStatistics } from "../../github/index.ts";
 import { describeError, ImpError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { decideListener, DEFAULT_LISTENER_TIMINGS, START, type ListenerOutcome, type ListenerPhase, type ListenerStep, type ListenerTimings, type ListeningReason } from "./listener-table.ts";
 
@@ -34,6 +41,8 @@ export interface ListenerSink {
   statistics(poolKey: string, statistics: ScaleSetStatistics): void;
   job(poolKey: string, job: JobMessage): void;
   state(poolKey: string, state: ListenerState): void;
+  /** The capacity a poll is about to tell the service. */
+  capacity?(poolKey: string, capacity: number): void;
   event(poolKey: string, type: "Normal" | "Warning", reason: string, message: string): void;
 }
 
@@ -56,6 +65,8 @@ export interface ScaleSetListenerOptions {
   readonly timings?: ListenerTimings;
   /** Fault points listener.before-ack and listener.after-ack (docs/failure-proof-points.md). */
   readonly faults?: FaultPoints;
+  /** How many jobs the pool can hold now (its VMs plus the cluster's room); default spec.maxCapacity. Capped by spec.maxCapacity. */
+  readonly capacity?: () => number;
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
@@ -68,6 +79,8 @@ export class ScaleSetListener {
   #session: ScaleSetSession | undefined;
   #lastMessageId = 0;
   #recordedSessionId: string | undefined;
+  /** The capacity the poll in flight told the service, and the way to end that poll early. */
+  #inFlight: { readonly capacity: number; readonly abort: AbortController } | undefined;
 
   constructor(options: ScaleSetListenerOptions) {
     this.#o = options;
@@ -149,9 +162,38 @@ export class ScaleSetListener {
     this.#o.sink.statistics(this.#o.spec.poolKey, session.statistics);
   }
 
+  /** How many jobs the pool can hold now, as the next poll will say it. */
+  capacityNow(): number {
+    const max = this.#o.spec.maxCapacity;
+    const now = this.#o.capacity?.() ?? max;
+    return Math.max(0, Math.min(max, Number.isFinite(now) ? Math.floor(now) : max));
+  }
+
+  /** Room may have grown: a poll in flight that said less ends now, so the next one says it. */
+  nudge(): void {
+    const poll = this.#inFlight;
+    if (poll !== undefined && this.capacityNow() > poll.capacity) poll.abort.abort();
+  }
+
+  async #longPoll(client: ListenerClient, session: ScaleSetSession, signal: AbortSignal): Promise<ScaleSetMessage | undefined> {
+    const capacity = this.capacityNow();
+    this.#o.sink.capacity?.(this.#o.spec.poolKey, capacity);
+    const poll = { capacity, abort: new AbortController() };
+    this.#inFlight = poll;
+    try {
+      return await client.getMessage(session, this.#lastMessageId, capacity, AbortSignal.any([signal, poll.abort.signal]));
+    } catch (err) {
+      // Ended by nudge(): no message, and the next poll goes out at once with the new capacity.
+      if (poll.abort.signal.aborted && !signal.aborted) return undefined;
+      throw err;
+    } finally {
+      if (this.#inFlight === poll) this.#inFlight = undefined;
+    }
+  }
+
   async #poll(client: ListenerClient, signal: AbortSignal): Promise<void> {
     const session = this.#requireSession();
-    const message = await client.getMessage(session, this.#lastMessageId, this.#o.spec.maxCapacity, signal);
+    const message = await this.#longPoll(client, session, signal);
     if (message === undefined) return;
     const { poolKey } = this.#o.spec;
     const available = message.jobs.filter((j) => j.messageType === "JobAvailable").map((j) => j.runnerRequestId);

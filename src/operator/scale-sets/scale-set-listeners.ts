@@ -16,6 +16,8 @@ export interface ScaleSetView extends ListenerState {
   readonly statistics: ScaleSetStatistics | undefined;
   /** When the statistics were last heard (a message, a session, or an empty poll's end). */
   readonly heardAt: number | undefined;
+  /** The capacity the last poll told the service (X-ScaleSetMaxCapacity); undefined before the first poll. */
+  readonly capacity: number | undefined;
 }
 
 /** What the listeners need of the rest of the operator. */
@@ -32,22 +34,45 @@ export interface ScaleSetListenersOptions {
   readonly clock?: Clock;
   readonly timings?: ListenerTimings;
   readonly faults?: FaultPoints;
+  /**
+   * How many jobs the pool can hold now (its VMs plus the cluster's room for more); undefined when
+   * this operator cannot tell (no scheduler here), and then maxConcurrent is said.
+   */
+  readonly capacity?: (pool: Cached<ImpVMRunnerPool>) => number | undefined;
 }
 
 interface Running {
   readonly specKey: string;
   readonly abort: AbortController;
   readonly done: Promise<void>;
+  readonly listener: ScaleSetListener;
 }
+
+/** Nudges coalesce for this long: a burst of VM events costs one look at the cluster's room per pool. */
+const NUDGE_COALESCE_MS = 100;
 
 export class ScaleSetListeners implements Runnable {
   readonly #o: ScaleSetListenersOptions;
   readonly #running = new Map<string, Running>();
   readonly #views = new Map<string, ScaleSetView>();
   #signal: AbortSignal | undefined;
+  #nudgeTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(options: ScaleSetListenersOptions) {
     this.#o = options;
+  }
+
+  /**
+   * The cluster's room may have grown (a VM ended or was deleted, a node joined or was uncordoned):
+   * each listener whose poll told the service less than its pool can hold now polls again at once.
+   */
+  roomMayHaveGrown(): void {
+    if (this.#nudgeTimer !== undefined || this.#running.size === 0) return;
+    this.#nudgeTimer = setTimeout(() => {
+      this.#nudgeTimer = undefined;
+      for (const r of this.#running.values()) r.listener.nudge();
+    }, NUDGE_COALESCE_MS);
+    this.#nudgeTimer.unref();
   }
 
   /** The pool's scale set as its listener last reported it; undefined before the listener said anything. */
@@ -120,12 +145,16 @@ export class ScaleSetListeners implements Runnable {
         ...(this.#o.clock === undefined ? {} : { clock: this.#o.clock }),
         ...(this.#o.timings === undefined ? {} : { timings: this.#o.timings }),
         ...(this.#o.faults === undefined ? {} : { faults: this.#o.faults }),
+        capacity: () => {
+          const current = this.#o.poolCache.get(key);
+          return (current === undefined ? undefined : this.#o.capacity?.(current)) ?? spec.maxCapacity;
+        },
       });
       // A restarted listener waits for its predecessor to close its session, or it would meet a 409.
       const done = Promise.all(previous.filter((p) => p.abort.signal.aborted).map((p) => p.done))
         .then(() => listener.run(abort.signal))
         .catch((err: unknown) => this.#o.logger.error({ pool: key, err: describeError(err) }, "scale-set listener ended unexpectedly"));
-      this.#running.set(key, { specKey: specKeyOf(spec), abort, done });
+      this.#running.set(key, { specKey: specKeyOf(spec), abort, done, listener });
     }
   }
 
@@ -139,6 +168,12 @@ export class ScaleSetListeners implements Runnable {
         if (changed) this.#o.onChange(key);
       },
       job: (key, job) => this.#o.onJob(key, job),
+      capacity: (key, capacity) => {
+        const view = this.#views.get(key);
+        if (view?.capacity === capacity) return;
+        this.#views.set(key, { ...(view ?? emptyView()), capacity });
+        this.#o.onChange(key);
+      },
       state: (key, state) => {
         const view = this.#views.get(key);
         this.#views.set(key, { ...(view ?? emptyView()), ...state });
@@ -150,7 +185,7 @@ export class ScaleSetListeners implements Runnable {
 }
 
 function emptyView(): ScaleSetView {
-  return { phase: "Resolving", reason: "Starting", message: "", scaleSetId: undefined, sessionId: undefined, statistics: undefined, heardAt: undefined };
+  return { phase: "Resolving", reason: "Starting", message: "", scaleSetId: undefined, sessionId: undefined, statistics: undefined, heardAt: undefined, capacity: undefined };
 }
 
 /** What, if changed, restarts a pool's listener (the recorded session is read once, at start). */

@@ -5,7 +5,7 @@
  * capacity, cordon or record shrank; an agent Lease came back) and otherwise retried with a backoff.
  */
 import type { Registry } from "prom-client";
-import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../api/index.ts";
+import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate } from "../../api/index.ts";
 import {
   Controller,
   done,
@@ -27,6 +27,7 @@ import { decidePlacement, describeRequest, type BoundVm } from "./decide-placeme
 import type { KubeNodeTracker } from "./kube-nodes.ts";
 import { addNodeIndexes, addVmIndexes, isPendingUnbound, isTerminalVM, NODES_BY_RESERVED_UID, PENDING, VMS_BY_NODE, VMS_BY_UID, VMS_PENDING } from "./indexes.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION } from "./reservations.ts";
+import { roomFor, type RoomInput } from "./room.ts";
 import { resolveRequest, type RequestLookups } from "./vm-request.ts";
 
 /** Retry of a VM no node fits, on top of event-driven re-queues: 1 s doubling to 1 min, forever. */
@@ -132,6 +133,42 @@ export class SchedulerController {
     });
   }
 
+  /** The nodes as placement sees them: each with its agent Lease, its bound VMs, and whether its Node was deleted or cordoned. */
+  #cluster(): RoomInput & { readonly bound: Map<string, BoundVm[]> } {
+    const nodes = this.#o.nodeInformer.list();
+    const leases = new Map<string, DeepReadonly<Lease>>();
+    const bound = new Map<string, BoundVm[]>();
+    for (const node of nodes) {
+      const name = node.metadata.name;
+      const lease = this.#o.leaseInformer.get(`${this.#o.leaseNamespace}/${agentLeaseName(name)}`);
+      if (lease !== undefined) leases.set(name, lease);
+      bound.set(name, this.#boundVms(name));
+    }
+    const names = nodes.map((n) => n.metadata.name);
+    return {
+      nodes,
+      leases,
+      bound,
+      nowMs: this.#clock.now(),
+      ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }),
+      ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(names), cordonedKubeNodes: this.#o.kubeNodes.cordonedAmong(names) }),
+    };
+  }
+
+  /**
+   * How many more of a pool's runner VMs the cluster can place now: the room its nodes have for the
+   * pool's class (roomFor, the placement's own filters), less the VMs of any pool already waiting to
+   * be placed, which take that room first. 0 when the pool's template or class cannot be resolved
+   * (its VMs could not be placed either).
+   */
+  roomForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): number {
+    const namespace = pool.metadata.namespace ?? "";
+    const asVm = { metadata: { namespace, labels: { [LABELS.pool]: pool.metadata.name ?? "" } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
+    const resolved = resolveRequest(asVm, this.#lookups);
+    if (!resolved.ok) return 0;
+    return Math.max(0, roomFor(resolved.request, this.#cluster()) - this.#pendingKeys().length);
+  }
+
   async #place(ctx: ReconcileContext): Promise<ReconcileResult> {
     const vm = this.#o.vmInformer.get(ctx.key);
     if (vm === undefined || !isPendingUnbound(vm)) {
@@ -145,17 +182,10 @@ export class SchedulerController {
     if (!resolved.ok) return this.#unschedulable(ctx, vm, `Cannot work out what the VM needs: ${resolved.message}`);
     const request = resolved.request;
 
-    const nodes = this.#o.nodeInformer.list();
-    const leases = new Map<string, DeepReadonly<Lease>>();
-    const bound = new Map<string, BoundVm[]>();
-    for (const node of nodes) {
-      const name = node.metadata.name;
-      const lease = this.#o.leaseInformer.get(`${this.#o.leaseNamespace}/${agentLeaseName(name)}`);
-      if (lease !== undefined) leases.set(name, lease);
-      bound.set(name, this.#boundVms(name));
-    }
-    const placement = decidePlacement({ vmUid: vm.metadata.uid, request, pinnedNode: vm.spec.nodeName, nodes, leases, bound, nowMs: this.#clock.now(), ...(this.#o.nodeLostAfterMs === undefined ? {} : { maxLeaseAgeMs: this.#o.nodeLostAfterMs }), ...(this.#o.kubeNodes === undefined ? {} : { deletedKubeNodes: this.#o.kubeNodes.deletedAmong(nodes.map((n) => n.metadata.name)), cordonedKubeNodes: this.#o.kubeNodes.cordonedAmong(nodes.map((n) => n.metadata.name)) }) });
+    const cluster = this.#cluster();
+    const placement = decidePlacement({ ...cluster, vmUid: vm.metadata.uid, request, pinnedNode: vm.spec.nodeName });
     if (placement.kind === "unschedulable") return this.#unschedulable(ctx, vm, placement.message);
+    const bound = cluster.bound;
 
     const { nodeName } = placement;
     if (!placement.rollForward) {

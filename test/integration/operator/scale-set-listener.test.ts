@@ -21,10 +21,12 @@ interface Recorded {
   readonly stats: ScaleSetStatistics[];
   readonly jobs: JobMessage[];
   readonly events: Array<{ type: string; reason: string; message: string }>;
+  /** The capacity each poll told the service. */
+  readonly capacities: number[];
 }
 
-function run(t: TestContext, fx: GitHubFixture, options: { name?: string; recordedSessionId?: string; faults?: FaultPoints; owner?: string } = {}): { rec: Recorded; stop: () => Promise<void> } {
-  const rec: Recorded = { states: [], stats: [], jobs: [], events: [] };
+function run(t: TestContext, fx: GitHubFixture, options: { name?: string; recordedSessionId?: string; faults?: FaultPoints; owner?: string; capacity?: () => number } = {}): { rec: Recorded; stop: () => Promise<void>; listener: ScaleSetListener } {
+  const rec: Recorded = { states: [], stats: [], jobs: [], events: [], capacities: [] };
   const client = new ScaleSetClient({ registrationTokens: fx.client(), apiBaseUrl: fx.server.url, scope: { kind: "repo", ...REPO }, retry: { baseMs: 20, factor: 2, capMs: 100, jitter: 0, maxAttempts: 2 } });
   const spec: ListenerSpec = { poolKey: "ns/pool", scaleSetName: options.name ?? "imp-pool", runnerGroup: "Default", labels: ["linux"], maxCapacity: 4, recordedSessionId: options.recordedSessionId };
   const listener = new ScaleSetListener({
@@ -35,11 +37,13 @@ function run(t: TestContext, fx: GitHubFixture, options: { name?: string; record
       job: (_k, j) => rec.jobs.push(j),
       state: (_k, s) => rec.states.push(s),
       event: (_k, type, reason, message) => rec.events.push({ type, reason, message }),
+      capacity: (_k, c) => rec.capacities.push(c),
     },
     ownerName: options.owner ?? "operator-test",
     logger: createLogger({ level: process.env["IMP_TEST_LOG"] ?? "silent", name: "listener" }),
     timings: TIMINGS,
     ...(options.faults === undefined ? {} : { faults: options.faults }),
+    ...(options.capacity === undefined ? {} : { capacity: options.capacity }),
   });
   const abort = new AbortController();
   const done = listener.run(abort.signal);
@@ -48,7 +52,7 @@ function run(t: TestContext, fx: GitHubFixture, options: { name?: string; record
     await done;
   };
   t.after(stop);
-  return { rec, stop };
+  return { rec, stop, listener };
 }
 
 const reasons = (rec: Recorded): string[] => rec.states.map((s) => s.reason).filter((r, i, all) => i === 0 || all[i - 1] !== r);
@@ -164,4 +168,28 @@ test("a job no runner took in time is cancelled for the scale set and offered ag
   assert.equal(canceled.runnerName, "", "cancelled for the scale set, never on a runner");
   assert.ok(rec.jobs.filter((j) => j.messageType === "JobAvailable" && j.runnerRequestId === job.id).length >= 2, "offered again");
   await waitFor("demand one job", () => (last(rec.stats)?.totalAssignedJobs === 1 ? true : undefined), WAIT);
+});
+
+test("capacity-honest: each poll tells GitHub what the cluster can hold now; none is acquired beyond it, and room that appears is said at once, not after the long poll", async (t) => {
+  // A long poll as long as GitHub's (50 s): only nudge() can make the listener say more before then.
+  const fx = await startGitHub(t, { actionsService: { queuePollMs: 50_000 } });
+  let capacity = 0;
+  const { rec, listener } = run(t, fx, { capacity: () => capacity });
+  await waitFor("listening", () => (last(rec.states)?.reason === "Listening" && rec.capacities.length > 0 ? true : undefined), WAIT);
+  const set = fx.server.actions.scaleSetNamed("imp-pool");
+  assert.ok(set !== undefined);
+  const jobs = [1, 2, 3, 4, 5, 6].map((i) => fx.server.queueJob({ repo: REPO, labels: ["imp-pool"], steps: [], name: `burst-${i}` }));
+  await waitFor("the burst counted as available", () => (fx.server.actions.statistics(set).totalAvailableJobs === 6 ? true : undefined), WAIT);
+  assert.equal(fx.server.actions.assignedTo(set), 0, "capacity 0: nothing offered, nothing acquired");
+  assert.deepEqual(rec.capacities, [0]);
+  capacity = 2;
+  listener.nudge();
+  // WAIT (30 s) is shorter than the poll in flight (50 s): only the nudge can get these acquired in time.
+  await waitFor("two acquired", () => (fx.server.actions.assignedTo(set) === 2 ? true : undefined), WAIT);
+  assert.deepEqual(jobs.filter((j) => j.scaleSetId === set.id).map((j) => j.name), ["burst-1", "burst-2"], "oldest first");
+  await waitFor("the statistics show four still waiting", () => (last(rec.stats)?.totalAvailableJobs === 4 && last(rec.stats)?.totalAssignedJobs === 2 ? true : undefined), WAIT);
+  capacity = 100;
+  listener.nudge();
+  await waitFor("the rest acquired up to the pool's maxCapacity (4)", () => (fx.server.actions.assignedTo(set) === 4 ? true : undefined), WAIT);
+  assert.equal(Math.max(...rec.capacities), 4, "never more than the pool's maxConcurrent is said");
 });

@@ -1,0 +1,20 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { jobsWaitingForCapacity, type ScaleSetPoolView } from "./scale-set-demand.ts";
+
+const view = (capacity: number | undefined, available: number): ScaleSetPoolView => ({
+  reason: "Listening",
+  message: "",
+  scaleSetId: 1,
+  sessionId: "s",
+  statistics: { totalAssignedJobs: 2, totalRunningJobs: 1, totalAvailableJobs: available },
+  capacity,
+});
+
+test("jobs a scale-set pool leaves on GitHub count as waiting for capacity only while it said less than its maxConcurrent", () => {
+  assert.equal(jobsWaitingForCapacity(view(2, 6), 10), 6, "the cluster holds 2 of 10: the 6 waiting wait for nodes");
+  assert.equal(jobsWaitingForCapacity(view(10, 6), 10), 0, "at maxConcurrent they wait for the pool's own cap, not for nodes");
+  assert.equal(jobsWaitingForCapacity(view(0, 0), 10), 0, "nothing waiting");
+  assert.equal(jobsWaitingForCapacity(view(undefined, 6), 10), 0, "before the first poll nothing was said");
+  assert.equal(jobsWaitingForCapacity(undefined, 10), 0, "no listener yet");
+});
