@@ -210,7 +210,7 @@ export class Operator {
     this.jobs = new JobObserver({ vmCache: this.vmCache, poolCache: this.poolCache, recorder, registry: this.registry, clock: c.clock, logger: c.logger.child({ component: "jobs" }) });
     this.demandEvents.listen(this.pools.demand).listen({ onWorkflowJob: (forge, event, audience) => this.jobs.onWorkflowJob(event, audience, forge), onScaleSetJob: (key, job) => this.jobs.onScaleSetJob(key, job) });
     this.scheduler = c.scheduler && nodes !== undefined ? this.#schedulerOf(nodes, recorder, cache) : undefined;
-    if (this.scheduler !== undefined) this.#nudgeListenersOnRoom();
+    if (this.scheduler !== undefined) this.#nudgeListenersOnRoom(nodes?.kubeNodes);
     this.nodeLoss = c.nodeLoss && nodes !== undefined ? new NodeLossController({ vms: api.vms, leases: api.leases, vmInformer: this.vmCache, nodeInformer: this.nodeCache, leaseInformer: nodes.leaseCache, leaseNamespace: c.agentLeaseNamespace, kubeNodes: nodes.kubeNodes, lostAfterMs: c.nodeLostAfterMs, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.drain = c.nodeLoss && nodes !== undefined ? new DrainController({ vms: api.vms, nodes: api.nodes, vmInformer: this.vmCache, nodeInformer: this.nodeCache, poolInformer: this.poolCache, kubeNodes: nodes.kubeNodes, registry: this.registry, recorder, clock: c.clock, logger: c.logger }) : undefined;
     this.webhook = c.webhookPort === undefined ? undefined : this.#webhookServer(c.webhookPort);
@@ -235,33 +235,37 @@ export class Operator {
   }
 
   /**
-   * How many jobs a scale-set pool can hold now: its VMs that live (not ended, not being deleted)
-   * plus the room the cluster has for more of them. Undefined when this operator runs no scheduler
-   * and so cannot know; the listener then says the pool's maxConcurrent.
+   * How many jobs a scale-set pool can hold now: its VMs placed on a node (not ended, not being
+   * deleted) plus the room the cluster has for more of them. Its VMs still waiting to be placed are
+   * not counted as held: they count only as far as that room reaches, or a pool whose VMs wait would
+   * keep telling GitHub it can hold them and be given ever more. Undefined when this operator runs no
+   * scheduler and so cannot know; the listener then says the pool's maxConcurrent.
    */
   #poolCapacity(pool: Cached<ImpVMRunnerPool>): number | undefined {
     const scheduler = this.scheduler;
     if (scheduler === undefined) return undefined;
-    const live = this.vmCache
+    const placed = this.vmCache
       .byIndex(VM_POOL_INDEX, pool.metadata.name)
-      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined).length;
-    return live + scheduler.roomForPool(pool);
+      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && vm.status?.nodeName !== undefined && !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined).length;
+    return placed + scheduler.roomForPool(pool);
   }
 
   *#scaleSetJobsWaiting(): Iterable<readonly [string, number]> {
     for (const [key] of this.scaleSets.sessions()) yield [key, jobsWaitingForCapacity(this.scaleSets.view(key), this.poolCache.get(key)?.spec.maxConcurrent ?? 0)];
   }
 
-  /** A VM ended or is being deleted, a node appeared or may have room: the listeners may now say a larger capacity. */
-  #nudgeListenersOnRoom(): void {
-    const grown = (): void => this.scaleSets.roomMayHaveGrown();
+  /** A VM created, ended or being deleted, a node that appeared, changed or was (un)cordoned: the listeners' capacity may have changed. */
+  #nudgeListenersOnRoom(kubeNodes: KubeNodeTracker | undefined): void {
+    const changed = (): void => this.scaleSets.roomMayHaveChanged();
     this.vmCache.addEventHandler({
+      onAdd: changed,
       onUpdate: (old, vm) => {
-        if ((!isTerminalVM(old) && isTerminalVM(vm)) || (old.metadata.deletionTimestamp === undefined && vm.metadata.deletionTimestamp !== undefined)) grown();
+        if ((!isTerminalVM(old) && isTerminalVM(vm)) || (old.metadata.deletionTimestamp === undefined && vm.metadata.deletionTimestamp !== undefined)) changed();
       },
-      onDelete: grown,
+      onDelete: changed,
     });
-    this.nodeCache.addEventHandler({ onAdd: grown, onUpdate: (old, node) => nodeMayHaveRoom(old, node) && grown() });
+    this.nodeCache.addEventHandler({ onAdd: changed, onUpdate: (old, node) => (nodeMayHaveRoom(old, node) || old.spec?.unschedulable !== node.spec?.unschedulable) && changed(), onDelete: changed });
+    kubeNodes?.onCordonChanged(changed);
   }
 
   /** Agent Leases and (unless told not to) core/v1 Nodes: a deleted Node's node is lost and never chosen. */

@@ -27,6 +27,8 @@ const BOOT_MS = 120_000;
 /** The world's test server expires a session no one polls after this (RunnerWorld's actionsService timings). */
 const SESSION_IDLE_MS = 20_000;
 const POOL = { minIdle: 0, maxConcurrent: 2, scaleSet: true };
+/** The burst of scale-set-cluster-full-burst, as the issue that asked for it put it: ten jobs on a cluster with room for two. */
+const BURST = 10;
 
 const s = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 
@@ -268,6 +270,60 @@ const cases: FaultCase[] = [
       assert.ok((await poolEvents(ctx)).includes("ScaleSetDeleted"));
       oneVmPerJob(ctx, 1);
       return `the listener found its session and scale set gone, created the scale set again (id ${id} → ${again.status?.scaleSet?.id ?? "?"}, Warning ScaleSetDeleted), and the job queued meanwhile reached it; ${job.name} waited ${s(waited)}; one VM`;
+    },
+  },
+  {
+    id: "scale-set-cluster-full-burst",
+    injected: `${BURST} jobs queued at once for a scale-set pool of maxConcurrent ${BURST} while the cluster has room for 2 of its VMs (one node cordoned, the other's 2 VM slots)`,
+    where: "scale-set listener, Polling: the capacity each poll tells GitHub (X-ScaleSetMaxCapacity) and what the pool acquires; the pool's status while jobs wait",
+    pool: { minIdle: 0, maxConcurrent: BURST, scaleSet: true },
+    bounds: { I2: 900_000 },
+    async run(ctx) {
+      const pool = await listening(ctx);
+      const id = pool.status?.scaleSet?.id ?? 0;
+      const set = ctx.world.github.actions.scaleSets.get(id);
+      assert.ok(set !== undefined);
+      const cordoned = ctx.world.nodes[1]?.name ?? "";
+      await ctx.world.kubectl(["cordon", cordoned]);
+      try {
+        await ctx.world.waitUntil("the listener told GitHub the cordoned cluster's room: 2", () => (set.maxCapacity === 2 ? true : undefined), 60_000);
+        const jobs = Array.from({ length: BURST }, (_, i) => queue(ctx, `burst-${i + 1}`));
+        ctx.faultNow();
+        const queuedAt = Date.now();
+        let maxAssigned = 0;
+        let maxSaid = 0;
+        /** The pool's VMs not ended: a job's new VM may wait to be placed while the VM of a job just finished still ends. */
+        let maxLive = 0;
+        let waitingSeen: { condition: string; available: number; capacity: number } | undefined;
+        let lastStatusAt = 0;
+        /** Each change of the capacity the polls said, with the jobs assigned then: what a failure shows. */
+        const said: string[] = [];
+        await ctx.world.waitUntil(`all ${BURST} jobs completed`, async () => {
+          const assigned = ctx.world.github.actions.assignedTo(set);
+          maxSaid = Math.max(maxSaid, set.maxCapacity ?? Number.POSITIVE_INFINITY);
+          if (said.at(-1) !== `${set.maxCapacity ?? "?"}/${assigned}`) said.push(`${set.maxCapacity ?? "?"}/${assigned}`);
+          maxAssigned = Math.max(maxAssigned, assigned);
+          const live = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace && h.last.status?.phase !== "Succeeded" && h.last.status?.phase !== "Failed" && h.last.metadata.deletionTimestamp === undefined).length;
+          maxLive = Math.max(maxLive, live);
+          if (waitingSeen === undefined && Date.now() - lastStatusAt > 2_000) {
+            lastStatusAt = Date.now();
+            const st = (await poolOf(ctx)).status;
+            const c = st?.conditions?.find((x) => x.type === "ScalingLimited");
+            if (c?.reason === "NodeCapacity" && (st?.scaleSet?.availableJobs ?? 0) > 0) waitingSeen = { condition: c.message ?? "", available: st?.scaleSet?.availableJobs ?? 0, capacity: st?.scaleSet?.capacity ?? -1 };
+          }
+          return jobs.every((j) => j.status === "completed") ? true : undefined;
+        }, 900_000, 100);
+        const took = Date.now() - queuedAt;
+        for (const j of jobs) assert.equal(j.conclusion, "success", `${j.name}: ${j.result?.log ?? ""}`);
+        assert.ok(maxSaid <= 2, `every poll said at most the cluster's room, 2 (said ${maxSaid})`);
+        assert.ok(maxAssigned <= 2, `GitHub never assigned the scale set more jobs than the cluster could place (at most ${maxAssigned}; capacity said/assigned: ${said.join(" ")}; VMs: ${[...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([n, h]) => `${n}@${h.last.status?.nodeName ?? "-"}`).join(" ")})`);
+        assert.ok(waitingSeen !== undefined, "the pool's status said jobs wait for node capacity (ScalingLimited=NodeCapacity, scaleSet.availableJobs)");
+        assert.equal(waitingSeen.capacity, 2, "and the capacity it told GitHub");
+        oneVmPerJob(ctx, BURST);
+        return `${BURST} jobs for a pool of maxConcurrent ${BURST} on a cluster with room for 2: every poll said capacity ${maxSaid} or less, GitHub assigned at most ${maxAssigned} at once; the pool had at most ${maxLive} VMs not ended (new ones waiting while finished ones ended); the status said "${waitingSeen.condition.slice(0, 60)}…" (availableJobs ${waitingSeen.available}, capacity ${waitingSeen.capacity}); all ${BURST} succeeded as room freed, the last ${s(took)} after the burst; one VM per job`;
+      } finally {
+        await ctx.world.kubectl(["uncordon", cordoned]).catch(() => undefined);
+      }
     },
   },
   {

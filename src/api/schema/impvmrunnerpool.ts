@@ -190,7 +190,7 @@ export const ScaleSetStatus = Type.Object(
     sessionId: Type.Optional(Type.String({ maxLength: 64, description: "The message session this pool's listener holds; a new leader closes it before opening its own." })),
     assignedJobs: Type.Optional(Count("Jobs GitHub assigned to the scale set and not completed (waiting or running): the scaling signal.")),
     runningJobs: Type.Optional(Count("Of those, jobs a runner runs.")),
-    capacity: Type.Optional(Count("How many jobs the listener's last poll told GitHub this pool can hold (X-ScaleSetMaxCapacity): its VMs plus the room the cluster has for more, at most maxConcurrent. GitHub offers no job beyond it.")),
+    capacity: Type.Optional(Count("How many jobs the listener's last poll told GitHub this pool can hold (X-ScaleSetMaxCapacity): its VMs placed on a node plus the room the cluster has for more, at most maxConcurrent. GitHub offers no job beyond it.")),
     availableJobs: Type.Optional(Count("Jobs waiting on GitHub that this scale set could take and has not been given (GitHub's totalAvailableJobs); while capacity is below maxConcurrent they wait for node capacity.")),
   },
   { description: "The pool's runner scale set (scale-set mode)." },

@@ -8,11 +8,13 @@
  * every message, and every new session, carries.
  *
  * Capacity-honest: each poll tells the service (X-ScaleSetMaxCapacity, actions/scaleset's
- * SetMaxRunners) how many jobs the pool can hold now — its VMs plus the room the cluster has for
+ * SetMaxRunners) how many jobs the pool can hold now — its placed VMs plus the room the cluster has for
  * more, at most maxConcurrent — so the service offers no job the cluster cannot place; the rest stay
  * GitHub's to give to a scale set that can run them, and wait there, counted (totalAvailableJobs).
- * A long poll sent a capacity that may since have grown (a VM ended, a node joined): `nudge()` ends
- * it early so the next poll says the new one at once, instead of up to 50 s later.
+ * A long poll sent a capacity that may since have changed (a VM ended, a node joined or was
+ * cordoned, another pool took the room): `nudge()` ends it early so the next poll says the new one
+ * at once, instead of up to 50 s later — room that appeared serves a waiting job now, and room that
+ * went is not offered.
  */
 import { ScaleSetErrorCode, type JobMessage, type RunnerScaleSet, type ScaleSetClient, type ScaleSetMessage, type ScaleSetSession, type ScaleSetStatistics } from "../../github/index.ts";
 import { describeError, ImpError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
@@ -65,7 +67,7 @@ export interface ScaleSetListenerOptions {
   readonly timings?: ListenerTimings;
   /** Fault points listener.before-ack and listener.after-ack (docs/failure-proof-points.md). */
   readonly faults?: FaultPoints;
-  /** How many jobs the pool can hold now (its VMs plus the cluster's room); default spec.maxCapacity. Capped by spec.maxCapacity. */
+  /** How many jobs the pool can hold now (its placed VMs plus the cluster's room); default spec.maxCapacity. Capped by spec.maxCapacity. */
   readonly capacity?: () => number;
 }
 
@@ -169,10 +171,10 @@ export class ScaleSetListener {
     return Math.max(0, Math.min(max, Number.isFinite(now) ? Math.floor(now) : max));
   }
 
-  /** Room may have grown: a poll in flight that said less ends now, so the next one says it. */
+  /** Room may have changed: a poll in flight that said another capacity ends now, so the next one says the new one. */
   nudge(): void {
     const poll = this.#inFlight;
-    if (poll !== undefined && this.capacityNow() > poll.capacity) poll.abort.abort();
+    if (poll !== undefined && this.capacityNow() !== poll.capacity) poll.abort.abort();
   }
 
   async #longPoll(client: ListenerClient, session: ScaleSetSession, signal: AbortSignal): Promise<ScaleSetMessage | undefined> {

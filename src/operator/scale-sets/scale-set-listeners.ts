@@ -35,7 +35,7 @@ export interface ScaleSetListenersOptions {
   readonly timings?: ListenerTimings;
   readonly faults?: FaultPoints;
   /**
-   * How many jobs the pool can hold now (its VMs plus the cluster's room for more); undefined when
+   * How many jobs the pool can hold now (its placed VMs plus the cluster's room for more); undefined when
    * this operator cannot tell (no scheduler here), and then maxConcurrent is said.
    */
   readonly capacity?: (pool: Cached<ImpVMRunnerPool>) => number | undefined;
@@ -48,8 +48,8 @@ interface Running {
   readonly listener: ScaleSetListener;
 }
 
-/** Nudges coalesce for this long: a burst of VM events costs one look at the cluster's room per pool. */
-const NUDGE_COALESCE_MS = 100;
+/** Nudges coalesce for this long: a burst of VM events costs one look at the cluster's room per pool, and at most a few polls a second. */
+const NUDGE_COALESCE_MS = 250;
 
 export class ScaleSetListeners implements Runnable {
   readonly #o: ScaleSetListenersOptions;
@@ -63,10 +63,11 @@ export class ScaleSetListeners implements Runnable {
   }
 
   /**
-   * The cluster's room may have grown (a VM ended or was deleted, a node joined or was uncordoned):
-   * each listener whose poll told the service less than its pool can hold now polls again at once.
+   * The cluster's room may have changed (a VM was created, ended or deleted, a node joined or was
+   * cordoned or uncordoned): each listener whose poll told the service another capacity than its
+   * pool can hold now polls again at once.
    */
-  roomMayHaveGrown(): void {
+  roomMayHaveChanged(): void {
     if (this.#nudgeTimer !== undefined || this.#running.size === 0) return;
     this.#nudgeTimer = setTimeout(() => {
       this.#nudgeTimer = undefined;

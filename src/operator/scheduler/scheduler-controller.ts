@@ -156,17 +156,23 @@ export class SchedulerController {
   }
 
   /**
-   * How many more of a pool's runner VMs the cluster can place now: the room its nodes have for the
-   * pool's class (roomFor, the placement's own filters), less the VMs of any pool already waiting to
-   * be placed, which take that room first. 0 when the pool's template or class cannot be resolved
-   * (its VMs could not be placed either).
+   * The room the cluster has now for a pool's runner VMs beyond those already placed: what its nodes
+   * have free for the pool's class (roomFor, the placement's own filters), less the VMs of other
+   * pools already waiting to be placed, which may take it first. The pool's own waiting VMs are not
+   * subtracted: this room is theirs. 0 when the pool's template or class cannot be resolved (its VMs
+   * could not be placed either).
    */
   roomForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): number {
     const namespace = pool.metadata.namespace ?? "";
-    const asVm = { metadata: { namespace, labels: { [LABELS.pool]: pool.metadata.name ?? "" } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
+    const name = pool.metadata.name ?? "";
+    const asVm = { metadata: { namespace, labels: { [LABELS.pool]: name } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
     const resolved = resolveRequest(asVm, this.#lookups);
     if (!resolved.ok) return 0;
-    return Math.max(0, roomFor(resolved.request, this.#cluster()) - this.#pendingKeys().length);
+    const othersWaiting = this.#pendingKeys().filter((key) => {
+      const vm = this.#o.vmInformer.get(key);
+      return vm === undefined || vm.metadata.namespace !== namespace || vm.metadata.labels?.[LABELS.pool] !== name;
+    }).length;
+    return Math.max(0, roomFor(resolved.request, this.#cluster()) - othersWaiting);
   }
 
   async #place(ctx: ReconcileContext): Promise<ReconcileResult> {
