@@ -2,7 +2,7 @@
 // part through that part's public entry (index.ts), so the folder layout stays the diagram.
 import tseslint from "typescript-eslint";
 
-const parts = ["api", "kube", "operator", "agent", "github", "forge", "cli", "shared", "devcluster"];
+const parts = ["api", "kube", "operator", "agent", "forge", "cli", "shared", "devcluster"];
 
 export default tseslint.config(
   { ignores: ["node_modules/**", "dist/**", ".cache/**", "guest/**", "**/gen/**", "bin/**"] },
@@ -39,7 +39,7 @@ export default tseslint.config(
             .filter((other) => other !== part)
             .map((other) => ({
               // Only paths that leave the importing part (`../…/other/`): a part may have a
-              // subfolder named like another part (src/forge/github/).
+              // subfolder named like another part.
               regex: `^(\\.\\./)+${other}/(?!index\\.ts$).+`,
               message: `Import src/${other} through its index.ts, not its internals.`,
             })),

@@ -1,4 +1,6 @@
-// Public entry of the forge part: one interface per runner pool, with GitHub (and Gitea) behind it.
+// Public entry of the forge part: one interface per runner pool, with GitHub (and Gitea) behind it,
+// and each forge's HTTP client beside it (GitHub's: github/index.ts, re-exported whole; Gitea's below).
+export * from "./github/index.ts";
 export { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "./types.ts";
 export { GitHubJitForge, isNameTaken, type GitHubJitForgeOptions } from "./github/jit-forge.ts";
 export { GitHubScaleSetForge, type GitHubScaleSetForgeOptions } from "./github/scale-set-forge.ts";

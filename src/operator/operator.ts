@@ -10,7 +10,7 @@ import { hostname } from "node:os";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
 import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate, IMP_VM_CLASSES, IMP_VM_TEMPLATES } from "../api/index.ts";
-import type { GitHubClientOptions } from "../github/index.ts";
+import type { GitHubClientOptions } from "../forge/index.ts";
 import {
   createResourceClient,
   EVENT_RESOURCE,

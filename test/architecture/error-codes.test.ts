@@ -12,8 +12,7 @@ import { AGENT_ERROR_CODES } from "../../src/agent/index.ts";
 import { API_ERROR_CODES } from "../../src/api/index.ts";
 import { CLI_ERROR_CODES } from "../../src/cli/error-codes.ts";
 import { DEVCLUSTER_ERROR_CODES } from "../../src/devcluster/index.ts";
-import { FORGE_ERROR_CODES } from "../../src/forge/index.ts";
-import { GITHUB_ERROR_CODES } from "../../src/github/index.ts";
+import { FORGE_ERROR_CODES, GITHUB_ERROR_CODES } from "../../src/forge/index.ts";
 import { KUBE_ERROR_CODES } from "../../src/kube/index.ts";
 import { OPERATOR_ERROR_CODES } from "../../src/operator/index.ts";
 import { SHARED_ERROR_CODES } from "../../src/shared/index.ts";
@@ -24,8 +23,8 @@ const LISTS: Record<string, readonly string[]> = {
   api: API_ERROR_CODES,
   cli: CLI_ERROR_CODES,
   devcluster: DEVCLUSTER_ERROR_CODES,
-  forge: FORGE_ERROR_CODES,
-  github: GITHUB_ERROR_CODES,
+  // The forge part's closed list is its own and GitHub's client's (src/forge/github/error-codes.ts).
+  forge: [...FORGE_ERROR_CODES, ...GITHUB_ERROR_CODES],
   kube: KUBE_ERROR_CODES,
   operator: OPERATOR_ERROR_CODES,
   shared: SHARED_ERROR_CODES,

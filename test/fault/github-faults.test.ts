@@ -26,7 +26,7 @@ const RUNNERS = `/repos/${REPO.owner}/${REPO.repo}/actions/runners`;
 const JITCONFIG = new RegExp(`^${RUNNERS}/generate-jitconfig$`);
 const RUNNER_BY_ID = new RegExp(`^${RUNNERS}/\\d+$`);
 const RUNNER_LIST = new RegExp(`^${RUNNERS}$`);
-/** The operator's GitHub request timeout (src/github/client.ts DEFAULT_REQUEST_TIMEOUT_MS; `imp operator` has no flag for it). */
+/** The operator's GitHub request timeout (src/forge/github/client.ts DEFAULT_REQUEST_TIMEOUT_MS; `imp operator` has no flag for it). */
 const CLIENT_TIMEOUT_MS = 30_000;
 /** The pool controller lists the pool's runners on GitHub this often (DEFAULT_RUNNER_LIST_INTERVAL_MS). */
 const RUNNER_LIST_INTERVAL_MS = 30_000;

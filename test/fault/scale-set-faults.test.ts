@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { GitHubClient, ScaleSetClient } from "../../src/github/index.ts";
+import { GitHubClient, ScaleSetClient } from "../../src/forge/index.ts";
 import type { ImpVMRunnerPool as Pool } from "../../src/api/index.ts";
 import { waitFor } from "../../src/shared/index.ts";
 import { RunnerWorld, worldUnavailable, REPO } from "../e2e/runner-path/world.ts";

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
 import { ImpError } from "../../src/shared/index.ts";
-import { GitHubErrorCode, type GitHubScope } from "../../src/github/index.ts";
+import { GitHubErrorCode, type GitHubScope } from "../../src/forge/index.ts";
 import { decodeJitSetup } from "./jit-setup-format.ts";
 import { appKeyPair, startGitHub } from "./harness.ts";
 import { scopeKeyOf } from "./server.ts";

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { GitHubScope } from "../../src/github/index.ts";
+import type { GitHubScope } from "../../src/forge/index.ts";
 import { startGitHub } from "./harness.ts";
 
 // The test-control endpoints drive the same state as the server's methods, for tests that run the

@@ -3,7 +3,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { TestContext } from "node:test";
-import { acceptWebhook, GitHubClient, readWebhookBody, type GitHubClientOptions, type WorkflowJobEvent } from "../../src/github/index.ts";
+import { acceptWebhook, GitHubClient, readWebhookBody, type GitHubClientOptions, type WorkflowJobEvent } from "../../src/forge/index.ts";
 import { GitHubTestServer } from "./server.ts";
 import type { ActionsServiceOptions } from "./actions-service.ts";
 

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { GitHubScope } from "../../src/github/index.ts";
+import type { GitHubScope } from "../../src/forge/index.ts";
 import { receiveWebhooks, startGitHub } from "./harness.ts";
 import type { GitHubTestServer } from "./server.ts";
 

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GitHubErrorCode, type GitHubScope } from "../../src/github/index.ts";
+import { GitHubErrorCode, type GitHubScope } from "../../src/forge/index.ts";
 import { ImpError } from "../../src/shared/index.ts";
 import { startGitHub } from "./harness.ts";
 

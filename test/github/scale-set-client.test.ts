@@ -1,11 +1,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
-import { ScaleSetClient, ScaleSetErrorCode, type GitHubScope, type ScaleSetSession } from "../../src/github/index.ts";
+import { ScaleSetClient, ScaleSetErrorCode, type GitHubScope, type ScaleSetSession } from "../../src/forge/index.ts";
 import { ImpError } from "../../src/shared/index.ts";
 import { startGitHub, type GitHubFixture } from "./harness.ts";
 
-// Imp's scale-set client (src/github/scaleset) against the GitHub test server, whose scale-set API
+// Imp's scale-set client (src/forge/github/scaleset) against the GitHub test server, whose scale-set API
 // scale-set-conformance.test.ts holds to the real Go module: the auth chain and its refresh, the
 // session rules (409, refresh, 404), at-least-once delivery, acquisition, runners, and errors that
 // carry no credential.

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { randomBytes, randomUUID, type KeyObject } from "node:crypto";
 import type { AddressInfo } from "node:net";
-import type { GitHubScope } from "../../src/github/index.ts";
+import type { GitHubScope } from "../../src/forge/index.ts";
 import { checkAppJwt } from "./app-jwt.ts";
 import { encodeJitSetup } from "./jit-setup-format.ts";
 import { OpenApiContract, type Operation, type Violation } from "./openapi-contract.ts";

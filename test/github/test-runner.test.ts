@@ -4,7 +4,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import type { GitHubScope } from "../../src/github/index.ts";
+import type { GitHubScope } from "../../src/forge/index.ts";
 import { receiveWebhooks, startGitHub } from "./harness.ts";
 
 // guest/cmd/imp-test-runner on the host against the test server: a one-time setup runs one job,

@@ -2,7 +2,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { acceptWebhook, DeliveryDeduplicator, readWebhookBody, type WebhookVerdict } from "../../src/github/index.ts";
+import { acceptWebhook, DeliveryDeduplicator, readWebhookBody, type WebhookVerdict } from "../../src/forge/index.ts";
 import { systemClock } from "../../src/shared/index.ts";
 import { startGitHub } from "./harness.ts";
 

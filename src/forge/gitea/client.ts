@@ -9,7 +9,7 @@
  * surface as the retryable GiteaUnavailable. The access token, registration tokens and a runner's
  * token are CredentialText: they never print.
  */
-import { CredentialText } from "../../github/index.ts";
+import { CredentialText } from "../github/index.ts";
 import { backoffDelay, retryableError, systemClock, terminalError, type BackoffPolicy, type Clock } from "../../shared/index.ts";
 
 export const GiteaErrorCode = {

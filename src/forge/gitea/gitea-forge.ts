@@ -10,7 +10,7 @@
  * Runner names are not unique on Gitea: a registration left by a crash (registered, never recorded)
  * is found by name and removed before a VM registers again.
  */
-import type { CredentialText } from "../../github/index.ts";
+import type { CredentialText } from "../github/index.ts";
 import { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
 import { describeGiteaScope, type GiteaClient, type GiteaScope } from "./client.ts";
 

@@ -6,7 +6,7 @@
  * differences (webhook dialect below). Gitea also sends the GitHub-named headers; Imp reads only
  * Gitea's own on this path, so a delivery is read the one way its sender meant.
  */
-import { singleHeader as single, GITHUB_WEBHOOK_DIALECT, parseWorkflowJobWebhook, verdictOf, verifyWebhookSignature, DEFAULT_MAX_WEBHOOK_BYTES, type WebhookDelivery, type WebhookDialect, type WebhookOptions, type WebhookVerdict } from "../../github/index.ts";
+import { singleHeader as single, GITHUB_WEBHOOK_DIALECT, parseWorkflowJobWebhook, verdictOf, verifyWebhookSignature, DEFAULT_MAX_WEBHOOK_BYTES, type WebhookDelivery, type WebhookDialect, type WebhookOptions, type WebhookVerdict } from "../github/index.ts";
 
 export const GITEA_WEBHOOK_DIALECT: WebhookDialect = {
   ...GITHUB_WEBHOOK_DIALECT,

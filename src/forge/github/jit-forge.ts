@@ -5,7 +5,7 @@
  * second runner of the same name, so whatever a crash left behind under that name is the one stale
  * registration of this VM and may be removed.
  */
-import { GitHubErrorCode, type GitHubClient, type GitHubScope, type JitRunner } from "../../github/index.ts";
+import { GitHubErrorCode, type GitHubClient, type GitHubScope, type JitRunner } from "./index.ts";
 import { conflictError, ImpError, retryableError } from "../../shared/index.ts";
 import { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
 

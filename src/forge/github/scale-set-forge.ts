@@ -5,7 +5,7 @@
  * runner list, where scale-set runners appear beside the others. Queued jobs are not listed: in
  * this mode the scale set's statistics are the demand (src/operator/scale-sets).
  */
-import { ScaleSetErrorCode, type GitHubClient, type GitHubScope, type ScaleSetClient, type ScaleSetJitConfig } from "../../github/index.ts";
+import { ScaleSetErrorCode, type GitHubClient, type GitHubScope, type ScaleSetClient, type ScaleSetJitConfig } from "./index.ts";
 import { conflictError, ImpError, retryableError } from "../../shared/index.ts";
 import { SetupText, type ForgeRunner, type MintedRunner, type PoolForge, type RemoveResult } from "../types.ts";
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../forge/index.ts";
 import { silentLogger } from "../../shared/index.ts";
 import { DemandEvents } from "./demand-events.ts";
 

@@ -4,7 +4,7 @@
  * pools' demand, the job observer's metrics and Events — in the order they were added. A listener
  * that throws is logged and does not keep the event from the others.
  */
-import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../forge/index.ts";
 import { describeError, type Logger } from "../../shared/index.ts";
 import type { ForgeFamily } from "../forges/index.ts";
 import type { DemandAudience } from "./webhook-demand.ts";

@@ -11,7 +11,7 @@
 import type { ImpVM, ImpVMRunnerPool } from "../../api/index.ts";
 import type { ReconcileContext, Stored } from "../../kube/index.ts";
 import { keyOf } from "../../kube/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { forgeOf, poolTakesJob, type ForgeFamily } from "../forges/index.ts";
 
 export const DEMAND_KINDS = ["scale-set", "webhook", "listing", "none"] as const;

@@ -8,7 +8,7 @@
  */
 import type { Registry } from "prom-client";
 import type { ImpVMRunnerPool } from "../../api/index.ts";
-import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../forge/index.ts";
 import { keyOf, type Informer, type ReconcileContext } from "../../kube/index.ts";
 import type { Clock, Logger } from "../../shared/index.ts";
 import { forgeOf, type ForgeFamily, type PoolForges } from "../forges/index.ts";

@@ -4,7 +4,7 @@
  * its busy and finished runners from JobStarted and JobCompleted. The listener owns its own long
  * poll; this only reads what it last said.
  */
-import type { JobMessage } from "../../github/index.ts";
+import type { JobMessage } from "../../forge/index.ts";
 import type { Informer } from "../../kube/index.ts";
 import type { ImpVMRunnerPool } from "../../api/index.ts";
 import { keyOf } from "../../kube/index.ts";

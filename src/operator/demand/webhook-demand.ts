@@ -15,7 +15,7 @@
  */
 import { keyOf, type Informer } from "../../kube/index.ts";
 import type { ImpVMRunnerPool } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { describeError, type Logger } from "../../shared/index.ts";
 import { forgeOf, poolTakesJob, type ForgeFamily, type PoolForges } from "../forges/index.ts";
 import { cachedPools, demandKindOf, firstPoolTaking, type StoredPool } from "./demand-source.ts";

@@ -1,7 +1,7 @@
 /**
  * The forge of each runner pool (`PoolForge`, src/forge), built from the pool's spec and its
  * credentials Secret. One GitHub client per credentials Secret, kept while the Secret is unchanged: the client
- * holds the installation token cache (src/github refreshes the token before it expires), so
+ * holds the installation token cache (src/forge/github refreshes the token before it expires), so
  * reconciles do not mint a token each. The App's private key is read from the Secret into the
  * client's memory only; it never leaves the operator.
  *
@@ -10,7 +10,7 @@
  * Secret with a `token` key is used as a token for any scope; without one, as App credentials.
  */
 import { GiteaClient, GiteaForge, GitHubJitForge, GitHubScaleSetForge, describeGiteaScope, type GiteaScope, type PoolForge } from "../../forge/index.ts";
-import { CredentialText, DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, ScaleSetClient, type GitHubClientOptions, type GitHubScope, type ScaleSetClientOptions } from "../../github/index.ts";
+import { CredentialText, DEFAULT_RUNNER_GROUP_ID, describeScope, GitHubClient, ScaleSetClient, type GitHubClientOptions, type GitHubScope, type ScaleSetClientOptions } from "../../forge/index.ts";
 import { GITHUB_APP_SECRET_KEYS, type ImpVMRunnerPool } from "../../api/index.ts";
 import { isNotFound, type ResourceClient } from "../../kube/index.ts";
 import { systemClock, terminalError, type Clock, type Logger } from "../../shared/index.ts";

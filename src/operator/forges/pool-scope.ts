@@ -4,7 +4,7 @@
  */
 import type { GitHubSettings, ImpVMRunnerPool } from "../../api/index.ts";
 import { terminalError } from "../../shared/index.ts";
-import type { GitHubScope, WorkflowJobEvent } from "../../github/index.ts";
+import type { GitHubScope, WorkflowJobEvent } from "../../forge/index.ts";
 
 /** Labels GitHub gives every self-hosted Linux x64 runner itself; jobs may ask for them. */
 const IMPLICIT_LABELS = ["self-hosted", "linux", "x64"];

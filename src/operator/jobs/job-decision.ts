@@ -5,7 +5,7 @@
  * id, or a delivery id the receiver's bounded memory forgot, never counts twice. A `completed`
  * whose `in_progress` was lost still counts the start first (started ≥ completed always holds).
  */
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import type { EventToRecord } from "../../kube/index.ts";
 import type { ArcCompletedJobLabels, ArcJobLabels } from "./arc-metrics.ts";
 

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
 import { API_VERSION, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, type CoreEvent } from "../../kube/index.ts";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
 import { IMP_VM_RUNNER_POOLS, IMP_VMS } from "../pools/index.ts";

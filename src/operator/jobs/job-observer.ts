@@ -7,7 +7,7 @@
  * background and never fail anything (the recorder is best effort).
  */
 import { LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
-import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../forge/index.ts";
 import type { Cached, EventRecorder, Informer, InvolvedObject } from "../../kube/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";
 import type { WebhookAudience } from "../webhook/index.ts";

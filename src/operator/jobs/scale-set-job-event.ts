@@ -5,7 +5,7 @@
  * runner; a JobCompleted without a runner (a job offered again, or cancelled before a runner took
  * it) says nothing about one either.
  */
-import type { JobMessage, WorkflowJobEvent } from "../../github/index.ts";
+import type { JobMessage, WorkflowJobEvent } from "../../forge/index.ts";
 
 const CONCLUSIONS: Readonly<Record<string, string>> = { succeeded: "success", failed: "failure", canceled: "cancelled" };
 

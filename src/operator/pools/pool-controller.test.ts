@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Registry } from "prom-client";
 import { API_VERSION, FINALIZERS, LABELS, type ImpVM, type ImpVMRunnerPool } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { EVENT_RESOURCE, EventRecorder, FakeResourceClient, Informer, labelIndex, type CoreEvent } from "../../kube/index.ts";
 import { FakeClock, silentLogger, waitFor } from "../../shared/index.ts";
 import { PoolForges } from "../forges/index.ts";

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ImpError, type ImpErrorCode } from "../../shared/index.ts";
-import { ScaleSetErrorCode } from "../../github/index.ts";
+import { ScaleSetErrorCode } from "../../forge/index.ts";
 import { decideListener, DEFAULT_LISTENER_TIMINGS, LISTENER_OUTCOMES, LISTENER_PHASES, LISTENER_TABLE, START, type ListenerStep } from "./listener-table.ts";
 import { outcomeOf } from "./scale-set-listener.ts";
 

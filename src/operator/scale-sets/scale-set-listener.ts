@@ -16,7 +16,7 @@
  * at once, instead of up to 50 s later — room that appeared serves a waiting job now, and room that
  * went is not offered.
  */
-import { ScaleSetErrorCode, type JobMessage, type RunnerScaleSet, type ScaleSetClient, type ScaleSetMessage, type ScaleSetSession, type ScaleSetStatistics } from "../../github/index.ts";
+import { ScaleSetErrorCode, type JobMessage, type RunnerScaleSet, type ScaleSetClient, type ScaleSetMessage, type ScaleSetSession, type ScaleSetStatistics } from "../../forge/index.ts";
 import { describeError, ImpError, NO_FAULTS, systemClock, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { decideListener, DEFAULT_LISTENER_TIMINGS, START, type ListenerOutcome, type ListenerPhase, type ListenerStep, type ListenerTimings, type ListeningReason } from "./listener-table.ts";
 

@@ -6,7 +6,7 @@
  * condition — for the pool controller, which is the only writer of the pool's status.
  */
 import type { ImpVMRunnerPool } from "../../api/index.ts";
-import type { JobMessage, ScaleSetStatistics } from "../../github/index.ts";
+import type { JobMessage, ScaleSetStatistics } from "../../forge/index.ts";
 import { keyOf, type Cached, type Informer, type Runnable } from "../../kube/index.ts";
 import { describeError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { ListenerTimings } from "./listener-table.ts";

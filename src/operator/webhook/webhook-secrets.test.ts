@@ -3,7 +3,7 @@ import { createHmac, randomUUID } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
 import { API_VERSION, type ImpVMRunnerPool, type WebhookSettings } from "../../api/index.ts";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { FakeResourceClient, keyOf, type Stored } from "../../kube/index.ts";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
 import { IMP_VM_RUNNER_POOLS, SECRETS, type SecretObject } from "../resources.ts";

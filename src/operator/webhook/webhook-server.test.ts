@@ -3,7 +3,7 @@ import { createHmac, randomUUID } from "node:crypto";
 import { request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { Registry } from "prom-client";
-import type { WorkflowJobEvent } from "../../github/index.ts";
+import type { WorkflowJobEvent } from "../../forge/index.ts";
 import { silentLogger } from "../../shared/index.ts";
 import { WEBHOOK_PATH, WebhookServer } from "./webhook-server.ts";
 

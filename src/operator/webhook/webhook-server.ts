@@ -3,7 +3,7 @@
  * X-Hub-Signature-256) and POST /webhooks/gitea (Gitea's, X-Gitea-Signature). Everything a
  * webhook carries is untrusted until proven otherwise: the body is read up to `maxBodyBytes` (413
  * beyond), the signature is checked in constant time against the secrets trusted for that forge's
- * pools (src/github, src/forge/gitea), the payload is parsed field by field, and a delivery id seen
+ * pools (src/forge/github, src/forge/gitea), the payload is parsed field by field, and a delivery id seen
  * before is acknowledged without acting again. Anything invalid is answered 4xx and changes
  * nothing. Only then is the event handed on (`onEvent`, which only updates in-memory demand and
  * enqueues pools).
@@ -12,7 +12,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Counter, Registry } from "prom-client";
 import { Counter as PromCounter } from "prom-client";
-import { acceptWebhook, DEFAULT_MAX_WEBHOOK_BYTES, DeliveryDeduplicator, type WebhookDelivery, type WebhookOptions, type WebhookVerdict, type WorkflowJobEvent } from "../../github/index.ts";
+import { acceptWebhook, DEFAULT_MAX_WEBHOOK_BYTES, DeliveryDeduplicator, type WebhookDelivery, type WebhookOptions, type WebhookVerdict, type WorkflowJobEvent } from "../../forge/index.ts";
 import { acceptGiteaWebhook } from "../../forge/index.ts";
 import type { ForgeFamily } from "../forges/index.ts";
 import { describeError, systemClock, type Clock, type Logger } from "../../shared/index.ts";

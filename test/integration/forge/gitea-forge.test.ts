@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { GiteaClient, GiteaForge, type GiteaScope } from "../../../src/forge/index.ts";
-import { CredentialText } from "../../../src/github/index.ts";
+import { CredentialText } from "../../../src/forge/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
 import { GITEA_RUNNER_BIN, GiteaServer, giteaUnavailable } from "../../gitea/gitea-server.ts";
 

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { test, type TestContext } from "node:test";
-import { ScaleSetClient, type JobMessage, type ScaleSetStatistics } from "../../../src/github/index.ts";
+import { ScaleSetClient, type JobMessage, type ScaleSetStatistics } from "../../../src/forge/index.ts";
 import { ScaleSetListener, type ListenerSpec, type ListenerState } from "../../../src/operator/index.ts";
 import { createLogger, FaultPoints, waitFor } from "../../../src/shared/index.ts";
 import { startGitHub, type GitHubFixture } from "../../github/harness.ts";

@@ -1,4 +1,4 @@
-import { ImpError, conflictError, retryableError, terminalError } from "../shared/index.ts";
+import { ImpError, conflictError, retryableError, terminalError } from "../../shared/index.ts";
 
 /**
  * The one place that maps GitHub API failures to Imp's error classes. The operator's queues read

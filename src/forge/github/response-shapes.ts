@@ -1,5 +1,5 @@
 import { GitHubErrorCode } from "./errors.ts";
-import { terminalError } from "../shared/index.ts";
+import { terminalError } from "../../shared/index.ts";
 
 /**
  * The few fields Imp reads from GitHub's runner responses, checked at the boundary: a response

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FakeClock } from "../shared/index.ts";
+import { FakeClock } from "../../shared/index.ts";
 import { decideRateLimitRetry } from "./rate-limit-decision.ts";
 import { InstallationTokenCache, tokenNeedsRefresh } from "./installation-token-cache.ts";
 import { classifyGitHubError, GitHubErrorCode } from "./errors.ts";

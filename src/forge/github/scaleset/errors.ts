@@ -5,7 +5,7 @@
  * Nothing from a response goes into an error but its status, the exception's type and a bounded
  * message: never a header, never a token.
  */
-import { ImpError, conflictError, retryableError, terminalError } from "../../shared/index.ts";
+import { ImpError, conflictError, retryableError, terminalError } from "../../../shared/index.ts";
 
 export const ScaleSetErrorCode = {
   /** 5xx, 429, a refused or timed-out connection: the service or the path to it is down. */

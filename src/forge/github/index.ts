@@ -1,4 +1,4 @@
-// Public entry of the GitHub adapter. Everything else in src/github is internal.
+// GitHub's HTTP client and webhook reader, re-exported whole by src/forge/index.ts (the part's entry); everything else in src/forge/github is internal.
 export {
   GitHubClient,
   DEFAULT_GITHUB_BASE_URL,

@@ -2,7 +2,7 @@ import { Octokit } from "@octokit/core";
 import { createAppAuth } from "@octokit/auth-app";
 import { retry } from "@octokit/plugin-retry";
 import { throttling } from "@octokit/plugin-throttling";
-import type { Clock, Logger } from "../shared/index.ts";
+import type { Clock, Logger } from "../../shared/index.ts";
 import { httpStatusOf } from "./errors.ts";
 import { InstallationTokenCache } from "./installation-token-cache.ts";
 import { decideRateLimitRetry, type RateLimitKind, type RateLimitPolicy } from "./rate-limit-decision.ts";

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FakeClock } from "../shared/index.ts";
+import { FakeClock } from "../../shared/index.ts";
 import { DeliveryDeduplicator } from "./delivery-deduplicator.ts";
 
 test("a delivery id is new once, a repeat within the TTL is not", () => {

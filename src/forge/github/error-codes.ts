@@ -10,6 +10,6 @@ export const GITHUB_ERROR_CODES = [
   "RunnerGroupNotFound",
 ] as const;
 
-declare module "../shared/errors.ts" {
+declare module "../../shared/errors.ts" {
   interface ImpErrorCodes extends Record<(typeof GITHUB_ERROR_CODES)[number] | GitHubErrorCode | ScaleSetErrorCode, true> {}
 }

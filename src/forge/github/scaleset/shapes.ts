@@ -4,7 +4,7 @@
  * a crash later. Field names are those `github.com/actions/scaleset` (types.go) uses; like Go's
  * decoder, a name matches case-insensitively (the service writes `RunnerSetting` with a capital R).
  */
-import { terminalError } from "../../shared/index.ts";
+import { terminalError } from "../../../shared/index.ts";
 import { CredentialText } from "../credential-text.ts";
 import { RunnerJitConfig } from "../jit-config.ts";
 import { ScaleSetErrorCode } from "./errors.ts";

@@ -1,4 +1,4 @@
-import type { Clock } from "../shared/index.ts";
+import type { Clock } from "../../shared/index.ts";
 
 /**
  * Why our own cache: @octokit/auth-app keeps installation tokens in an LRU with a fixed 59-minute

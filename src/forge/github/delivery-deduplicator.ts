@@ -1,4 +1,4 @@
-import type { Clock } from "../shared/index.ts";
+import type { Clock } from "../../shared/index.ts";
 
 /**
  * GitHub delivers a webhook at least once: redeliveries (manual or after a timeout) reuse the

@@ -12,7 +12,7 @@
  * policy's backoff (Retry-After honoured), then surface as the retryable ActionsServiceUnavailable.
  * No credential reaches a log or an error.
  */
-import { backoffDelay, retryableError, silentLogger, systemClock, terminalError, type BackoffPolicy, type Clock, type Logger } from "../../shared/index.ts";
+import { backoffDelay, retryableError, silentLogger, systemClock, terminalError, type BackoffPolicy, type Clock, type Logger } from "../../../shared/index.ts";
 import { CredentialText } from "../credential-text.ts";
 import type { GitHubScope } from "../scope.ts";
 import { configUrlOf, runnerRegistrationUrlOf } from "./config-url.ts";

@@ -1,5 +1,5 @@
 import { createPrivateKey, type KeyObject } from "node:crypto";
-import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Logger } from "../shared/index.ts";
+import { ImpError, systemClock, silentLogger, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 import { GitHubErrorCode, classifyGitHubError, gitHubMessageOf, httpStatusOf, type GitHubCall } from "./errors.ts";
 import { RunnerJitConfig } from "./jit-config.ts";
 import { CredentialText } from "./credential-text.ts";
