@@ -5,7 +5,7 @@
  * registers its runner from a sealed `.runner`, a pushed workflow (several steps, an env var, a
  * clone, a local action) runs in it, its log comes from Gitea's API, the VM ends and is replaced.
  * Then demand: a pool scaled to zero served from Gitea's queue listing, and one served from Gitea's
- * own workflow_job webhook, signed with the pool's secret.
+ * own workflow_job webhook, signed with the pool's secret; on each, the finished job re-run at zero.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -47,6 +47,14 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       return pool.status?.queuedJobs === 0 && pool.status.desired === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("cold-")) : undefined;
     }, 180_000, 250);
     assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
+
+    // Re-run on the pool scaled to zero, with no webhook: Gitea's queue listing alone must find it.
+    await gitea.api("POST", `/repos/acme/cold/actions/runs/${job.run_id}/rerun`);
+    const rerun = await world.waitUntil("the re-run completed", async () => (await gitea.jobs("acme", "cold")).find((j) => j.run_id === job.run_id && (j.run_attempt ?? 1) >= 2 && j.status === "completed"), 300_000, 250);
+    assert.equal(rerun.conclusion, "success");
+    assert.notEqual(rerun.id, job.id, "Gitea re-runs a job as a new job");
+    const after = [...world.seenVms.keys()].filter((n) => n.startsWith("cold-"));
+    assert.equal(after.length, 2, `one more VM for the re-run: ${after.join(", ")}`);
   });
 
   it("a webhook pool (minIdle 0): Gitea's signed workflow_job delivery orders the job's VM, not the next listing", async () => {

@@ -206,6 +206,25 @@ const cases: FaultCase[] = [
     },
   },
   {
+    id: "github-rerun-at-zero",
+    injected: "a finished job is re-run (GitHub's \"Re-run job\": a new job id, run_attempt 2 of the same run) on a pool scaled to zero",
+    where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled, no VM; the re-run's queued delivery names a run whose first attempt completed (the stall PyTorch's ARC fleet hit, pytorch/ci-infra #900)",
+    pool: { minIdle: 0, maxConcurrent: 2 },
+    async run(ctx) {
+      const done = await completedJobAndItsQueuedDelivery(ctx, "rerun");
+      const rerun = ctx.world.github.rerunJob(done.job.id);
+      ctx.faultNow();
+      assert.equal(rerun.runId, done.job.runId);
+      assert.equal(rerun.runAttempt, 2);
+      await ctx.world.waitForJob(rerun, "completed");
+      assert.equal(rerun.conclusion, "success", rerun.result?.log ?? "");
+      const waited = (rerun.startedAt ?? Date.now()) - rerun.queuedAt;
+      assert.equal(vmsSeen(ctx).length, done.vmsBefore + 1, `one more VM for the re-run: ${vmsSeen(ctx).join(", ")}`);
+      assert.ok(!new RegExp(`"jobId":${rerun.id},[^\n]*a replay; not counted`).test(operatorLog(ctx)), "the re-run's delivery was not taken for a replay of the finished attempt");
+      return `job ${done.job.id} completed and its VM ended; its re-run (job ${rerun.id}, attempt 2 of run ${rerun.runId}) got a runner ${s(waited)} after it was queued, from its own queued delivery; one more VM`;
+    },
+  },
+  {
     id: "github-webhook-queued-replayed",
     injected: "after job A completed, its validly signed workflow_job queued body is delivered again under a new X-GitHub-Delivery (the delivery id is not signed)",
     where: "burst capacity: a pool with minIdle 0 and spec.webhook enabled, no VM; a replayed body must not make it create and register one",

@@ -273,6 +273,24 @@ const cases: FaultCase[] = [
     },
   },
   {
+    id: "scale-set-rerun-at-zero",
+    injected: "a finished job is re-run (GitHub's \"Re-run job\": a new job id, run_attempt 2 of the same run) on a scale-set pool scaled to zero",
+    where: "scale-set listener, Polling: no VM, the scale set's statistics at zero; the re-run's JobAvailable (the stall PyTorch's ARC fleet hit, pytorch/ci-infra #900)",
+    pool: POOL,
+    async run(ctx) {
+      await listening(ctx);
+      const first = queue(ctx, "rerun");
+      await takenWithin(ctx, first, BOOT_MS);
+      await ctx.world.waitUntil("the pool scaled to zero", async () => ((await ctx.world.listVms()).some((vm) => vm.metadata.namespace === ctx.namespace && !["Succeeded", "Failed"].includes(vm.status?.phase ?? "")) ? undefined : true), 180_000);
+      const rerun = ctx.world.github.rerunJob(first.id);
+      ctx.faultNow();
+      assert.equal(rerun.runAttempt, 2);
+      const waited = await takenWithin(ctx, rerun, 30_000 + BOOT_MS);
+      oneVmPerJob(ctx, 2);
+      return `job ${first.id} served and its VM ended; its re-run (job ${rerun.id}, attempt 2 of run ${rerun.runId}) reached the listener as a JobAvailable, was acquired and got a runner ${s(waited)} after it was queued; one VM per job`;
+    },
+  },
+  {
     id: "scale-set-cluster-full-burst",
     injected: `${BURST} jobs queued at once for a scale-set pool of maxConcurrent ${BURST} while the cluster has room for 2 of its VMs (one node cordoned, the other's 2 VM slots)`,
     where: "scale-set listener, Polling: the capacity each poll tells GitHub (X-ScaleSetMaxCapacity) and what the pool acquires; the pool's status while jobs wait",

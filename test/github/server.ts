@@ -92,6 +92,8 @@ export interface TestJob {
   scaleSetId?: number | undefined;
   acquiredAt?: number | undefined;
   reoffers?: number;
+  /** Which attempt of its run this job is (GitHub's run_attempt): 1, or more for a re-run. */
+  runAttempt?: number;
 }
 
 export interface TestRunner {
@@ -300,6 +302,41 @@ export class GitHubTestServer {
       renewedAt: undefined,
     };
     this.jobs.set(id, record);
+    this.#jobWebhook(record, "queued");
+    this.actions.jobQueued(record);
+    return record;
+  }
+
+  /**
+   * Re-runs a finished job as a user does on GitHub ("Re-run job"): a new job, with an id of its own,
+   * in the same workflow run as its next attempt (run_attempt + 1), queued and announced like any
+   * other (webhook `queued`, JobAvailable to the scale sets that take it).
+   */
+  rerunJob(id: number): TestJob {
+    const old = this.jobs.get(id);
+    if (old === undefined) throw new Error(`no job ${id}`);
+    if (old.status !== "completed") throw new Error(`job ${id} is ${old.status}: GitHub re-runs only finished jobs`);
+    const attempt = Math.max(...[...this.jobs.values()].filter((j) => j.runId === old.runId).map((j) => j.runAttempt ?? 1)) + 1;
+    const record: TestJob = {
+      ...old,
+      id: this.#nextId++,
+      labels: [...old.labels],
+      steps: [...old.steps],
+      status: "queued",
+      runnerId: undefined,
+      runnerName: undefined,
+      conclusion: undefined,
+      result: undefined,
+      queuedAt: Date.now(),
+      startedAt: undefined,
+      completedAt: undefined,
+      renewedAt: undefined,
+      scaleSetId: undefined,
+      acquiredAt: undefined,
+      reoffers: 0,
+      runAttempt: attempt,
+    };
+    this.jobs.set(record.id, record);
     this.#jobWebhook(record, "queued");
     this.actions.jobQueued(record);
     return record;
@@ -662,7 +699,8 @@ export class GitHubTestServer {
     const schema = operation.responseSchemas.get(200) as { properties: { workflow_runs: { items: object } } };
     const runs = runIds.slice((page - 1) * perPage, page * perPage).map((runId) => {
       const first = jobs.find((j) => j.runId === runId);
-      return { ...(sampleFromSchema(schema.properties.workflow_runs.items, "run") as object), id: runId, run_attempt: 1, status: status ?? first?.status ?? "queued", name: "CI", created_at: isoSeconds(first?.queuedAt ?? Date.now()) };
+      const attempt = Math.max(...jobs.filter((j) => j.runId === runId).map((j) => j.runAttempt ?? 1));
+      return { ...(sampleFromSchema(schema.properties.workflow_runs.items, "run") as object), id: runId, run_attempt: attempt, status: status ?? first?.status ?? "queued", name: "CI", created_at: isoSeconds(first?.queuedAt ?? Date.now()) };
     });
     return { status: 200, body: { total_count: runIds.length, workflow_runs: runs } };
   }
@@ -681,7 +719,7 @@ export class GitHubTestServer {
       ...(sampleFromSchema(schema, "job") as object),
       id: job.id,
       run_id: job.runId,
-      run_attempt: 1,
+      run_attempt: job.runAttempt ?? 1,
       name: job.name,
       status: job.status,
       conclusion: job.status === "completed" ? (job.conclusion ?? null) : null,
@@ -940,7 +978,7 @@ export class GitHubTestServer {
         id: job.id,
         run_id: job.runId,
         run_url: `${this.#url}/repos/${job.repo.owner}/${job.repo.repo}/actions/runs/${job.runId}`,
-        run_attempt: 1,
+        run_attempt: job.runAttempt ?? 1,
         node_id: `WJ_${job.id}`,
         head_sha: "0".repeat(40),
         url: `${this.#url}/repos/${job.repo.owner}/${job.repo.repo}/actions/jobs/${job.id}`,
