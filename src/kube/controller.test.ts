@@ -201,6 +201,21 @@ describe("Controller", () => {
       await harness.running;
     });
 
+    it("`from`: a current cached copy costs no GET; a stale one costs the 409 it earns, then a fresh read, never a lost update", async () => {
+      const client = new FakeResourceClient<Thing>(things);
+      const created = await client.create({ metadata: { ...ref }, spec: { size: 0 } });
+      const grow = (draft: Thing): void => void (draft.spec = { size: (draft.spec?.size ?? 0) + 1 });
+      const first = await mutateWithRetry(client, { ref, clock: systemClock, policy, from: created, mutate: grow });
+      assert.equal(client.calls.get, 0, "the cached copy was current: no GET");
+      assert.equal(client.calls.patch, 1);
+      assert.equal(first.spec?.size, 1);
+      // `created` is stale now (first's write moved the resourceVersion on).
+      const second = await mutateWithRetry(client, { ref, clock: systemClock, policy, from: created, mutate: grow });
+      assert.equal(client.calls.patch, 3, "the stale copy's PATCH was refused (409), then the retry");
+      assert.equal(client.calls.get, 1, "one fresh read after the refusal");
+      assert.equal(second.spec?.size, 2, "applied to the fresh object: the first write is not lost");
+    });
+
     it(`a persistent conflict costs ${CONFLICT_RETRY.maxAttempts} GET/PATCH pairs, then the key backs off`, async () => {
       let competing = true;
       const { client, harness, reconciles } = await raced(() => competing);

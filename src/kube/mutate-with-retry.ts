@@ -1,6 +1,7 @@
 import { retry, systemClock, type BackoffPolicy, type Clock, type Logger } from "../shared/index.ts";
 import { isConflict } from "./api-errors.ts";
 import { createMergePatch } from "./merge-patch.ts";
+import type { DeepReadonly } from "./deep-readonly.ts";
 import type { KubeObject, Stored } from "./resource.ts";
 import type { ObjectRef, ResourceClient } from "./resource-client.ts";
 
@@ -22,10 +23,16 @@ export interface MutateRequest<T extends KubeObject> {
   readonly clock?: Clock;
   readonly signal?: AbortSignal;
   readonly logger?: Logger;
+  /**
+   * A copy already at hand (the informer's) to try first instead of a GET: its resourceVersion
+   * rides on the patch, so a stale copy costs a 409 and the retries then read the object fresh.
+   * Worth it where the cache is nearly always current (a controller writing what it just saw).
+   */
+  readonly from?: Stored<T> | DeepReadonly<Stored<T>> | undefined;
 }
 
 /**
- * Read-modify-write without lost updates: reads the object, lets `mutate` edit a deep
+ * Read-modify-write without lost updates: reads the object (or starts from `from`), lets `mutate` edit a deep
  * copy, and sends the difference as a merge patch that carries the read `resourceVersion`, so a
  * concurrent write makes the apiserver answer 409 instead of silently losing one of them. On a
  * conflict it re-reads and re-applies `mutate` (which must therefore be a pure function of the
@@ -36,11 +43,12 @@ export async function mutateWithRetry<T extends KubeObject>(
   client: Pick<ResourceClient<T>, "get" | "patch" | "patchStatus">,
   request: MutateRequest<T>,
 ): Promise<Stored<T>> {
-  const { ref, mutate, ...options } = request;
+  const { ref, mutate, from, ...options } = request;
   const subresource = options.subresource ?? "main";
   return retry(
     async (attempt) => {
-      const current = await client.get(ref, options.signal);
+      // A cached copy is only read here: the draft is a deep copy, and it is returned only when nothing was written.
+      const current = attempt === 1 && from?.metadata?.resourceVersion !== undefined ? (from as Stored<T>) : await client.get(ref, options.signal);
       const draft = structuredClone(current);
       if (mutate(draft) === false) return current;
       const diff =

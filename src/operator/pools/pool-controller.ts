@@ -262,6 +262,8 @@ export class PoolController {
     await mutateWithRetry(this.#o.pools, {
       ref: { namespace: pool.metadata.namespace, name: pool.metadata.name },
       subresource: "status",
+      // And the write starts from that copy too: a stale one costs a 409 and a fresh read.
+      from: pool,
       signal: ctx.signal,
       mutate: (draft) => {
         const old = draft.status ?? {};

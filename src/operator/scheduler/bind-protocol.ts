@@ -66,13 +66,15 @@ export type ReserveOutcome = "reserved" | "alreadyReserved" | "noFit" | "unreada
  */
 export async function reserve(
   nodes: Pick<ResourceClient<ImpNode>, "get" | "patch" | "patchStatus">,
-  args: { readonly nodeName: string; readonly vm: Cached<ImpVM>; readonly request: VmRequest; readonly bound: readonly BoundVm[]; readonly signal?: AbortSignal },
+  args: { readonly nodeName: string; readonly vm: Cached<ImpVM>; readonly request: VmRequest; readonly bound: readonly BoundVm[]; readonly signal?: AbortSignal; readonly cachedNode?: Cached<ImpNode> | undefined },
 ): Promise<{ readonly outcome: ReserveOutcome; readonly detail: string }> {
   const uid = args.vm.metadata.uid;
   let outcome: ReserveOutcome = "noFit";
   let detail = "";
   await mutateWithRetry(nodes, {
     ref: { name: args.nodeName },
+    // The cache's copy first (no GET): a record another bind changed since makes it a 409 and a fresh read.
+    from: args.cachedNode,
     ...(args.signal === undefined ? {} : { signal: args.signal }),
     mutate: (draft) => {
       const parsed = parseReservations(draft);
@@ -156,6 +158,8 @@ export async function bindVm(
     await mutateWithRetry(vms, {
       ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name },
       subresource: "status",
+      // The cached VM the placement decided on: current nearly always (nothing else writes a pending VM).
+      from: args.vm,
       ...(args.signal === undefined ? {} : { signal: args.signal }),
       mutate: (draft) => {
         if (draft.metadata.uid !== uid) return ((outcome = "gone"), false);

@@ -195,7 +195,7 @@ export class SchedulerController {
 
     const { nodeName } = placement;
     if (!placement.rollForward) {
-      const reserved = await reserve(this.#o.nodes, { nodeName, vm, request, bound: bound.get(nodeName) ?? [], signal: ctx.signal });
+      const reserved = await reserve(this.#o.nodes, { nodeName, vm, request, bound: bound.get(nodeName) ?? [], signal: ctx.signal, cachedNode: this.#o.nodeInformer.get(nodeName) });
       if (reserved.outcome === "noFit" || reserved.outcome === "unreadable") {
         // The cache was behind the node's record (another bind got there first): decide again at once.
         throw conflictError("ReservationRefused", `Cannot reserve ${describeRequest(request)} on node ${nodeName} for ImpVM ${ctx.key}: ${reserved.detail}`);

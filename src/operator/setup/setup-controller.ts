@@ -46,6 +46,7 @@ import {
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
 import type { PoolForges } from "../forges/index.ts";
+import { ForgeSlots } from "./forge-slots.ts";
 
 /** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
 export const VM_NODE_INDEX = "imp-operator/setup-vm-by-node";
@@ -54,6 +55,10 @@ export const VM_POOL_INDEX = "imp-operator/vm-by-pool";
 
 const SETUP_PHASES = new Set(["Scheduled", "Preparing", "Booting"]);
 const NODE_KEY_WAIT_MS = 2_000;
+/** Forge writes (mints, removals) of one pool at once (ForgeSlots); two keep a pool's pacing busy without taking every worker. */
+const FORGE_WRITES_PER_POOL = 2;
+/** A VM turned away by ForgeSlots looks again after this even if no wake reaches it. */
+const FORGE_SLOT_RECHECK_MS = 5_000;
 const BUSY_RECHECK_MS = 10_000;
 
 export interface SetupControllerOptions {
@@ -80,6 +85,7 @@ export class SetupController {
   readonly #faults: FaultPoints;
   /** Pools seen deleted, so VMs that outlive their pool can still be deregistered. */
   readonly #gonePools = new Map<string, Readonly<Stored<ImpVMRunnerPool>>>();
+  readonly #forgeSlots: ForgeSlots;
 
   constructor(options: SetupControllerOptions) {
     this.#o = options;
@@ -96,6 +102,7 @@ export class SetupController {
       clock: this.#clock,
       reconcile: (ctx) => this.#reconcile(ctx),
     });
+    this.#forgeSlots = new ForgeSlots(FORGE_WRITES_PER_POOL, (key) => this.controller.enqueue(key));
     this.controller.watch(options.vmCache);
     this.controller.watch(options.nodeCache, {
       toKeys: (node) => options.vmCache.byIndex(VM_NODE_INDEX, node.metadata.name).filter((vm) => vm.status?.setup === undefined).map((vm) => keyOf(vm)),
@@ -133,6 +140,16 @@ export class SetupController {
   }
 
   async #setUp(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
+    const poolKey = keyOf(pool);
+    if (!this.#forgeSlots.take(poolKey, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
+    try {
+      return await this.#mintAndRecord(ctx, vm, pool);
+    } finally {
+      this.#forgeSlots.release(poolKey);
+    }
+  }
+
+  async #mintAndRecord(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
     const name = vm.metadata.name;
     const uid = vm.metadata.uid;
     // The status is the record of a registration, and the cache may not show our own last write
@@ -152,7 +169,7 @@ export class SetupController {
     await this.#faults.hit("setup.after-mint", ctx.signal);
     try {
       const sealed = await sealSetup(new TextEncoder().encode(runner.setup.reveal()), { publicKey: key.publicKey, keyId: key.keyId }, uid);
-      await this.#recordMinted(ctx, vm, JSON.stringify(sealed), runner.runnerId, mintedAt);
+      await this.#recordMinted(ctx, live, JSON.stringify(sealed), runner.runnerId, mintedAt);
     } catch (err) {
       // The runner is registered but nothing records it: take it back now if we can. If this fails
       // too, the next attempt finds the name taken and removes it then.
@@ -171,6 +188,8 @@ export class SetupController {
     await mutateWithRetry(this.#o.vms, {
       ref: { namespace: vm.metadata.namespace, name: vm.metadata.name },
       subresource: "status",
+      // The VM as read just before the mint: current unless something wrote it meanwhile (then a 409 and a fresh read).
+      from: vm as Stored<ImpVM>,
       signal: ctx.signal,
       mutate: (draft) => {
         const status = draft.status ?? {};
@@ -193,8 +212,15 @@ export class SetupController {
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its registration on the forge (if any) cannot be looked up and is left to the forge's cleanup of offline runners`, signal: ctx.signal });
     } else {
-      const forge = await this.#o.forges.forPool(pool, ctx.signal);
-      const result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
+      const poolKey = keyOf(pool);
+      if (!this.#forgeSlots.take(poolKey, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
+      let result;
+      try {
+        const forge = await this.#o.forges.forPool(pool, ctx.signal);
+        result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
+      } finally {
+        this.#forgeSlots.release(poolKey);
+      }
       if (result === "busy") {
         ctx.logger.info({ runner: name }, "runner still busy on its forge; waiting before removing its registration");
         return requeueAfter(BUSY_RECHECK_MS);
