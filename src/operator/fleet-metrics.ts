@@ -76,7 +76,7 @@ export function registerFleetMetrics(s: FleetMetricsSources): void {
   });
   new Gauge({
     name: FLEET_METRICS.jobsWaitingForCapacity,
-    help: "Per scale-set pool, on the leader: jobs waiting on GitHub that the pool did not acquire because the cluster has no room for more of its VMs (its listener told GitHub a capacity below maxConcurrent; GitHub's totalAvailableJobs). 0 while the pool is not short of nodes.",
+    help: "Per scale-set pool, on the leader: jobs waiting on GitHub beyond the capacity the pool's listener told it (below maxConcurrent because the cluster has no room for more of its VMs): jobs the pool leaves on GitHub for want of nodes. 0 while the pool is not short of nodes.",
     labelNames: ["namespace", "pool"],
     registers,
     collect() {

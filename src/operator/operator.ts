@@ -234,20 +234,11 @@ export class Operator {
     });
   }
 
-  /**
-   * How many jobs a scale-set pool can hold now: its VMs placed on a node (not ended, not being
-   * deleted) plus the room the cluster has for more of them. Its VMs still waiting to be placed are
-   * not counted as held: they count only as far as that room reaches, or a pool whose VMs wait would
-   * keep telling GitHub it can hold them and be given ever more. Undefined when this operator runs no
-   * scheduler and so cannot know; the listener then says the pool's maxConcurrent.
-   */
+  /** A scale-set pool's capacity now (SchedulerController.capacityForPool); undefined without a scheduler here, and the listener then says maxConcurrent. */
   #poolCapacity(pool: Cached<ImpVMRunnerPool>): number | undefined {
     const scheduler = this.scheduler;
     if (scheduler === undefined) return undefined;
-    const placed = this.vmCache
-      .byIndex(VM_POOL_INDEX, pool.metadata.name)
-      .filter((vm) => vm.metadata.namespace === pool.metadata.namespace && vm.status?.nodeName !== undefined && !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined).length;
-    return placed + scheduler.roomForPool(pool);
+    return scheduler.capacityForPool(pool, this.vmCache.byIndex(VM_POOL_INDEX, pool.metadata.name).filter((vm) => vm.metadata.namespace === pool.metadata.namespace));
   }
 
   *#scaleSetJobsWaiting(): Iterable<readonly [string, number]> {

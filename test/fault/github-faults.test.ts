@@ -220,7 +220,9 @@ const cases: FaultCase[] = [
       assert.equal(rerun.conclusion, "success", rerun.result?.log ?? "");
       const waited = (rerun.startedAt ?? Date.now()) - rerun.queuedAt;
       assert.equal(vmsSeen(ctx).length, done.vmsBefore + 1, `one more VM for the re-run: ${vmsSeen(ctx).join(", ")}`);
-      assert.ok(!new RegExp(`"jobId":${rerun.id},[^\n]*a replay; not counted`).test(operatorLog(ctx)), "the re-run's delivery was not taken for a replay of the finished attempt");
+      const about = operatorLog(ctx).split("\n").filter((l) => l.includes(`"jobId":${rerun.id},`));
+      assert.ok(!about.some((l) => l.includes("a replay; not counted")), "the re-run's delivery was not taken for a replay of the finished attempt");
+      assert.ok(about.some((l) => l.includes("a queued delivery verified")), `the re-run was counted from its own queued delivery, not left to the listing backstop:\n${about.join("\n")}`);
       return `job ${done.job.id} completed and its VM ended; its re-run (job ${rerun.id}, attempt 2 of run ${rerun.runId}) got a runner ${s(waited)} after it was queued, from its own queued delivery; one more VM`;
     },
   },

@@ -309,7 +309,7 @@ const cases: FaultCase[] = [
         ctx.faultNow();
         const queuedAt = Date.now();
         let maxAssigned = 0;
-        let maxSaid = 0;
+        const saidBefore = set.capacities.length;
         /** The pool's VMs not ended: a job's new VM may wait to be placed while the VM of a job just finished still ends. */
         let maxLive = 0;
         let waitingSeen: { condition: string; available: number; capacity: number } | undefined;
@@ -318,7 +318,6 @@ const cases: FaultCase[] = [
         const said: string[] = [];
         await ctx.world.waitUntil(`all ${BURST} jobs completed`, async () => {
           const assigned = ctx.world.github.actions.assignedTo(set);
-          maxSaid = Math.max(maxSaid, set.maxCapacity ?? Number.POSITIVE_INFINITY);
           if (said.at(-1) !== `${set.maxCapacity ?? "?"}/${assigned}`) said.push(`${set.maxCapacity ?? "?"}/${assigned}`);
           maxAssigned = Math.max(maxAssigned, assigned);
           const live = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace && h.last.status?.phase !== "Succeeded" && h.last.status?.phase !== "Failed" && h.last.metadata.deletionTimestamp === undefined).length;
@@ -333,10 +332,12 @@ const cases: FaultCase[] = [
         }, 900_000, 100);
         const took = Date.now() - queuedAt;
         for (const j of jobs) assert.equal(j.conclusion, "success", `${j.name}: ${j.result?.log ?? ""}`);
-        assert.ok(maxSaid <= 2, `every poll said at most the cluster's room, 2 (said ${maxSaid})`);
+        // Every poll's header, as the server kept it (not samples): none above the cluster's room.
+        const maxSaid = Math.max(...set.capacities.slice(saidBefore));
+        assert.ok(maxSaid <= 2, `every poll said at most the cluster's room, 2 (said ${set.capacities.slice(saidBefore).join(", ")})`);
         assert.ok(maxAssigned <= 2, `GitHub never assigned the scale set more jobs than the cluster could place (at most ${maxAssigned}; capacity said/assigned: ${said.join(" ")}; VMs: ${[...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([n, h]) => `${n}@${h.last.status?.nodeName ?? "-"}`).join(" ")})`);
         assert.ok(waitingSeen !== undefined, "the pool's status said jobs wait for node capacity (ScalingLimited=NodeCapacity, scaleSet.availableJobs)");
-        assert.equal(waitingSeen.capacity, 2, "and the capacity it told GitHub");
+        assert.ok(waitingSeen.capacity >= 0 && waitingSeen.capacity <= 2, `and the capacity it told GitHub, at most the room (${waitingSeen.capacity})`);
         oneVmPerJob(ctx, BURST);
         return `${BURST} jobs for a pool of maxConcurrent ${BURST} on a cluster with room for 2: every poll said capacity ${maxSaid} or less, GitHub assigned at most ${maxAssigned} at once; the pool had at most ${maxLive} VMs not ended (new ones waiting while finished ones ended); the status said "${waitingSeen.condition.slice(0, 60)}…" (availableJobs ${waitingSeen.available}, capacity ${waitingSeen.capacity}); all ${BURST} succeeded as room freed, the last ${s(took)} after the burst; one VM per job`;
       } finally {

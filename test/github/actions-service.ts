@@ -24,8 +24,10 @@
  *    its offers not yet acquired stay below the last capacity it sent; the rest wait, counted in
  *    totalAvailableJobs, and are offered (oldest first) as the capacity a poll sends grows or its
  *    jobs complete. An offer not acquired within `reofferAfterMs` no longer holds a place and is
- *    made again. GitHub does not document its algorithm; this is the contract's plain reading, and
- *    before a scale set's first poll (no capacity said yet) every job is offered.
+ *    made again. GitHub does not document its algorithm; this is the contract's plain reading.
+ *    Before a scale set's first poll no capacity is known and nothing is offered: the first poll
+ *    offers what waits, as far as its capacity allows. Every capacity a poll said is kept, in
+ *    order (`capacities`), so a test can assert on all of them, not on samples.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 
@@ -53,6 +55,8 @@ export interface TestScaleSet {
   maxCapacity?: number | undefined;
   /** Job id → when it was last offered to this scale set (JobAvailable sent). */
   readonly offers: Map<number, number>;
+  /** Every X-ScaleSetMaxCapacity its polls said, oldest first. */
+  readonly capacities: number[];
 }
 
 export interface TestSession {
@@ -200,7 +204,7 @@ export class ActionsService {
 
   /** Offers `s` may still make under its capacity: not its assigned jobs, nor its offers still open. */
   #room(s: TestScaleSet, now: number): number {
-    if (s.maxCapacity === undefined) return Number.POSITIVE_INFINITY;
+    if (s.maxCapacity === undefined) return 0;
     return s.maxCapacity - this.assignedTo(s) - this.#openOffers(s, now).size;
   }
 
@@ -360,10 +364,10 @@ export class ActionsService {
       messages: [],
       session: undefined,
       offers: new Map(),
+      capacities: [],
     };
     this.scaleSets.set(s.id, s);
-    // Jobs already waiting reach a new scale set as they would have, had it existed.
-    for (const job of this.#host.jobs()) if (job.status === "queued" && job.scaleSetId === undefined && this.#takes(s, job)) this.#offer(s, job);
+    // Jobs already waiting reach a new scale set at its first poll (#topUp), as its capacity allows.
     return { status: 200, body: this.#scaleSetJson(s) };
   }
 
@@ -425,7 +429,10 @@ export class ActionsService {
     if (!String(headers["accept"] ?? "").includes("api-version=6.0-preview")) return { status: 400, body: { message: "Accept must carry api-version=6.0-preview" } };
     const last = Number(query.get("lastMessageId") ?? "0") || 0;
     const capacity = Number(headers["x-scalesetmaxcapacity"]);
-    if (Number.isInteger(capacity) && capacity >= 0) scaleSet.maxCapacity = capacity;
+    if (Number.isInteger(capacity) && capacity >= 0) {
+      scaleSet.maxCapacity = capacity;
+      scaleSet.capacities.push(capacity);
+    }
     const deadline = Date.now() + this.#o.queuePollMs;
     for (;;) {
       session.seenAt = Date.now();

@@ -24,13 +24,16 @@ export interface ScaleSetPoolView {
 }
 
 /**
- * Jobs a scale-set pool leaves on GitHub for want of node capacity: what GitHub holds for it while
- * the listener said less than maxConcurrent (the cluster has no room for more of its VMs). At
- * maxConcurrent, waiting jobs wait for the pool's own cap (reason MaxConcurrent), not for nodes.
+ * Jobs a scale-set pool leaves on GitHub for want of node capacity: of those GitHub holds for it,
+ * the ones beyond what the capacity it said still has room for (assigned + available − capacity),
+ * while it said less than maxConcurrent (the cluster has no room for more of its VMs). Jobs within
+ * the capacity only wait to be offered; at maxConcurrent, waiting jobs wait for the pool's own cap
+ * (reason MaxConcurrent), not for nodes.
  */
 export function jobsWaitingForCapacity(view: ScaleSetPoolView | undefined, maxConcurrent: number): number {
   if (view?.capacity === undefined || view.statistics === undefined || view.capacity >= maxConcurrent) return 0;
-  return view.statistics.totalAvailableJobs;
+  const { totalAvailableJobs: available, totalAssignedJobs: assigned } = view.statistics;
+  return Math.min(available, Math.max(0, assigned + available - view.capacity));
 }
 
 export interface ScaleSetViews {

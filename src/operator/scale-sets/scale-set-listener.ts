@@ -72,6 +72,8 @@ export interface ScaleSetListenerOptions {
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
+/** A poll ended early for a new capacity is at least this old: about one poll a second per listener, at most. */
+const MIN_REPOLL_MS = 1_000;
 
 export class ScaleSetListener {
   readonly #o: ScaleSetListenerOptions;
@@ -81,8 +83,10 @@ export class ScaleSetListener {
   #session: ScaleSetSession | undefined;
   #lastMessageId = 0;
   #recordedSessionId: string | undefined;
-  /** The capacity the poll in flight told the service, and the way to end that poll early. */
-  #inFlight: { readonly capacity: number; readonly abort: AbortController } | undefined;
+  /** The capacity the poll in flight told the service, when it began, and the way to end it early. */
+  #inFlight: { readonly capacity: number; readonly startedAt: number; readonly abort: AbortController } | undefined;
+  /** A nudge that came too soon after its poll began, due when that poll may be ended. */
+  #nudgeLater: ReturnType<typeof setTimeout> | undefined;
 
   constructor(options: ScaleSetListenerOptions) {
     this.#o = options;
@@ -171,16 +175,30 @@ export class ScaleSetListener {
     return Math.max(0, Math.min(max, Number.isFinite(now) ? Math.floor(now) : max));
   }
 
-  /** Room may have changed: a poll in flight that said another capacity ends now, so the next one says the new one. */
+  /**
+   * Room may have changed: a poll in flight that said another capacity ends, so the next one says
+   * the new one — at once, or MIN_REPOLL_MS after that poll began, so a listener sends at most about
+   * one poll a second to GitHub however fast its cluster changes.
+   */
   nudge(): void {
     const poll = this.#inFlight;
-    if (poll !== undefined && this.capacityNow() !== poll.capacity) poll.abort.abort();
+    if (poll === undefined || this.#nudgeLater !== undefined || this.capacityNow() === poll.capacity) return;
+    const age = this.#clock.now() - poll.startedAt;
+    if (age >= MIN_REPOLL_MS) {
+      poll.abort.abort();
+      return;
+    }
+    this.#nudgeLater = setTimeout(() => {
+      this.#nudgeLater = undefined;
+      this.nudge();
+    }, MIN_REPOLL_MS - age);
+    this.#nudgeLater.unref();
   }
 
   async #longPoll(client: ListenerClient, session: ScaleSetSession, signal: AbortSignal): Promise<ScaleSetMessage | undefined> {
     const capacity = this.capacityNow();
     this.#o.sink.capacity?.(this.#o.spec.poolKey, capacity);
-    const poll = { capacity, abort: new AbortController() };
+    const poll = { capacity, startedAt: this.#clock.now(), abort: new AbortController() };
     this.#inFlight = poll;
     try {
       return await client.getMessage(session, this.#lastMessageId, capacity, AbortSignal.any([signal, poll.abort.signal]));
@@ -213,6 +231,8 @@ export class ScaleSetListener {
   }
 
   async #close(): Promise<void> {
+    clearTimeout(this.#nudgeLater);
+    this.#nudgeLater = undefined;
     const session = this.#session;
     this.#session = undefined;
     if (session === undefined) return;

@@ -71,7 +71,14 @@ export class ScaleSetListeners implements Runnable {
     if (this.#nudgeTimer !== undefined || this.#running.size === 0) return;
     this.#nudgeTimer = setTimeout(() => {
       this.#nudgeTimer = undefined;
-      for (const r of this.#running.values()) r.listener.nudge();
+      for (const [key, r] of this.#running) {
+        try {
+          r.listener.nudge();
+        } catch (err) {
+          // Counting the room must never take the operator down; the next poll says the capacity anyway.
+          this.#o.logger.warn({ pool: key, err: describeError(err) }, "could not count the pool's capacity for its listener");
+        }
+      }
     }, NUDGE_COALESCE_MS);
     this.#nudgeTimer.unref();
   }

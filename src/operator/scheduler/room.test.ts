@@ -58,4 +58,15 @@ describe("roomFor: how many more VMs of a request the cluster can place now", ()
       assert.equal(decidePlacement({ ...input(nodes, { bound: b }), vmUid: "new", pinnedNode: undefined, request }).kind, room > 0 ? "bind" : "unschedulable");
     }
   });
+
+  it("VMs already waiting take their room first, by resources, and only where a node would take them", () => {
+    const nodes = [node("a", [8, 8192, 8]), node("b", [8, 8192, 8])];
+    assert.equal(roomFor(request, input(nodes)), 8);
+    const big: VmRequest = { ...request, vcpu: 8 };
+    assert.equal(roomFor(request, input(nodes), [big]), 4, "one waiting 8-vCPU VM fills a node: 4 of ours fewer, not 1");
+    const arm: VmRequest = { ...request, arch: "arm64" };
+    const huge: VmRequest = { ...request, vcpu: 64 };
+    assert.equal(roomFor(request, input(nodes), [arm, huge]), 8, "waiting VMs no node would take (another arch, too big) take nothing");
+    assert.equal(roomFor(request, input(nodes), [request, request, request]), 5, "three of our size take three");
+  });
 });

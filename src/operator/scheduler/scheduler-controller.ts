@@ -28,7 +28,19 @@ import type { KubeNodeTracker } from "./kube-nodes.ts";
 import { addNodeIndexes, addVmIndexes, isPendingUnbound, isTerminalVM, NODES_BY_RESERVED_UID, PENDING, VMS_BY_NODE, VMS_BY_UID, VMS_PENDING } from "./indexes.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION } from "./reservations.ts";
 import { roomFor, type RoomInput } from "./room.ts";
-import { resolveRequest, type RequestLookups } from "./vm-request.ts";
+import { resolveRequest, type RequestLookups, type VmRequest } from "./vm-request.ts";
+
+/** How long one look at the cluster serves every pool's capacity (a burst of VM events is one look). */
+const ROOM_SNAPSHOT_MS = 200;
+
+interface RoomSnapshot {
+  readonly at: number;
+  readonly cluster: RoomInput;
+  /** VM uids some node's reservation record holds. */
+  readonly reserved: ReadonlySet<string>;
+  /** VMs waiting to be placed, without a reservation, oldest first: their pool key and request. */
+  readonly waiting: ReadonlyArray<{ readonly pool: string; readonly request: VmRequest }>;
+}
 
 /** Retry of a VM no node fits, on top of event-driven re-queues: 1 s doubling to 1 min, forever. */
 export const UNSCHEDULABLE_RETRY: BackoffPolicy = { baseMs: 1_000, factor: 2, capMs: 60_000, jitter: 0.2, maxAttempts: Infinity };
@@ -69,6 +81,7 @@ export class SchedulerController {
   readonly #pruning: Controller;
   readonly #lookups: RequestLookups;
   readonly #unschedulableAttempts = new Map<string, number>();
+  #snapshot: RoomSnapshot | undefined;
 
   constructor(options: SchedulerControllerOptions) {
     this.#o = options;
@@ -156,23 +169,48 @@ export class SchedulerController {
   }
 
   /**
-   * The room the cluster has now for a pool's runner VMs beyond those already placed: what its nodes
-   * have free for the pool's class (roomFor, the placement's own filters), less the VMs of other
-   * pools already waiting to be placed, which may take it first. The pool's own waiting VMs are not
-   * subtracted: this room is theirs. 0 when the pool's template or class cannot be resolved (its VMs
-   * could not be placed either).
+   * How many jobs a pool can hold now (its scale set's capacity, docs/operator.md): its VMs placed
+   * on a node or holding a reservation on one (not ended, not being deleted), plus the room the
+   * cluster has for more of its class once the VMs of other pools already waiting to be placed took
+   * theirs (roomFor). Its own waiting VMs count only as far as that room reaches; counting them as
+   * held would let a pool whose VMs wait be given ever more jobs. `poolVms` are the pool's VMs from
+   * the cache. A template or class that does not resolve leaves no room (its VMs could not be placed).
    */
-  roomForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): number {
+  capacityForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>, poolVms: readonly Cached<ImpVM>[]): number {
     const namespace = pool.metadata.namespace ?? "";
     const name = pool.metadata.name ?? "";
+    const snapshot = this.#roomSnapshot();
+    const placed = poolVms.filter((vm) => !isTerminalVM(vm) && vm.metadata.deletionTimestamp === undefined && (vm.status?.nodeName !== undefined || snapshot.reserved.has(vm.metadata.uid))).length;
     const asVm = { metadata: { namespace, labels: { [LABELS.pool]: name } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
     const resolved = resolveRequest(asVm, this.#lookups);
-    if (!resolved.ok) return 0;
-    const othersWaiting = this.#pendingKeys().filter((key) => {
-      const vm = this.#o.vmInformer.get(key);
-      return vm === undefined || vm.metadata.namespace !== namespace || vm.metadata.labels?.[LABELS.pool] !== name;
-    }).length;
-    return Math.max(0, roomFor(resolved.request, this.#cluster()) - othersWaiting);
+    if (!resolved.ok) return placed;
+    const others = snapshot.waiting.filter((w) => w.pool !== `${namespace}/${name}`).map((w) => w.request);
+    return placed + roomFor(resolved.request, snapshot.cluster, others);
+  }
+
+  /**
+   * The cluster as room is counted, kept for ROOM_SNAPSHOT_MS: every scale-set listener asks at
+   * once when room changes, and one look at the nodes serves them all. Waiting VMs are the pending
+   * ones without a reservation (a reserved one is already in its node's record), oldest first.
+   */
+  #roomSnapshot(): RoomSnapshot {
+    const now = this.#clock.now();
+    if (this.#snapshot !== undefined && now - this.#snapshot.at < ROOM_SNAPSHOT_MS) return this.#snapshot;
+    const cluster = this.#cluster();
+    const reserved = new Set<string>();
+    for (const node of cluster.nodes) {
+      const parsed = parseReservations(node);
+      if (parsed.ok) for (const uid of Object.keys(parsed.record)) reserved.add(uid);
+    }
+    const waiting: RoomSnapshot["waiting"][number][] = [];
+    const pending = this.#pendingKeys().map((key) => this.#o.vmInformer.get(key)).filter((vm): vm is Cached<ImpVM> => vm !== undefined && !reserved.has(vm.metadata.uid));
+    pending.sort((a, b) => (a.metadata.creationTimestamp ?? "").localeCompare(b.metadata.creationTimestamp ?? ""));
+    for (const vm of pending) {
+      const r = resolveRequest(vm, this.#lookups);
+      if (r.ok) waiting.push({ pool: `${vm.metadata.namespace ?? ""}/${vm.metadata.labels?.[LABELS.pool] ?? ""}`, request: r.request });
+    }
+    this.#snapshot = { at: now, cluster, reserved, waiting };
+    return this.#snapshot;
   }
 
   async #place(ctx: ReconcileContext): Promise<ReconcileResult> {

@@ -177,13 +177,14 @@ test("capacity-honest: each poll tells GitHub what the cluster can hold now; non
   const fx = await startGitHub(t, { actionsService: { queuePollMs: 50_000 } });
   let capacity = 0;
   const { rec, listener } = run(t, fx, { capacity: () => capacity });
-  await waitFor("listening", () => (last(rec.states)?.reason === "Listening" && rec.capacities.length > 0 ? true : undefined), WAIT);
+  // The capacity as the server has it: the listener records it before its request is sent.
+  await waitFor("the service told capacity 0", () => (last(rec.states)?.reason === "Listening" && fx.server.actions.scaleSetNamed("imp-pool")?.maxCapacity === 0 ? true : undefined), WAIT);
   const set = fx.server.actions.scaleSetNamed("imp-pool");
   assert.ok(set !== undefined);
   const jobs = [1, 2, 3, 4, 5, 6].map((i) => fx.server.queueJob({ repo: REPO, labels: ["imp-pool"], steps: [], name: `burst-${i}` }));
   await waitFor("the burst counted as available", () => (fx.server.actions.statistics(set).totalAvailableJobs === 6 ? true : undefined), WAIT);
-  assert.equal(fx.server.actions.assignedTo(set), 0, "capacity 0: nothing offered, nothing acquired");
-  assert.deepEqual(rec.capacities, [0]);
+  assert.deepEqual(set.capacities, [0], "one poll in flight, which said 0");
+  assert.equal(set.offers.size, 0, "capacity 0: nothing offered (so nothing can be acquired)");
   capacity = 2;
   listener.nudge();
   // WAIT (30 s) is shorter than the poll in flight (50 s): only the nudge can get these acquired in time.
@@ -193,5 +194,6 @@ test("capacity-honest: each poll tells GitHub what the cluster can hold now; non
   capacity = 100;
   listener.nudge();
   await waitFor("the rest acquired up to the pool's maxCapacity (4)", () => (fx.server.actions.assignedTo(set) === 4 ? true : undefined), WAIT);
-  assert.equal(Math.max(...rec.capacities), 4, "never more than the pool's maxConcurrent is said");
+  assert.equal(Math.max(...set.capacities), 4, "never more than the pool's maxConcurrent is said");
+  assert.equal(fx.server.actions.assignedTo(set), 4);
 });

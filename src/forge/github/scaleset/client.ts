@@ -76,6 +76,8 @@ interface RequestSpec {
   readonly sessionToken?: CredentialText;
   readonly expect: readonly number[];
   readonly timeoutMs?: number;
+  /** Surface a 5xx at once instead of retrying it here (the caller has a backoff of its own). */
+  readonly noRetry?: boolean;
   readonly headers?: Record<string, string>;
   readonly signal?: AbortSignal | undefined;
   readonly context?: Readonly<Record<string, string | number>>;
@@ -163,7 +165,9 @@ export class ScaleSetClient {
 
   /**
    * The long poll: the oldest message not yet deleted past `lastMessageId`, or undefined when the
-   * service had none for its ~50 s. ScaleSetQueueTokenExpired on 401 (refresh and ask again).
+   * service had none for its ~50 s. ScaleSetQueueTokenExpired on 401 (refresh and ask again). A 5xx
+   * is not retried here: the listener backs off in its own table, and a poll it ends early (a new
+   * capacity to say) must not end a retry that would have said the service is down.
    */
   async getMessage(session: ScaleSetSession, lastMessageId: number, maxCapacity: number, signal?: AbortSignal): Promise<ScaleSetMessage | undefined> {
     const url = new URL(session.queueUrl);
@@ -177,6 +181,7 @@ export class ScaleSetClient {
       headers: { accept: `application/json; api-version=${SCALE_SET_API_VERSION}`, "x-scalesetmaxcapacity": String(Math.max(0, Math.floor(maxCapacity))) },
       expect: [200, 202],
       timeoutMs: this.#o.longPollTimeoutMs ?? 90_000,
+      noRetry: true,
       signal,
       context: { scaleSetId: session.scaleSetId },
     });
@@ -239,7 +244,7 @@ export class ScaleSetClient {
         return await this.#once(spec);
       } catch (err) {
         const retryAfter = (err as { retryAfterMs?: number }).retryAfterMs;
-        if (!hasCode(err, ScaleSetErrorCode.Unavailable) || attempt >= this.#retry.maxAttempts || spec.signal?.aborted === true) throw err;
+        if (!hasCode(err, ScaleSetErrorCode.Unavailable) || spec.noRetry === true || attempt >= this.#retry.maxAttempts || spec.signal?.aborted === true) throw err;
         const delay = Math.min(this.#retry.capMs, retryAfter ?? backoffDelay(this.#retry, attempt));
         this.#logger.debug({ attempt, delayMs: delay, doing: spec.doing }, "the Actions service is unavailable; retrying");
         await this.#clock.sleep(delay, spec.signal);
