@@ -238,7 +238,7 @@ export class Operator {
   #poolCapacity(pool: Cached<ImpVMRunnerPool>): number | undefined {
     const scheduler = this.scheduler;
     if (scheduler === undefined) return undefined;
-    return scheduler.capacityForPool(pool, this.vmCache.byIndex(VM_POOL_INDEX, pool.metadata.name).filter((vm) => vm.metadata.namespace === pool.metadata.namespace));
+    return scheduler.capacityForPool(pool);
   }
 
   *#scaleSetJobsWaiting(): Iterable<readonly [string, number]> {
