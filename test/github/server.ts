@@ -284,27 +284,7 @@ export class GitHubTestServer {
 
   queueJob(job: { repo: { owner: string; repo: string }; labels: readonly string[]; steps: readonly JobStep[]; name?: string }): TestJob {
     const id = this.#nextId++;
-    const record: TestJob = {
-      id,
-      runId: id + 10_000,
-      name: job.name ?? `job-${id}`,
-      repo: job.repo,
-      labels: [...job.labels],
-      steps: [...job.steps],
-      status: "queued",
-      runnerId: undefined,
-      runnerName: undefined,
-      conclusion: undefined,
-      result: undefined,
-      queuedAt: Date.now(),
-      startedAt: undefined,
-      completedAt: undefined,
-      renewedAt: undefined,
-    };
-    this.jobs.set(id, record);
-    this.#jobWebhook(record, "queued");
-    this.actions.jobQueued(record);
-    return record;
+    return this.#enqueue({ id, runId: id + 10_000, name: job.name ?? `job-${id}`, repo: job.repo, labels: job.labels, steps: job.steps, runAttempt: 1 });
   }
 
   /**
@@ -317,11 +297,15 @@ export class GitHubTestServer {
     if (old === undefined) throw new Error(`no job ${id}`);
     if (old.status !== "completed") throw new Error(`job ${id} is ${old.status}: GitHub re-runs only finished jobs`);
     const attempt = Math.max(...[...this.jobs.values()].filter((j) => j.runId === old.runId).map((j) => j.runAttempt ?? 1)) + 1;
+    return this.#enqueue({ id: this.#nextId++, runId: old.runId, name: old.name, repo: old.repo, labels: old.labels, steps: old.steps, runAttempt: attempt });
+  }
+
+  /** A new queued job, announced by its `queued` webhook and to the scale sets that take it. */
+  #enqueue(job: Pick<TestJob, "id" | "runId" | "name" | "repo" | "labels" | "steps" | "runAttempt">): TestJob {
     const record: TestJob = {
-      ...old,
-      id: this.#nextId++,
-      labels: [...old.labels],
-      steps: [...old.steps],
+      ...job,
+      labels: [...job.labels],
+      steps: [...job.steps],
       status: "queued",
       runnerId: undefined,
       runnerName: undefined,
@@ -331,10 +315,6 @@ export class GitHubTestServer {
       startedAt: undefined,
       completedAt: undefined,
       renewedAt: undefined,
-      scaleSetId: undefined,
-      acquiredAt: undefined,
-      reoffers: 0,
-      runAttempt: attempt,
     };
     this.jobs.set(record.id, record);
     this.#jobWebhook(record, "queued");
