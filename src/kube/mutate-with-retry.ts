@@ -26,7 +26,10 @@ export interface MutateRequest<T extends KubeObject> {
   /**
    * A copy already at hand (the informer's) to try first instead of a GET: its resourceVersion
    * rides on the patch, so a stale copy costs a 409 and the retries then read the object fresh.
-   * Worth it where the cache is nearly always current (a controller writing what it just saw).
+   * Worth it where the cache is nearly always current (a controller writing what it just saw). A
+   * write `mutate` skips on it is decided on that copy, unchecked by the server, and that copy is
+   * what is returned: pass `from` only where the caller has just decided, on the same copy, that
+   * it will write.
    */
   readonly from?: Stored<T> | DeepReadonly<Stored<T>> | undefined;
 }

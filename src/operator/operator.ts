@@ -247,7 +247,11 @@ export class Operator {
 
   /** A VM created, ended or being deleted, a node that appeared, changed or was (un)cordoned: the listeners' capacity may have changed. */
   #nudgeListenersOnRoom(kubeNodes: KubeNodeTracker | undefined): void {
-    const changed = (): void => this.scaleSets.roomMayHaveChanged();
+    const changed = (): void => {
+      // The scheduler's look at the room is stale now, whatever its age: a nudge must see the change.
+      this.scheduler?.roomChanged();
+      this.scaleSets.roomMayHaveChanged();
+    };
     this.vmCache.addEventHandler({
       onAdd: changed,
       onUpdate: (old, vm) => {

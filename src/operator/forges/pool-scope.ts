@@ -100,3 +100,15 @@ export function forgeOf(pool: { readonly spec: { readonly gitea?: unknown } }): 
 export function forgeName(pool: { readonly spec: { readonly gitea?: unknown } }): string {
   return forgeOf(pool) === "gitea" ? "Gitea" : "GitHub";
 }
+
+/**
+ * The credential whose writes the forge paces, as the spec names it (`namespace/secret`): a GitHub
+ * pool minting JIT runners through the REST API, whose App installation GitHub lets write once a
+ * second (docs/github.md). Undefined where no pacing applies: scale-set pools mint through the
+ * Actions service, Gitea paces nothing. Pools sharing a Secret share the installation, and its pace.
+ */
+export function pacedCredentialOf(pool: Readonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): string | undefined {
+  const gh = pool.spec.github;
+  if (gh === undefined || gh.scaleSet !== undefined) return undefined;
+  return `${pool.metadata.namespace ?? ""}/${gh.credentialsSecretRef.name}`;
+}

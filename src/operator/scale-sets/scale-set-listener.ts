@@ -177,20 +177,29 @@ export class ScaleSetListener {
 
   /**
    * Room may have changed: a poll in flight that said another capacity ends, so the next one says
-   * the new one — at once, or MIN_REPOLL_MS after that poll began, so a listener sends at most about
-   * one poll a second to GitHub however fast its cluster changes.
+   * the new one. Less room is said at once (GitHub must not offer what the cluster lost); more room
+   * at once or MIN_REPOLL_MS after that poll began, so growth sends GitHub at most about one poll a
+   * second however fast the cluster changes.
    */
   nudge(): void {
     const poll = this.#inFlight;
-    if (poll === undefined || this.#nudgeLater !== undefined || this.capacityNow() === poll.capacity) return;
+    if (poll === undefined) return;
+    const now = this.capacityNow();
+    if (now === poll.capacity) return;
     const age = this.#clock.now() - poll.startedAt;
-    if (age >= MIN_REPOLL_MS) {
+    if (now < poll.capacity || age >= MIN_REPOLL_MS) {
       poll.abort.abort();
       return;
     }
+    if (this.#nudgeLater !== undefined) return;
     this.#nudgeLater = setTimeout(() => {
       this.#nudgeLater = undefined;
-      this.nudge();
+      try {
+        this.nudge();
+      } catch (err) {
+        // Counting the room must never take the operator down; the next poll says the capacity anyway.
+        this.#o.logger.warn({ pool: this.#o.spec.poolKey, err: describeError(err) }, "could not count the pool's capacity");
+      }
     }, MIN_REPOLL_MS - age);
     this.#nudgeLater.unref();
   }

@@ -64,6 +64,8 @@ describe("roomFor: how many more VMs of a request the cluster can place now", ()
     assert.equal(roomFor(request, input(nodes)), 8);
     const big: VmRequest = { ...request, vcpu: 8 };
     assert.equal(roomFor(request, input(nodes), [big]), 4, "one waiting 8-vCPU VM fills a node: 4 of ours fewer, not 1");
+    const half: VmRequest = { ...request, vcpu: 4 };
+    assert.equal(roomFor(big, input(nodes), [half, half]), 0, "two 4-vCPU VMs go where the scheduler puts them, one per node (spread), leaving no node for an 8");
     const arm: VmRequest = { ...request, arch: "arm64" };
     const huge: VmRequest = { ...request, vcpu: 64 };
     assert.equal(roomFor(request, input(nodes), [arm, huge]), 8, "waiting VMs no node would take (another arch, too big) take nothing");

@@ -1,14 +1,25 @@
 /**
  * How many more VMs of one request the cluster can place now, by the same filters and arithmetic as
  * `decidePlacement` (a node the scheduler would refuse holds no room), for the pools that must not
- * take jobs they cannot place: a scale-set pool tells GitHub its capacity from this (issue: jobs
- * acquired beyond it wait on a pool that cannot run them, while another scale set could).
+ * take jobs they cannot place: a scale-set pool tells GitHub its capacity from this. VMs already
+ * waiting to be placed take their room first, each where the scheduler would put it (the emptiest
+ * node that takes it). Each node's reservation record is read once per look, whatever the number of
+ * waiting VMs or pools asking: the scale-set listeners all ask at once when room changes.
  */
-import { judgeNode, nodeUsage, type BoundVm, type PlacementInput } from "./decide-placement.ts";
+import { freeScore, judgeNode, nodeUsage, shortfall, type PlacementInput } from "./decide-placement.ts";
 import { parseReservations } from "./reservations.ts";
 import type { Resources, VmRequest } from "./vm-request.ts";
 
 export type RoomInput = Omit<PlacementInput, "vmUid" | "pinnedNode" | "request">;
+
+/** One node as room is counted: what it has, what is used (waiting VMs placed on it included). */
+export interface NodeRoom {
+  readonly name: string;
+  readonly capacity: Resources | undefined;
+  used: Resources;
+  /** Whether the node takes a VM of a kind (arch, kernel, setup key), by judgeNode's filters; memoised per kind. */
+  readonly takes: (request: VmRequest) => boolean;
+}
 
 /** Copies of `request` that fit in what `capacity` leaves after `used`, on every dimension. */
 export function copiesThatFit(request: Resources, capacity: Resources, used: Resources): number {
@@ -24,31 +35,61 @@ export function copiesThatFit(request: Resources, capacity: Resources, used: Res
   return Number.isFinite(copies) ? copies : 0;
 }
 
-/**
- * The VMs of `request` the cluster's nodes have room for now (their reservations and bound VMs
- * counted), after `waiting` — VMs already waiting to be placed, which the scheduler may place first —
- * took theirs: each goes, in order, to the first node (by name) that would take it, and one that no
- * node takes (another arch, too big, a class that does not resolve) takes nothing.
- */
-export function roomFor(request: VmRequest, input: RoomInput, waiting: readonly VmRequest[] = []): number {
-  const nodes = [...input.nodes].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-  const bound = new Map<string, BoundVm[]>(nodes.map((n) => [n.metadata.name, [...(input.bound.get(n.metadata.name) ?? [])]]));
-  const fits = (node: (typeof nodes)[number], r: VmRequest): boolean => {
-    const name = node.metadata.name;
-    const kubeNode = input.deletedKubeNodes?.has(name) === true ? "deleted" : input.cordonedKubeNodes?.has(name) === true ? "cordoned" : "schedulable";
-    return judgeNode(node, r, input.leases.get(name), bound.get(name) ?? [], input.nowMs, input.maxLeaseAgeMs, kubeNode).fits;
-  };
-  waiting.forEach((r, i) => {
-    const node = nodes.find((n) => fits(n, r));
-    if (node !== undefined) bound.get(node.metadata.name)?.push({ uid: `waiting-${i}`, phase: "Pending", resources: r });
+/** The nodes, sorted by name, each with its usage read once from its record and bound VMs. */
+export function nodeRooms(input: RoomInput): NodeRoom[] {
+  return [...input.nodes]
+    .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))
+    .map((node) => {
+      const name = node.metadata.name;
+      const bound = input.bound.get(name) ?? [];
+      const parsed = parseReservations(node);
+      const kubeNode = input.deletedKubeNodes?.has(name) === true ? "deleted" : input.cordonedKubeNodes?.has(name) === true ? "cordoned" : "schedulable";
+      const kinds = new Map<string, boolean>();
+      return {
+        name,
+        capacity: node.status?.capacity,
+        used: parsed.ok ? nodeUsage(parsed.record, bound) : { vcpu: 0, memoryMiB: 0, vmSlots: 0 },
+        takes: (r: VmRequest): boolean => {
+          const kind = `${r.arch}|${r.kernel}|${r.needsSetupKey}`;
+          let ok = kinds.get(kind);
+          // Every filter but the resources: a request of nothing fits wherever the node takes the kind at all.
+          if (ok === undefined) kinds.set(kind, (ok = judgeNode(node, { ...r, vcpu: 0, memoryMiB: 0, vmSlots: 0 }, input.leases.get(name), [], input.nowMs, input.maxLeaseAgeMs, kubeNode).fits));
+          return ok;
+        },
+      };
+    });
+}
+
+/** Places each waiting VM, in order, where the scheduler would (the emptiest node that takes it, ties by name); returns each one's node, or undefined where none takes it. */
+export function placeWaiting(rooms: readonly NodeRoom[], waiting: readonly VmRequest[]): Array<string | undefined> {
+  return waiting.map((r) => {
+    let best: { room: NodeRoom; score: number } | undefined;
+    for (const room of rooms) {
+      if (room.capacity === undefined || !room.takes(r) || shortfall(r, room.capacity, room.used).length > 0) continue;
+      const score = freeScore(r, room.capacity, room.used);
+      if (best === undefined || score > best.score) best = { room, score };
+    }
+    if (best === undefined) return undefined;
+    best.room.used = add(best.room.used, r, 1);
+    return best.room.name;
   });
+}
+
+/** Copies of `request` the nodes have room for, as they are now. */
+export function copiesIn(rooms: readonly NodeRoom[], request: VmRequest): number {
   let room = 0;
-  for (const node of nodes) {
-    if (!fits(node, request)) continue;
-    const capacity = node.status?.capacity;
-    const parsed = parseReservations(node);
-    if (capacity === undefined || !parsed.ok) continue;
-    room += copiesThatFit(request, capacity, nodeUsage(parsed.record, bound.get(node.metadata.name) ?? []));
-  }
+  for (const r of rooms) if (r.capacity !== undefined && r.takes(request)) room += copiesThatFit(request, r.capacity, r.used);
   return room;
+}
+
+/** The VMs of `request` the cluster's nodes have room for now, after `waiting` took theirs. */
+export function roomFor(request: VmRequest, input: RoomInput, waiting: readonly VmRequest[] = []): number {
+  const rooms = nodeRooms(input);
+  placeWaiting(rooms, waiting);
+  return copiesIn(rooms, request);
+}
+
+/** `used` plus `sign` times `r`. */
+export function add(used: Resources, r: Resources, sign: 1 | -1): Resources {
+  return { vcpu: used.vcpu + sign * r.vcpu, memoryMiB: used.memoryMiB + sign * r.memoryMiB, vmSlots: used.vmSlots + sign * r.vmSlots };
 }

@@ -27,7 +27,7 @@ import { decidePlacement, describeRequest, type BoundVm } from "./decide-placeme
 import type { KubeNodeTracker } from "./kube-nodes.ts";
 import { addNodeIndexes, addVmIndexes, isPendingUnbound, isTerminalVM, NODES_BY_RESERVED_UID, PENDING, VMS_BY_NODE, VMS_BY_UID, VMS_PENDING } from "./indexes.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION } from "./reservations.ts";
-import { roomFor, type RoomInput } from "./room.ts";
+import { add, copiesIn, nodeRooms, placeWaiting, type NodeRoom, type RoomInput } from "./room.ts";
 import { resolveRequest, type RequestLookups, type VmRequest } from "./vm-request.ts";
 
 /** How long one look at the cluster serves every pool's capacity (a burst of VM events is one look). */
@@ -35,13 +35,16 @@ const ROOM_SNAPSHOT_MS = 200;
 
 interface RoomSnapshot {
   readonly at: number;
-  readonly cluster: RoomInput;
-  /** VM uids some node's reservation record holds. */
-  readonly reserved: ReadonlySet<string>;
+  /** The nodes' room, every waiting VM placed on it. */
+  readonly rooms: readonly NodeRoom[];
   /** Per pool (`namespace/name`): its VMs placed on a node or reserved on one, not ended, not being deleted. */
   readonly placed: ReadonlyMap<string, number>;
   /** VMs waiting to be placed, without a reservation, oldest first: their pool key and request. */
   readonly waiting: ReadonlyArray<{ readonly pool: string; readonly request: VmRequest }>;
+  /** The node each waiting VM went to (placeWaiting), undefined where none takes it. */
+  readonly placements: ReadonlyArray<string | undefined>;
+  /** Each pool's capacity once counted in this look. */
+  readonly capacity: Map<string, number>;
 }
 
 /** Retry of a VM no node fits, on top of event-driven re-queues: 1 s doubling to 1 min, forever. */
@@ -183,23 +186,40 @@ export class SchedulerController {
    * resolve leaves no room (its VMs could not be placed).
    */
   capacityForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): number {
-    const namespace = pool.metadata.namespace ?? "";
-    const name = pool.metadata.name ?? "";
+    const key = `${pool.metadata.namespace ?? ""}/${pool.metadata.name ?? ""}`;
     const snapshot = this.#roomSnapshot();
+    const known = snapshot.capacity.get(key);
+    if (known !== undefined) return known;
     // Counted in the same look as the room: a VM placed since would otherwise count twice, as
     // placed now and as the room it had then (a fault case saw capacity 4 on room for 2).
-    const placed = snapshot.placed.get(`${namespace}/${name}`) ?? 0;
-    const asVm = { metadata: { namespace, labels: { [LABELS.pool]: name } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
+    const placed = snapshot.placed.get(key) ?? 0;
+    const asVm = { metadata: { namespace: pool.metadata.namespace ?? "", labels: { [LABELS.pool]: pool.metadata.name ?? "" } }, spec: { templateRef: { name: pool.spec.templateName } } } as unknown as DeepReadonly<ImpVM>;
     const resolved = resolveRequest(asVm, this.#lookups);
-    if (!resolved.ok) return placed;
-    const others = snapshot.waiting.filter((w) => w.pool !== `${namespace}/${name}`).map((w) => w.request);
-    return placed + roomFor(resolved.request, snapshot.cluster, others);
+    let capacity = placed;
+    if (resolved.ok) {
+      // Every waiting VM was placed once for all pools; this pool's own take their room back.
+      const rooms = snapshot.rooms.map((r) => ({ ...r }));
+      snapshot.waiting.forEach((w, i) => {
+        const on = snapshot.placements[i];
+        const room = on === undefined || w.pool !== key ? undefined : rooms.find((r) => r.name === on);
+        if (room !== undefined) room.used = add(room.used, w.request, -1);
+      });
+      capacity += copiesIn(rooms, resolved.request);
+    }
+    snapshot.capacity.set(key, capacity);
+    return capacity;
+  }
+
+  /** Room may have changed (the operator's VM and node handlers say so): the next capacity looks again. */
+  roomChanged(): void {
+    this.#snapshot = undefined;
   }
 
   /**
-   * The cluster as room is counted, kept for ROOM_SNAPSHOT_MS: every scale-set listener asks at
-   * once when room changes, and one look at the nodes serves them all. Waiting VMs are the pending
-   * ones without a reservation (a reserved one is already in its node's record), oldest first.
+   * The cluster as room is counted, kept until room changes or for ROOM_SNAPSHOT_MS: every
+   * scale-set listener asks at once, and one look at the nodes (each record read once, every
+   * waiting VM placed once) serves them all. Waiting VMs are the pending ones without a reservation
+   * (a reserved one is already in its node's record), oldest first.
    */
   #roomSnapshot(): RoomSnapshot {
     const now = this.#clock.now();
@@ -218,14 +238,16 @@ export class SchedulerController {
       const key = `${vm.metadata.namespace ?? ""}/${pool}`;
       placed.set(key, (placed.get(key) ?? 0) + 1);
     }
-    const waiting: RoomSnapshot["waiting"][number][] = [];
+    const waiting: Array<RoomSnapshot["waiting"][number]> = [];
     const pending = this.#pendingKeys().map((key) => this.#o.vmInformer.get(key)).filter((vm): vm is Cached<ImpVM> => vm !== undefined && !reserved.has(vm.metadata.uid));
     pending.sort((a, b) => (a.metadata.creationTimestamp ?? "").localeCompare(b.metadata.creationTimestamp ?? ""));
     for (const vm of pending) {
       const r = resolveRequest(vm, this.#lookups);
       if (r.ok) waiting.push({ pool: `${vm.metadata.namespace ?? ""}/${vm.metadata.labels?.[LABELS.pool] ?? ""}`, request: r.request });
     }
-    this.#snapshot = { at: now, cluster, reserved, placed, waiting };
+    const rooms = nodeRooms(cluster);
+    const placements = placeWaiting(rooms, waiting.map((w) => w.request));
+    this.#snapshot = { at: now, rooms, placed, waiting, placements, capacity: new Map() };
     return this.#snapshot;
   }
 

@@ -45,7 +45,7 @@ import {
 } from "../../kube/index.ts";
 import { describeError, NO_FAULTS, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import { setCondition } from "../pools/conditions.ts";
-import type { PoolForges } from "../forges/index.ts";
+import { pacedCredentialOf, type PoolForges } from "../forges/index.ts";
 import { ForgeSlots } from "./forge-slots.ts";
 
 /** Index of the VM cache by status.nodeName, so a node publishing its key wakes its waiting VMs. */
@@ -55,8 +55,8 @@ export const VM_POOL_INDEX = "imp-operator/vm-by-pool";
 
 const SETUP_PHASES = new Set(["Scheduled", "Preparing", "Booting"]);
 const NODE_KEY_WAIT_MS = 2_000;
-/** Forge writes (mints, removals) of one pool at once (ForgeSlots); two keep a pool's pacing busy without taking every worker. */
-const FORGE_WRITES_PER_POOL = 2;
+/** Forge writes (mints, removals) at once per paced credential (ForgeSlots); two keep its pacing busy without taking every worker. */
+const FORGE_WRITES_PER_CREDENTIAL = 2;
 /** A VM turned away by ForgeSlots looks again after this even if no wake reaches it. */
 const FORGE_SLOT_RECHECK_MS = 5_000;
 const BUSY_RECHECK_MS = 10_000;
@@ -102,7 +102,7 @@ export class SetupController {
       clock: this.#clock,
       reconcile: (ctx) => this.#reconcile(ctx),
     });
-    this.#forgeSlots = new ForgeSlots(FORGE_WRITES_PER_POOL, (key) => this.controller.enqueue(key));
+    this.#forgeSlots = new ForgeSlots({ perKey: FORGE_WRITES_PER_CREDENTIAL, wake: (key) => this.controller.enqueue(key), now: () => this.#clock.now() });
     this.controller.watch(options.vmCache);
     this.controller.watch(options.nodeCache, {
       toKeys: (node) => options.vmCache.byIndex(VM_NODE_INDEX, node.metadata.name).filter((vm) => vm.status?.setup === undefined).map((vm) => keyOf(vm)),
@@ -140,12 +140,13 @@ export class SetupController {
   }
 
   async #setUp(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
-    const poolKey = keyOf(pool);
-    if (!this.#forgeSlots.take(poolKey, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
+    const paced = pacedCredentialOf(pool);
+    if (paced === undefined) return this.#mintAndRecord(ctx, vm, pool);
+    if (!this.#forgeSlots.take(paced, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
     try {
       return await this.#mintAndRecord(ctx, vm, pool);
     } finally {
-      this.#forgeSlots.release(poolKey);
+      this.#forgeSlots.release(paced);
     }
   }
 
@@ -212,14 +213,14 @@ export class SetupController {
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its registration on the forge (if any) cannot be looked up and is left to the forge's cleanup of offline runners`, signal: ctx.signal });
     } else {
-      const poolKey = keyOf(pool);
-      if (!this.#forgeSlots.take(poolKey, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
+      const paced = pacedCredentialOf(pool);
+      if (paced !== undefined && !this.#forgeSlots.take(paced, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
       let result;
       try {
         const forge = await this.#o.forges.forPool(pool, ctx.signal);
         result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
       } finally {
-        this.#forgeSlots.release(poolKey);
+        if (paced !== undefined) this.#forgeSlots.release(paced);
       }
       if (result === "busy") {
         ctx.logger.info({ runner: name }, "runner still busy on its forge; waiting before removing its registration");
