@@ -185,7 +185,7 @@ export class SchedulerController {
    * held would let a pool whose VMs wait be given ever more jobs. A template or class that does not
    * resolve leaves no room (its VMs could not be placed).
    */
-  capacityForPool(pool: DeepReadonly<Pick<ImpVMRunnerPool, "metadata" | "spec">>): number {
+  capacityForPool(pool: { readonly metadata: { readonly namespace?: string | undefined; readonly name?: string | undefined }; readonly spec: { readonly templateName: string } }): number {
     const key = `${pool.metadata.namespace ?? ""}/${pool.metadata.name ?? ""}`;
     const snapshot = this.#roomSnapshot();
     const known = snapshot.capacity.get(key);
