@@ -5,7 +5,7 @@
  * capacity, cordon or record shrank; an agent Lease came back) and otherwise retried with a backoff.
  */
 import type { Registry } from "prom-client";
-import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMRunnerPool, type ImpVMTemplate } from "../../api/index.ts";
+import { LABELS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMTemplate } from "../../api/index.ts";
 import {
   Controller,
   done,
