@@ -83,14 +83,19 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
     // The job re-run on the pool scaled to zero (the stall ARC fleets hit: a re-run's demand taken
     // for a replay of the finished job). Gitea 1.27 re-runs it as a new job, attempt 2 of the run.
     const logBefore = world.operator.log().length;
+    const rerunAt = Date.now();
+    // What a slow or failed re-run is explained by: each VM of the pool, when it appeared, its phases, when it went.
+    const history = (): string => [...world.seenVms].filter(([n]) => n.startsWith("pushed-")).map(([n, h]) => `${n}: seen ${((h.firstSeenAt - rerunAt) / 1000).toFixed(1)} s after the re-run, ${h.phases.join(" → ")}${h.goneAt === undefined ? "" : `, gone at ${((h.goneAt - rerunAt) / 1000).toFixed(1)} s`}`).join("\n");
     await gitea.api("POST", `/repos/acme/pushed/actions/runs/${job.run_id}/rerun`);
-    const rerun = await world.waitUntil("the re-run completed", async () => (await gitea.jobs("acme", "pushed")).find((j) => j.run_id === job.run_id && (j.run_attempt ?? 1) >= 2 && j.status === "completed"), 300_000, 250);
+    const rerun = await world.waitUntil("the re-run completed", async () => (await gitea.jobs("acme", "pushed")).find((j) => j.run_id === job.run_id && (j.run_attempt ?? 1) >= 2 && j.status === "completed"), 300_000, 250)
+      .catch((err: unknown) => Promise.reject(new Error(`${String(err)}\nthe pool's VMs:\n${history()}`)));
+    process.stdout.write(`# re-run served ${((Date.now() - rerunAt) / 1000).toFixed(1)} s after it was asked for; the pool's VMs:\n${history().replace(/^/gm, "#   ")}\n`);
     assert.equal(rerun.conclusion, "success");
     const rerunSaid = world.operator.log().slice(logBefore).split("\n").filter((l) => l.includes(`"${NAMESPACE}/pushed"`) && /jobId|queued|demand|delivery/i.test(l));
     process.stdout.write(`# re-run: job ${rerun.id} attempt ${rerun.run_attempt ?? "?"} (the first run was job ${job.id}) served; the operator said:\n${rerunSaid.map((l) => `#   ${l.slice(0, 300)}`).join("\n")}\n`);
     assert.ok(!rerunSaid.some((l) => l.includes("a replay; not counted")), "the re-run's delivery was not taken for a replay of the finished attempt");
     assert.ok(rerunSaid.some((l) => l.includes("a queued delivery verified") && l.includes(`"jobId":${rerun.id},`)), "Gitea's delivery for the re-run was verified with Gitea and counted");
     const after = [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-"));
-    assert.equal(after.length, 2, `one more VM for the re-run: ${after.join(", ")}`);
+    assert.equal(after.length, 2, `one more VM for the re-run:\n${history()}`);
   });
 });
