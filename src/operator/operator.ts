@@ -20,7 +20,6 @@ import {
   labelIndex,
   LEASE_RESOURCE,
   Manager, type CoreEvent,
-  type Cached,
   type KubeObject,
   type Lease,
   type ResourceClient,
@@ -230,15 +229,9 @@ export class Operator {
       clock: c.clock,
       timings: { ...DEFAULT_LISTENER_TIMINGS, conflictRetryMs: c.scaleSetConflictRetryMs ?? DEFAULT_LISTENER_TIMINGS.conflictRetryMs },
       faults: c.faults,
-      capacity: (pool) => this.#poolCapacity(pool),
+      // Undefined without a scheduler in this process: the listener then says maxConcurrent.
+      capacity: (pool) => this.scheduler?.capacityForPool(pool),
     });
-  }
-
-  /** A scale-set pool's capacity now (SchedulerController.capacityForPool); undefined without a scheduler here, and the listener then says maxConcurrent. */
-  #poolCapacity(pool: Cached<ImpVMRunnerPool>): number | undefined {
-    const scheduler = this.scheduler;
-    if (scheduler === undefined) return undefined;
-    return scheduler.capacityForPool(pool);
   }
 
   *#scaleSetJobsWaiting(): Iterable<readonly [string, number]> {

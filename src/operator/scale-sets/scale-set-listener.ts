@@ -68,7 +68,7 @@ export interface ScaleSetListenerOptions {
   /** Fault points listener.before-ack and listener.after-ack (docs/failure-proof-points.md). */
   readonly faults?: FaultPoints;
   /** How many jobs the pool can hold now (its placed VMs plus the cluster's room); default spec.maxCapacity. Capped by spec.maxCapacity. */
-  readonly capacity?: () => number;
+  readonly capacity?: () => number | undefined;
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
@@ -179,9 +179,18 @@ export class ScaleSetListener {
    * Room may have changed: a poll in flight that said another capacity ends, so the next one says
    * the new one. Less room is said at once (GitHub must not offer what the cluster lost); more room
    * at once or MIN_REPOLL_MS after that poll began, so growth sends GitHub at most about one poll a
-   * second however fast the cluster changes.
+   * second however fast the cluster changes. Never throws: counting the room must not take the
+   * operator down, and the next poll says the capacity anyway.
    */
   nudge(): void {
+    try {
+      this.#nudge();
+    } catch (err) {
+      this.#o.logger.warn({ pool: this.#o.spec.poolKey, err: describeError(err) }, "could not count the pool's capacity");
+    }
+  }
+
+  #nudge(): void {
     const poll = this.#inFlight;
     if (poll === undefined) return;
     const now = this.capacityNow();
@@ -194,12 +203,7 @@ export class ScaleSetListener {
     if (this.#nudgeLater !== undefined) return;
     this.#nudgeLater = setTimeout(() => {
       this.#nudgeLater = undefined;
-      try {
-        this.nudge();
-      } catch (err) {
-        // Counting the room must never take the operator down; the next poll says the capacity anyway.
-        this.#o.logger.warn({ pool: this.#o.spec.poolKey, err: describeError(err) }, "could not count the pool's capacity");
-      }
+      this.nudge();
     }, MIN_REPOLL_MS - age);
     this.#nudgeLater.unref();
   }

@@ -71,14 +71,7 @@ export class ScaleSetListeners implements Runnable {
     if (this.#nudgeTimer !== undefined || this.#running.size === 0) return;
     this.#nudgeTimer = setTimeout(() => {
       this.#nudgeTimer = undefined;
-      for (const [key, r] of this.#running) {
-        try {
-          r.listener.nudge();
-        } catch (err) {
-          // Counting the room must never take the operator down; the next poll says the capacity anyway.
-          this.#o.logger.warn({ pool: key, err: describeError(err) }, "could not count the pool's capacity for its listener");
-        }
-      }
+      for (const r of this.#running.values()) r.listener.nudge();
     }, NUDGE_COALESCE_MS);
     this.#nudgeTimer.unref();
   }
@@ -155,7 +148,7 @@ export class ScaleSetListeners implements Runnable {
         ...(this.#o.faults === undefined ? {} : { faults: this.#o.faults }),
         capacity: () => {
           const current = this.#o.poolCache.get(key);
-          return (current === undefined ? undefined : this.#o.capacity?.(current)) ?? spec.maxCapacity;
+          return current === undefined ? undefined : this.#o.capacity?.(current);
         },
       });
       // A restarted listener waits for its predecessor to close its session, or it would meet a 409.

@@ -39,7 +39,7 @@ export class ForgeSlots {
   /** A slot of `key` for `vmKey` now, or false (it waits its turn and is woken when it comes). */
   take(key: string, vmKey: string): boolean {
     const state = this.#state(key);
-    this.#lapse(key, state);
+    this.#lapse(state);
     if (state.granted.delete(vmKey)) return true;
     if (state.busy < this.#o.perKey && state.waiting.length === 0) {
       state.busy++;
@@ -54,7 +54,7 @@ export class ForgeSlots {
     const state = this.#keys.get(key);
     if (state === undefined) return;
     state.busy = Math.max(0, state.busy - 1);
-    this.#lapse(key, state);
+    this.#lapse(state);
     this.#grantFree(state);
     if (state.busy === 0 && state.waiting.length === 0) this.#keys.delete(key);
   }
@@ -73,7 +73,7 @@ export class ForgeSlots {
   }
 
   /** Grants nobody claimed in time free their slot for the next waiter. */
-  #lapse(_key: string, state: KeyState): void {
+  #lapse(state: KeyState): void {
     const now = this.#o.now();
     for (const [vmKey, until] of state.granted) {
       if (until > now) continue;

@@ -140,11 +140,17 @@ export class SetupController {
   }
 
   async #setUp(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>, pool: Readonly<Stored<ImpVMRunnerPool>>): Promise<ReconcileResult> {
+    const minted = await this.#inForgeSlot(ctx, pool, () => this.#mintAndRecord(ctx, vm, pool));
+    return minted === "turnedAway" ? requeueAfter(FORGE_SLOT_RECHECK_MS) : minted;
+  }
+
+  /** Runs a forge write in a slot of the pool's paced credential (ForgeSlots), or says the VM must wait its turn; unpaced forges need none. */
+  async #inForgeSlot<T>(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, write: () => Promise<T>): Promise<T | "turnedAway"> {
     const paced = pacedCredentialOf(pool);
-    if (paced === undefined) return this.#mintAndRecord(ctx, vm, pool);
-    if (!this.#forgeSlots.take(paced, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
+    if (paced === undefined) return write();
+    if (!this.#forgeSlots.take(paced, ctx.key)) return "turnedAway";
     try {
-      return await this.#mintAndRecord(ctx, vm, pool);
+      return await write();
     } finally {
       this.#forgeSlots.release(paced);
     }
@@ -213,15 +219,8 @@ export class SetupController {
     if (pool === undefined) {
       await this.#o.recorder.record(vm, { type: "Warning", reason: "RegistrationUnknown", message: `The pool of ${name} is gone; its registration on the forge (if any) cannot be looked up and is left to the forge's cleanup of offline runners`, signal: ctx.signal });
     } else {
-      const paced = pacedCredentialOf(pool);
-      if (paced !== undefined && !this.#forgeSlots.take(paced, ctx.key)) return requeueAfter(FORGE_SLOT_RECHECK_MS);
-      let result;
-      try {
-        const forge = await this.#o.forges.forPool(pool, ctx.signal);
-        result = await forge.removeRunner(name, vm.status?.runner?.id, ctx.signal);
-      } finally {
-        if (paced !== undefined) this.#forgeSlots.release(paced);
-      }
+      const result = await this.#inForgeSlot(ctx, pool, async () => (await this.#o.forges.forPool(pool, ctx.signal)).removeRunner(name, vm.status?.runner?.id, ctx.signal));
+      if (result === "turnedAway") return requeueAfter(FORGE_SLOT_RECHECK_MS);
       if (result === "busy") {
         ctx.logger.info({ runner: name }, "runner still busy on its forge; waiting before removing its registration");
         return requeueAfter(BUSY_RECHECK_MS);
