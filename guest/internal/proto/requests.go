@@ -45,6 +45,10 @@ type NetworkConfig struct {
 	Address   string   `json:"address"`
 	Gateway   string   `json:"gateway"`
 	DNS       []string `json:"dns"`
+	// MAC, when set, replaces the interface's hardware address before anything else: a VM restored
+	// from a snapshot wakes with its template's MAC (device state), and the host drops frames from
+	// any MAC but the one it leased to this VM.
+	MAC string `json:"mac"`
 }
 
 type ConfigureRequest struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -190,6 +191,9 @@ func validateNetwork(n *NetworkConfig) error {
 			return errors.New("network.gateway must be an IP address")
 		}
 	}
+	if n.MAC != "" && !unicastMAC(n.MAC) {
+		return errors.New("network.mac must be a unicast MAC address xx:xx:xx:xx:xx:xx")
+	}
 	if len(n.DNS) > MaxDNSServers {
 		return fmt.Errorf("network.dns must list at most %d servers", MaxDNSServers)
 	}
@@ -199,4 +203,15 @@ func validateNetwork(n *NetworkConfig) error {
 		}
 	}
 	return nil
+}
+
+var macPattern = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
+
+// unicastMAC: six colon-separated octets with the multicast bit of the first one clear.
+func unicastMAC(mac string) bool {
+	if !macPattern.MatchString(mac) {
+		return false
+	}
+	first, err := strconv.ParseUint(mac[:2], 16, 8)
+	return err == nil && first&1 == 0
 }

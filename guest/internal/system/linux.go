@@ -1,6 +1,7 @@
 package system
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -77,6 +78,9 @@ func (l *Linux) configureNetwork(n *proto.NetworkConfig) error {
 	if err != nil {
 		return fmt.Errorf("find link: %w", err)
 	}
+	if err := setMAC(link, n.MAC); err != nil {
+		return fmt.Errorf("mac: %w", err)
+	}
 	addr, err := netlink.ParseAddr(n.Address)
 	if err != nil {
 		return fmt.Errorf("parse address: %w", err)
@@ -113,6 +117,38 @@ func (l *Linux) configureNetwork(n *proto.NetworkConfig) error {
 	return nil
 }
 
+// setMAC gives link the hardware address mac ("" = keep), taking it down first (not every driver
+// changes the address of a running link) and flushing the neighbours learnt under the old one; the
+// caller brings the link up again. The same address again is a no-op.
+func setMAC(link netlink.Link, mac string) error {
+	if mac == "" {
+		return nil
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(link.Attrs().HardwareAddr, hw) {
+		return nil
+	}
+	if err := netlink.LinkSetDown(link); err != nil {
+		return fmt.Errorf("link down: %w", err)
+	}
+	if err := netlink.LinkSetHardwareAddr(link, hw); err != nil {
+		return err
+	}
+	neighbours, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list neighbours: %w", err)
+	}
+	for i := range neighbours {
+		if err := netlink.NeighDel(&neighbours[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("flush neighbour: %w", err)
+		}
+	}
+	return nil
+}
+
 // writeResolvConf replaces the file atomically (a symlink there is replaced, not followed).
 func writeResolvConf(path string, dns []string) error {
 	var b strings.Builder
@@ -123,7 +159,13 @@ func writeResolvConf(path string, dns []string) error {
 	return replaceFile(path, b.String())
 }
 
-// AddEntropy credits seed to the kernel pool with RNDADDENTROPY (8 bits per byte).
+// rndReseedCRNG is RNDRESEEDCRNG, _IO('R', 0x07) in linux/random.h (not in x/sys/unix).
+const rndReseedCRNG = 0x5207
+
+// AddEntropy credits seed to the kernel pool with RNDADDENTROPY (8 bits per byte), then forces the
+// CRNG to reseed from the pool with RNDRESEEDCRNG. Without the reseed, crediting changes nothing the
+// next getrandom() returns until the kernel's own reseed interval (up to a minute) has passed: two
+// VMs restored from one memory snapshot would hand out the same random bytes until then.
 func AddEntropy(seed []byte) error {
 	if len(seed) == 0 {
 		return errors.New("empty seed")
@@ -142,6 +184,9 @@ func AddEntropy(seed []byte) error {
 	clear(info)
 	if errno != 0 {
 		return errno
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); errno != 0 {
+		return fmt.Errorf("reseed: %w", errno)
 	}
 	return nil
 }

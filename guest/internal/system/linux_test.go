@@ -152,3 +152,29 @@ func TestLinuxConfigureWithANewAddressReplacesTheOneItSetBefore(t *testing.T) {
 		}
 	})
 }
+
+func TestLinuxConfigureGivesTheInterfaceTheLeasedMAC(t *testing.T) {
+	sys := &Linux{Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	inFreshNamespaces(t, func() {
+		// A restored VM wakes with its template's MAC; the host leased it another one.
+		template, _ := net.ParseMAC("02:00:00:00:00:01")
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: template}, PeerName: "peer0"}); err != nil {
+			t.Errorf("add veth pair: %v", err)
+			return
+		}
+		req := &proto.ConfigureRequest{Network: &proto.NetworkConfig{Interface: "eth0", Address: "192.0.2.9/30", MAC: "02:aa:bb:cc:dd:ee"}}
+		for range 2 { // the same MAC again is a no-op
+			if err := sys.Configure(context.Background(), req); err != nil {
+				t.Errorf("Configure: %v", err)
+				return
+			}
+		}
+		link, _ := netlink.LinkByName("eth0")
+		if got := link.Attrs().HardwareAddr.String(); got != "02:aa:bb:cc:dd:ee" {
+			t.Errorf("MAC = %s", got)
+		}
+		if link.Attrs().Flags&net.FlagUp == 0 {
+			t.Error("the link is down after its MAC changed")
+		}
+	})
+}

@@ -128,6 +128,8 @@ export interface NetworkConfig {
   readonly address: string;
   readonly gateway?: string;
   readonly dns?: readonly string[];
+  /** Replaces the interface's MAC first (a VM restored from a snapshot wakes with its template's). */
+  readonly mac?: string;
 }
 export interface ConfigureRequest {
   readonly hostname?: string;

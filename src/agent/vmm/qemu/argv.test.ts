@@ -32,6 +32,22 @@ describe("buildQemuArgv()", () => {
     assert.deepEqual(values(argv, "-device"), ["virtio-blk-device,drive=root", "virtio-blk-device,drive=scratch"]);
   });
 
+  it("puts RAM in a file for memory snapshots: shared for a template, private (copy-on-write) for a restore, with a monitor and -incoming defer", () => {
+    const template = buildQemuArgv({ ...base, memoryFile: { path: "/s/mem,1", share: true }, qmpSocket: "/vm/qmp.sock" });
+    assert.deepEqual(values(template, "-M"), ["microvm,memory-backend=mem"]);
+    assert.deepEqual(values(template, "-object"), ["memory-backend-file,id=mem,size=512M,mem-path=/s/mem,,1,share=on"]);
+    assert.deepEqual(values(template, "-qmp"), ["unix:/vm/qmp.sock,server=on,wait=off"]);
+    assert.deepEqual(values(template, "-incoming"), []);
+    const restored = buildQemuArgv({ ...base, memoryFile: { path: "/s/mem,1", share: false }, qmpSocket: "/vm/qmp.sock", incoming: true });
+    assert.deepEqual(values(restored, "-object"), ["memory-backend-file,id=mem,size=512M,mem-path=/s/mem,,1,share=off"]);
+    assert.deepEqual(values(restored, "-incoming"), ["defer"]);
+    assert.deepEqual(values(buildQemuArgv(base), "-qmp"), []);
+  });
+
+  it("refuses RAM in a file with the vsock channel (vhost-user needs shared RAM and cannot migrate)", () => {
+    assert.throws(() => buildQemuArgv({ ...base, memoryFile: { path: "/s/mem", share: false }, channel: { kind: "vsock", vhostUserSocket: "/vm/vu.sock" } }), invalidSpec);
+  });
+
   it("bounds TCG's translated-code buffer (QEMU's 1 GiB default outgrew the VM's memory limit); KVM has none", () => {
     assert.deepEqual(values(buildQemuArgv(base), "-accel"), [`tcg,tb-size=${TCG_TB_SIZE_MIB}`]);
     assert.ok(TCG_TB_SIZE_MIB <= 128);

@@ -45,6 +45,17 @@ export interface QemuMachineSpec {
   /** A host tap device (which must exist before QEMU starts) on virtio-net, with the guest's MAC. */
   readonly tap?: { readonly tap: string; readonly mac: string };
   /**
+   * Guest RAM in a file instead of anonymous memory, for memory snapshots (memory-snapshot.ts): a
+   * template writes through to it (`share`), a VM restored from it maps it privately, copy-on-write.
+   * Not with the vsock channel: vhost-user needs RAM shared with its backend, which a private
+   * mapping is not (and vhost-user-vsock cannot migrate).
+   */
+  readonly memoryFile?: { readonly path: string; readonly share: boolean };
+  /** QEMU's monitor (QMP) on a listening Unix socket at this path. */
+  readonly qmpSocket?: string;
+  /** Start paused, waiting for a device state to load over QMP (`-incoming defer`). */
+  readonly incoming?: boolean;
+  /**
    * The file QEMU appends the serial console to. A file, not QEMU's stdout: a supervised VMM outlives
    * the agent, so nobody may have to keep reading a pipe for the guest to make progress.
    */
@@ -108,8 +119,12 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   }
 
   const vsock = spec.channel?.kind === "vsock";
+  if (vsock && spec.memoryFile !== undefined) {
+    throw invalid("Cannot give a vsock VM its RAM in a file: vhost-user-vsock needs RAM shared with its backend and cannot be saved or restored; use the serial channel");
+  }
+  const memoryBackend = vsock || spec.memoryFile !== undefined;
   const argv: string[] = [
-    "-M", vsock ? "microvm,memory-backend=mem" : "microvm",
+    "-M", memoryBackend ? "microvm,memory-backend=mem" : "microvm",
     "-accel", spec.accel === "tcg" ? `tcg,tb-size=${TCG_TB_SIZE_MIB}` : spec.accel,
     "-cpu", spec.accel === "kvm" ? "host" : "max",
     "-m", `${spec.memoryMiB}M`,
@@ -122,6 +137,9 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   if (spec.initrd !== undefined) argv.push("-initrd", spec.initrd);
   argv.push("-append", kernelCmdline(spec));
   if (vsock) argv.push("-object", `memory-backend-memfd,id=mem,size=${spec.memoryMiB}M,share=on`);
+  if (spec.memoryFile !== undefined) {
+    argv.push("-object", `memory-backend-file,id=mem,size=${spec.memoryMiB}M,mem-path=${qemuEscape(spec.memoryFile.path)},share=${spec.memoryFile.share ? "on" : "off"}`);
+  }
   for (const drive of spec.drives) {
     const ro = drive.readOnly === true ? ",readonly=on" : "";
     argv.push(
@@ -140,6 +158,8 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
       "-device", `virtserialport,name=${channel.portName},chardev=agent0`,
     );
   }
+  if (spec.qmpSocket !== undefined) argv.push("-qmp", `unix:${qemuEscape(spec.qmpSocket)},server=on,wait=off`);
+  if (spec.incoming === true) argv.push("-incoming", "defer");
   if (spec.userNetwork === true) argv.push("-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0");
   if (spec.tap !== undefined) {
     // script=no/downscript=no: the agent creates and configures the tap; QEMU only opens it.

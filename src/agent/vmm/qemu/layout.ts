@@ -21,5 +21,7 @@ export class QemuVmDir {
   vsockUds(): string { return join(this.root, "vsock.sock"); }
   /** virtio-serial agent port, QEMU listening. */
   agentSocket(): string { return join(this.root, "agent.sock"); }
-  sockets(): string[] { return [this.vhostUserSocket(), this.vsockUds(), this.agentSocket()]; }
+  /** QEMU's monitor (QMP), for VMs saved to or restored from a memory snapshot. */
+  qmpSocket(): string { return join(this.root, "qmp.sock"); }
+  sockets(): string[] { return [this.vhostUserSocket(), this.vsockUds(), this.agentSocket(), this.qmpSocket()]; }
 }

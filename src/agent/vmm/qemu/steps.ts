@@ -9,6 +9,8 @@ import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from ".
 import type { ProcessLauncher, VmExit, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
+import { loadMemorySnapshot } from "./memory-snapshot.ts";
+import { QmpClient } from "./qmp.ts";
 import { assertExecutable, describeExit } from "./child.ts";
 import type { QemuVmDir } from "./layout.ts";
 
@@ -18,10 +20,21 @@ export const DEFAULT_SERIAL_PORT_NAME = "imp.agent";
 
 export type QemuChannelKind = "vsock" | "serial" | "none";
 
+/**
+ * A VM's part in memory snapshots (memory-snapshot.ts, docs/snapshots.md). A template keeps its RAM
+ * in `memoryFile`, written through, and is saved with `QemuVm.saveSnapshot`; a restored VM maps the
+ * template's `memoryFile` privately (copy-on-write) and loads `statePath` instead of booting. Both
+ * need the very same machine (devices, ids, kernel, memory, accelerator); drive and socket paths may
+ * differ. Neither can use the vsock channel.
+ */
+export type QemuSnapshotRole =
+  | { readonly kind: "template"; readonly memoryFile: string }
+  | { readonly kind: "restore"; readonly memoryFile: string; readonly statePath: string };
+
 export interface QemuVmOptions {
   /** This VM's own directory: sockets, serial log, backend log. Created if missing. Keep it short (Unix socket paths ≤ 107 bytes). */
   readonly dir: string;
-  readonly machine: Omit<QemuMachineSpec, "channel" | "consoleLog">;
+  readonly machine: Omit<QemuMachineSpec, "channel" | "consoleLog" | "memoryFile" | "qmpSocket" | "incoming">;
   readonly channel: QemuChannelKind;
   readonly qemuBinary?: string;
   /** rust-vmm vhost-device-vsock binary; required for channel "vsock". */
@@ -41,6 +54,10 @@ export interface QemuVmOptions {
   readonly signal?: AbortSignal;
   /** The driver-neutral description this VM answers as `spec`; derived from the options when absent. */
   readonly spec?: VmSpec;
+  /** Save this VM as a snapshot template, or restore it from one. */
+  readonly snapshot?: QemuSnapshotRole;
+  /** How long loading a snapshot may take before the restore fails (default 30 s). */
+  readonly snapshotLoadTimeoutMs?: number;
   /**
    * Console bytes the guest may write to `serial.log` before the VM is marked down with
    * `GuestConsoleFlood` (the file is on the node's disk and QEMU does not bound it). Default 16 MiB.
@@ -50,8 +67,9 @@ export interface QemuVmOptions {
 
 export type QemuExit = VmExit;
 
-export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock" | "maxConsoleBytes">> {
+export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary" | "guestCid" | "serialPortName" | "dieWithParent" | "backendReadyTimeoutMs" | "logger" | "clock" | "maxConsoleBytes" | "snapshotLoadTimeoutMs">> {
   return {
+    snapshotLoadTimeoutMs: 30_000,
     maxConsoleBytes: DEFAULT_MAX_CONSOLE_BYTES,
     qemuBinary: "qemu-system-x86_64",
     guestCid: 3,
@@ -64,7 +82,7 @@ export function defaultQemuVmConfig(): Required<Pick<QemuVmOptions, "qemuBinary"
 }
 
 /** The names of QEMU's boot and adoption steps, as logs and step timings carry them. */
-export type QemuStepName = "check-binaries" | "prepare-directory" | "start-vsock-backend" | "start-qemu" | "follow-console" | "claim-processes" | "check-channel";
+export type QemuStepName = "check-binaries" | "prepare-directory" | "start-vsock-backend" | "start-qemu" | "follow-console" | "claim-processes" | "check-channel" | "load-snapshot";
 export type BootConfig = ReturnType<typeof defaultQemuVmConfig> & QemuVmOptions;
 
 /** What the boot steps acquire, in order. */
@@ -86,6 +104,18 @@ export function guestChannelOf(cfg: BootConfig, dir: QemuVmDir): { channel?: Qem
   if (cfg.channel === "vsock") return { channel: { kind: "vsock", vhostUserSocket: dir.vhostUserSocket() } };
   if (cfg.channel === "serial") return { channel: { kind: "serial", socketPath: dir.agentSocket(), portName: cfg.serialPortName } };
   return {};
+}
+
+/** The machine QEMU is given: the caller's, plus its RAM file, monitor and `-incoming` for a snapshot role. */
+export function machineOf(cfg: BootConfig, dir: QemuVmDir): QemuMachineSpec {
+  const role = cfg.snapshot;
+  return {
+    ...cfg.machine,
+    consoleLog: dir.serialLog(),
+    ...guestChannelOf(cfg, dir),
+    ...(role === undefined ? {} : { memoryFile: { path: role.memoryFile, share: role.kind === "template" }, qmpSocket: dir.qmpSocket() }),
+    ...(role?.kind === "restore" ? { incoming: true } : {}),
+  };
 }
 
 const FOLLOW_CONSOLE: Step<Boot, QemuStepName> = {
@@ -163,7 +193,7 @@ export const BOOT_STEPS: readonly Step<Boot, QemuStepName>[] = [
     name: "start-qemu",
     run: async (boot, step) => {
       const { cfg, dir } = boot;
-      const argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
+      const argv = buildQemuArgv(machineOf(cfg, dir));
       boot.argv = argv;
       const qemu = await boot.launcher.launch({ name: "qemu", binary: cfg.qemuBinary, args: argv, stdoutPath: dir.qemuLog(), stderrPath: dir.qemuLog(), boundFile: { path: dir.serialLog(), maxBytes: supervisedConsoleBound(cfg.maxConsoleBytes) } });
       boot.qemu = qemu;
@@ -171,6 +201,29 @@ export const BOOT_STEPS: readonly Step<Boot, QemuStepName>[] = [
     },
   },
   FOLLOW_CONSOLE,
+];
+
+/**
+ * A restore: the boot's steps with QEMU started paused (`-incoming defer`), then the template's
+ * device state loaded and the guest resumed where the template stopped. A load that fails or hangs
+ * rolls back like any failed boot step: nothing is left running.
+ */
+export const RESTORE_STEPS: readonly Step<Boot, QemuStepName>[] = [
+  ...BOOT_STEPS,
+  {
+    name: "load-snapshot",
+    run: async ({ cfg, dir }, step) => {
+      const role = cfg.snapshot;
+      if (role?.kind !== "restore") throw terminalError("VmSpecInvalid", "Cannot restore a VM without a snapshot to restore it from");
+      const qmp = await QmpClient.connect(dir.qmpSocket(), { timeoutMs: cfg.snapshotLoadTimeoutMs, signal: step.signal });
+      try {
+        const { ms, stateBytes } = await loadMemorySnapshot(qmp, role.statePath, { timeoutMs: cfg.snapshotLoadTimeoutMs, clock: cfg.clock, signal: step.signal });
+        cfg.logger.info({ dir: dir.root, ms, stateBytes }, "qemu snapshot loaded");
+      } finally {
+        qmp.close();
+      }
+    },
+  },
 ];
 
 /**
@@ -199,7 +252,7 @@ export const ADOPT_STEPS: readonly Step<Boot, QemuStepName>[] = [
       if (qemu === undefined) return; // checked above
       boot.qemu = qemu;
       if (backend !== undefined) boot.backend = backend;
-      boot.argv = buildQemuArgv({ ...cfg.machine, consoleLog: dir.serialLog(), ...guestChannelOf(cfg, dir) });
+      boot.argv = buildQemuArgv(machineOf(cfg, dir));
     },
   },
   {

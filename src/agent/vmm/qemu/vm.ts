@@ -1,7 +1,7 @@
 import { createConnection, type Socket } from "node:net";
 import { open } from "node:fs/promises";
 import { basename } from "node:path";
-import { describeError, retryableError, runSteps, terminalError, withDeadline, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
+import { describeError, retryableError, runSteps, terminalError, withDeadline, type Clock, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
 import type { ConsoleLog } from "../console-log.ts";
 import { DirectLauncher } from "../direct-launcher.ts";
@@ -9,7 +9,9 @@ import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-la
 import type { ConnectGuestOptions, RunningVm, VmmProcess, VmSpec } from "../types.ts";
 import { describeExit } from "./child.ts";
 import { QemuVmDir } from "./layout.ts";
-import { ADOPT_STEPS, BOOT_STEPS, DEFAULT_GUEST_VSOCK_PORT, defaultQemuVmConfig, type Boot, type BootConfig, type QemuChannelKind, type QemuExit, type QemuVmOptions } from "./steps.ts";
+import { saveMemorySnapshot, type MemorySnapshotTimings } from "./memory-snapshot.ts";
+import { QmpClient } from "./qmp.ts";
+import { ADOPT_STEPS, BOOT_STEPS, DEFAULT_GUEST_VSOCK_PORT, RESTORE_STEPS, defaultQemuVmConfig, type Boot, type BootConfig, type QemuChannelKind, type QemuExit, type QemuVmOptions } from "./steps.ts";
 
 /**
  * One QEMU microvm process (plus its vhost-device-vsock backend for the vsock channel), started
@@ -32,10 +34,12 @@ export class QemuVm implements RunningVm {
   readonly #down: AbortController;
   readonly #run: StepRun;
   readonly #logger: Logger;
+  readonly #clock: Clock;
   readonly #exited: Promise<QemuExit>;
   #tornDown: Promise<void> | undefined;
   #stopping: Promise<QemuExit> | undefined;
   #stopped: VmStopReport | undefined;
+  #snapshotRole: "template" | "restore" | undefined;
 
   private constructor(spec: VmSpec, boot: Required<Boot>, run: StepRun) {
     this.spec = spec;
@@ -48,6 +52,7 @@ export class QemuVm implements RunningVm {
     this.#down = boot.down;
     this.#run = run;
     this.#logger = boot.cfg.logger;
+    this.#clock = boot.cfg.clock;
     this.#exited = this.#qemu.exited().then(async (exit) => {
       // Read the console to its end first: a panic line says why better than QEMU's exit does.
       await this.serial.poll();
@@ -58,7 +63,11 @@ export class QemuVm implements RunningVm {
     void this.#exited.then(() => this.#teardown());
   }
 
-  /** Starts the VM. Rejects with a classified error, leaving nothing running and no socket behind. */
+  /**
+   * Starts the VM: a boot, or with `snapshot.kind === "restore"` a restore from a template's memory
+   * snapshot (the guest resumes where the template was saved). Rejects with a classified error,
+   * leaving nothing running and no socket behind.
+   */
   static async start(options: QemuVmOptions): Promise<QemuVm> {
     const cfg: BootConfig = { ...defaultQemuVmConfig(), ...stripUndefined(options) } as BootConfig;
     const spec = options.spec ?? specOf(options, cfg.guestCid);
@@ -69,13 +78,15 @@ export class QemuVm implements RunningVm {
       launcher: options.launcher ?? new DirectLauncher({ dieWithParent: cfg.dieWithParent }),
       down: new AbortController(),
     };
-    const run = await runSteps(BOOT_STEPS, boot, {
+    const restoring = cfg.snapshot?.kind === "restore";
+    const run = await runSteps(restoring ? RESTORE_STEPS : BOOT_STEPS, boot, {
       logger: cfg.logger,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
-      onFailure: (step, err) => cfg.logger.warn({ vm: spec.name, step, error: describeError(err) }, "qemu boot failed"),
+      onFailure: (step, err) => cfg.logger.warn({ vm: spec.name, step, error: describeError(err) }, restoring ? "qemu restore failed" : "qemu boot failed"),
     });
     const vm = new QemuVm(spec, boot as Required<Boot>, run);
-    cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel, steps: run.timings }, "qemu started");
+    vm.#snapshotRole = cfg.snapshot?.kind;
+    cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel, restored: restoring, steps: run.timings }, "qemu started");
     return vm;
   }
 
@@ -197,6 +208,31 @@ export class QemuVm implements RunningVm {
       return this.#exited;
     })();
     return this.#stopping;
+  }
+
+  /**
+   * Saves this template VM — paused, its RAM already in its memory file — as a memory snapshot whose
+   * device state goes to `statePath`, then ends QEMU (a template that ran on would write through to
+   * the file restored VMs map). Only for a VM started with `snapshot.kind === "template"`; the caller
+   * must make sure no job ever ran in it and no secret was ever sent to it. Rejects with a classified
+   * error; QEMU is stopped either way.
+   */
+  async saveSnapshot(statePath: string, options: { readonly timeoutMs: number }): Promise<MemorySnapshotTimings> {
+    if (this.#snapshotRole !== "template") throw terminalError("VmSpecInvalid", `Cannot save VM ${this.spec.name} as a snapshot: it was not started as a template`);
+    this.#down.signal.throwIfAborted();
+    try {
+      const qmp = await QmpClient.connect(this.dir.qmpSocket(), { timeoutMs: options.timeoutMs, signal: this.#down.signal });
+      try {
+        const timings = await saveMemorySnapshot(qmp, statePath, { timeoutMs: options.timeoutMs, clock: this.#clock, signal: this.#down.signal });
+        // QEMU answers quit and then exits 0; the exit may close the socket before the reply.
+        await qmp.execute("quit", {}, { timeoutMs: 5_000 }).catch(() => undefined);
+        return timings;
+      } finally {
+        qmp.close();
+      }
+    } finally {
+      await this.stop();
+    }
   }
 
   get stopped(): VmStopReport | undefined {
