@@ -57,6 +57,9 @@ type ConfigureRequest struct {
 	EntropySeed *string        `json:"entropySeed"`
 	// ExitRecordKey authenticates this boot's exit records (docs/guest-protocol.md). Never log it.
 	ExitRecordKey *string `json:"exitRecordKey"`
+	// UnixTimeMs sets the wall clock: a VM restored from a memory snapshot wakes with the time the
+	// template was saved at.
+	UnixTimeMs *int64 `json:"unixTimeMs"`
 	// Seed is EntropySeed decoded; filled by validation. Never log it.
 	Seed []byte `json:"-"`
 	// RecordKey is ExitRecordKey decoded (32 bytes); filled by validation.

@@ -8,7 +8,7 @@ import (
 func TestDecodeRequestAcceptsEveryRequestType(t *testing.T) {
 	cases := map[string]string{
 		"hello":       `{"v":1,"type":"hello","id":1,"versions":[1],"client":"t"}`,
-		"configure":   `{"v":1,"type":"configure","id":2,"hostname":"vm-1","network":{"interface":"eth0","address":"10.0.0.2/30","gateway":"10.0.0.1","dns":["10.0.0.1"],"mac":"02:00:0a:00:00:02"},"entropySeed":"AAECAwQFBgcICQoLDA0ODw=="}`,
+		"configure":   `{"v":1,"type":"configure","id":2,"hostname":"vm-1","network":{"interface":"eth0","address":"10.0.0.2/30","gateway":"10.0.0.1","dns":["10.0.0.1"],"mac":"02:00:0a:00:00:02"},"unixTimeMs":1796601600000,"entropySeed":"AAECAwQFBgcICQoLDA0ODw=="}`,
 		"exec":        `{"v":1,"type":"exec","id":3,"execId":"vm-1:run.1","argv":["/bin/true"],"env":{"A":"b"},"cwd":"/tmp","uid":1000,"gid":1000}`,
 		"exec.status": `{"v":1,"type":"exec.status","id":4,"execId":"x"}`,
 		"signal":      `{"v":1,"type":"signal","id":5,"execId":"x","signal":"SIGTERM"}`,
@@ -68,6 +68,7 @@ func TestDecodeRequestRejectsMalformedInputWithCodeAndID(t *testing.T) {
 		{`{"v":1,"type":"configure","id":22,"network":{"interface":"eth0","address":"10.0.0.2"}}`, CodeBadMessage, 22},
 		{`{"v":1,"type":"configure","id":23,"entropySeed":"AAEC"}`, CodeBadMessage, 23},
 		{`{"v":1,"type":"configure","id":24,"entropySeed":"not base64!"}`, CodeBadMessage, 24},
+		{`{"v":1,"type":"configure","id":28,"unixTimeMs":1000}`, CodeBadMessage, 28},
 		{`{"v":1,"type":"configure","id":26,"network":{"interface":"eth0","address":"10.0.0.2/8","mac":"03:00:00:00:00:01"}}`, CodeBadMessage, 26},
 		{`{"v":1,"type":"configure","id":27,"network":{"interface":"eth0","address":"10.0.0.2/8","mac":"02:00:00:00:00"}}`, CodeBadMessage, 27},
 		{`{"v":1,"type":"configure","id":25,"network":{"interface":"an-interface-name-too-long","address":"10.0.0.2/8"}}`, CodeBadMessage, 25},

@@ -12,6 +12,9 @@ import (
 
 // Limits of request fields (docs/guest-protocol.md).
 const (
+	// MinUnixTimeMs and MaxUnixTimeMs bound configure's unixTimeMs: 2020-01-01 and 2100-01-01.
+	MinUnixTimeMs = 1577836800000
+	MaxUnixTimeMs = 4102444800000
 	MaxExecIDLen   = 128
 	MaxArgs        = 4096
 	MaxEnvKeys     = 4096
@@ -156,6 +159,9 @@ func validateConfigure(c *ConfigureRequest) error {
 			return fmt.Errorf("entropySeed must decode to %d..%d bytes", MinSeedBytes, MaxSeedBytes)
 		}
 		c.Seed = seed
+	}
+	if c.UnixTimeMs != nil && (*c.UnixTimeMs < MinUnixTimeMs || *c.UnixTimeMs > MaxUnixTimeMs) {
+		return errors.New("unixTimeMs must be a time between 2020 and 2100")
 	}
 	if c.ExitRecordKey != nil {
 		key, err := base64.StdEncoding.Strict().DecodeString(*c.ExitRecordKey)

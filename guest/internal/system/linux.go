@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -39,6 +40,13 @@ func (l *Linux) Configure(_ context.Context, req *proto.ConfigureRequest) error 
 			return fmt.Errorf("entropy: %w", err)
 		}
 		l.Log.Info("entropy seeded", "bytes", len(req.Seed))
+	}
+	if req.UnixTimeMs != nil {
+		ts := unix.NsecToTimespec(*req.UnixTimeMs * int64(time.Millisecond))
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			return fmt.Errorf("clock: %w", err)
+		}
+		l.Log.Info("clock set", "unixTimeMs", *req.UnixTimeMs)
 	}
 	if req.Hostname != nil {
 		if err := unix.Sethostname([]byte(*req.Hostname)); err != nil {

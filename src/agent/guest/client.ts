@@ -153,6 +153,7 @@ export class GuestClient extends EventEmitter<GuestClientEvents> {
     if (request.hostname !== undefined) body.hostname = request.hostname;
     if (request.network !== undefined) body.network = { dns: [], ...request.network };
     if (request.entropySeed !== undefined) body.entropySeed = Buffer.from(request.entropySeed).toString("base64");
+    if (request.unixTimeMs !== undefined) body.unixTimeMs = Math.round(request.unixTimeMs);
     if (request.exitRecordKey !== undefined) body.exitRecordKey = Buffer.from(request.exitRecordKey).toString("base64");
     await this.#request("configure", body, options);
   }

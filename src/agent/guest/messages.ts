@@ -136,6 +136,8 @@ export interface ConfigureRequest {
   readonly network?: NetworkConfig;
   /** 16..4096 random bytes credited to the guest's entropy pool. Never logged. */
   readonly entropySeed?: Uint8Array;
+  /** Sets the guest's wall clock (a VM restored from a snapshot wakes at the time its template was saved). */
+  readonly unixTimeMs?: number;
   /** 32 bytes that authenticate this boot's exit records (docs/guest-protocol.md); set once per boot. Never logged. */
   readonly exitRecordKey?: Uint8Array;
 }

@@ -36,6 +36,8 @@ export interface VmPlan {
   readonly allowedCIDRs: readonly string[];
   readonly expiresAtMs: number;
   readonly preferredVmm?: "qemu" | "firecracker";
+  /** The class's `startFrom`: restore a memory snapshot of the node's template where it can. */
+  readonly startFrom: "Boot" | "Snapshot";
 }
 
 export interface PlannedWorkload {
@@ -97,6 +99,7 @@ export function planVm(inputs: PlanInputs): VmPlan {
     allowedCIDRs: template.network?.allowedCIDRs ?? [],
     expiresAtMs: (Number.isNaN(created) ? 0 : created) + parseDurationMs(template.expireAfter),
     ...(inputs.vmClass.preferredVmm === undefined ? {} : { preferredVmm: inputs.vmClass.preferredVmm }),
+    startFrom: inputs.vmClass.startFrom ?? "Boot",
   };
 }
 
@@ -148,6 +151,7 @@ export function bootRequestOf(plan: VmPlan, vmm: VmmKind): VmBootRequest {
     requiresSetup: plan.requiresSetup,
     setupDelivery: plan.setupDelivery,
     workload: plan.workload,
+    startFrom: plan.startFrom,
   };
 }
 

@@ -139,7 +139,7 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
 export function connectSteps(deps: BootDeps, options: { readonly timeoutMs: number; readonly faultPoint: boolean }): Pipeline<Launched, Connected, BootStepName> {
   return Pipeline.of<Launched, BootStepName>().step("guest", async (s, ctx) => {
     if (options.faultPoint) await deps.faults.hit("agent.boot", ctx.signal);
-    const client = await connectGuest(s.vm, { timeoutMs: options.timeoutMs, serial: s.driver.guestChannel === "serial", signal: ctx.signal, clientName: deps.clientName });
+    const client = await connectGuest(s.vm, { timeoutMs: options.timeoutMs, serial: s.vm.guestChannel === "serial", signal: ctx.signal, clientName: deps.clientName });
     ctx.onCleanup("close guest channel", () => client.close());
     s.vm.guestReady();
     return { client };
@@ -208,7 +208,7 @@ export function workloadSteps(deps: BootDeps): Pipeline<Prepared & Connected, Pr
           },
           reconnect: async () => {
             s.client.close();
-            return connectGuest(s.vm, { timeoutMs: deps.timeouts.requestMs, serial: s.driver.guestChannel === "serial", clientName: deps.clientName });
+            return connectGuest(s.vm, { timeoutMs: deps.timeouts.requestMs, serial: s.vm.guestChannel === "serial", clientName: deps.clientName });
           },
         },
       );

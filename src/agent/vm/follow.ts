@@ -77,7 +77,7 @@ async function workloadEnd(s: Delivered, o: FollowOptions): Promise<VmOutcome> {
       o.log.warn({ error: describeError(err) }, "lost the guest channel while the workload ran");
       // The exit may still be known to the guest: ask once over a fresh channel.
       try {
-        again = await connectGuest(vm, { timeoutMs: o.timeouts.requestMs, serial: s.driver.guestChannel === "serial", clientName: o.clientName });
+        again = await connectGuest(vm, { timeoutMs: o.timeouts.requestMs, serial: s.vm.guestChannel === "serial", clientName: o.clientName });
         outcome = await Promise.race([again.waitForExit(s.execId, { signal: o.signal }), vmDown]);
       } catch {
         return o.stopped() ?? { succeeded: false, reason: VM_REASONS.GuestUnreachable, message: `lost the guest channel while the workload ran: ${describeError(err)}` };

@@ -47,6 +47,8 @@ export interface VmBootRequest {
   /** How the workload receives its setup: in its environment, or on its stdin (read once, in no environment). */
   readonly setupDelivery?: "Environment" | "Stdin";
   readonly workload: VmWorkload;
+  /** `Snapshot`: restore the node's memory snapshot of this VM's template where there is one (docs/snapshots.md). Default `Boot`. */
+  readonly startFrom?: "Boot" | "Snapshot";
 }
 
 export interface VmWorkload {

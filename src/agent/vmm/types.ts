@@ -44,7 +44,18 @@ export interface VmSpec {
   readonly network?: VmNetwork;
   /** Guest CID for vsock, ≥ 3. */
   readonly guestCid: number;
+  /**
+   * This VM's part in memory snapshots (docs/snapshots.md), only where the driver has
+   * `memorySnapshots`: a template keeps its RAM in `memoryFile` and is saved with `saveSnapshot`; a
+   * restored VM maps the template's `memoryFile` copy-on-write and resumes from `statePath`. Both
+   * must have the template's very machine (shape, kernel, command line, devices); paths may differ.
+   */
+  readonly memorySnapshot?: VmMemorySnapshot;
 }
+
+export type VmMemorySnapshot =
+  | { readonly role: "template"; readonly memoryFile: string }
+  | { readonly role: "restore"; readonly memoryFile: string; readonly statePath: string };
 
 /**
  * What a VMM's memory cgroup saw, read by its supervisor as it exited: whether the kernel's OOM
@@ -120,8 +131,15 @@ export interface RunningVm extends AsyncDisposable {
   readonly pid: number;
   /** Aborts once the VM can no longer come up or has gone (VMM exited, kernel panic); its reason says why. */
   readonly downSignal: AbortSignal;
+  /** How the host reaches this VM's guest agent (a VM saved to or restored from a memory snapshot: virtio-serial). */
+  readonly guestChannel: "vsock" | "serial";
   /** A byte stream to the guest agent (hybrid vsock), bounded by `timeoutMs`, failing at once when the VM goes down. */
   connectGuest(options: ConnectGuestOptions): Promise<Socket>;
+  /**
+   * A template VM only (`spec.memorySnapshot.role === "template"`): pauses it, writes its device
+   * state to `statePath` and ends the VMM. Its RAM file then holds the rest of the snapshot.
+   */
+  saveSnapshot?(statePath: string, options: { readonly timeoutMs: number }): Promise<{ readonly ms: number; readonly stateBytes: number }>;
   /** Resolves when the VMM has exited. */
   exited(): Promise<VmExit>;
   /**
@@ -169,6 +187,8 @@ export interface VmmDriver {
   readonly memoryOverheadMiB: number;
   /** The guest channel of the VMs this driver starts: hybrid vsock, or virtio-serial (one stream, hello may be lost). */
   readonly guestChannel: "vsock" | "serial";
+  /** Whether `start` honours `spec.memorySnapshot` (QEMU does; Firecracker's path is not built yet). */
+  readonly memorySnapshots: boolean;
   /** The whole kernel command line for `parts`, with the arguments this VMM needs. Throws a terminal error for an argument it cannot carry. */
   cmdline(parts: KernelCmdlineParts): string;
   /** The file the guest's serial console of a VM with this spec is written to (where exit records are read after the fact). */

@@ -15,6 +15,10 @@ export type Arch = (typeof ARCHES)[number];
 export const VMMS = ["firecracker", "qemu"] as const;
 export type Vmm = (typeof VMMS)[number];
 
+/** How a VM of the class starts: a full boot, or a restore from its node's memory snapshot of the same image and shape. */
+export const START_FROM = ["Boot", "Snapshot"] as const;
+export type StartFrom = (typeof START_FROM)[number];
+
 export const ImpVMClassSpec = Type.Object(
   {
     vcpu: Type.Integer({ minimum: 1, maximum: 64, description: "Virtual CPUs." }),
@@ -29,6 +33,11 @@ export const ImpVMClassSpec = Type.Object(
     preferredVmm: Type.Optional(
       StringEnum(VMMS, { description: "VMM to use where the node has it; if unset the node's agent picks (Firecracker when KVM is present)." }),
     ),
+    startFrom: Type.Optional(StringEnum(START_FROM, {
+      default: "Boot",
+      description:
+        "`Snapshot`: a VM starts by restoring its node's memory snapshot of a template VM of the same image, kernel and shape (booted to a ready guest agent, never given a setup or a job), with its own copy-on-write memory and disk, and its entropy, clock, hostname, address and MAC refreshed before its setup is sent. A node without such a snapshot boots the VM and makes one; a snapshot that fails to restore falls back to a boot. QEMU only for now. See docs/snapshots.md.",
+    })),
   },
   { description: "Hardware shape of a VM." },
 );
@@ -45,6 +54,7 @@ export const impVMClassDefinition: KindDefinition = {
     { name: "Disk", type: "string", jsonPath: ".spec.scratchDisk" },
     { name: "Arch", type: "string", jsonPath: ".spec.arch" },
     { name: "VMM", type: "string", jsonPath: ".spec.preferredVmm" },
+    { name: "Start", type: "string", jsonPath: ".spec.startFrom" },
     AGE_COLUMN,
   ],
 };

@@ -20,6 +20,7 @@ import { connectGuest } from "../../../src/agent/vm/index.ts";
 import { failureTracker, loadBootKit, makeScratchDisk, runExec, sha256File } from "../../harness/vm.ts";
 
 const run = promisify(execFile);
+const DAY_MS = 86_400_000;
 
 interface Clone {
   readonly name: string;
@@ -64,18 +65,18 @@ describe("VMs restored from one QEMU memory snapshot", { timeout: 300_000 }, (su
 
   const machineWith = (scratch: string): QemuVmOptions["machine"] => ({ ...machine, drives: [machine.drives[0]!, { id: "scratch", path: scratch }] });
 
-  async function restore(name: string, mac: string): Promise<Clone> {
+  async function restore(name: string, mac: string, unixTimeMs = Date.now()): Promise<Clone> {
     const scratch = join(dir, `${name}-scratch.ext4`);
     // The clone's own disk: a copy of the template's as it was saved (the guest's page cache in the
     // memory file describes exactly that disk).
     await run("cp", ["--sparse=always", "--reflink=auto", templateScratch, scratch]);
     const started = performance.now();
-    const vm = await QemuVm.start({ dir: join(dir, name), channel: "serial", dieWithParent: true, machine: machineWith(scratch), snapshot: { kind: "restore", memoryFile, statePath } });
+    const vm = await QemuVm.start({ dir: join(dir, name), channel: "serial", dieWithParent: true, machine: machineWith(scratch), snapshot: { role: "restore", memoryFile, statePath } });
     const client = await connectGuest(vm, { timeoutMs: 30_000, serial: true, clientName: "imp-e2e" });
     await client.hello();
     const restoreMs = performance.now() - started;
     const hostname = `job-${name}`;
-    await client.configure({ hostname, entropySeed: randomBytes(64), exitRecordKey: exitKey, network: { interface: "eth0", address: "10.0.2.15/24", gateway: "10.0.2.2", mac } });
+    await client.configure({ hostname, unixTimeMs, entropySeed: randomBytes(64), exitRecordKey: exitKey, network: { interface: "eth0", address: "10.0.2.15/24", gateway: "10.0.2.2", mac } });
     const clone = { name, vm, client, restoreMs, mac, hostname };
     clones.push(clone);
     return clone;
@@ -108,7 +109,7 @@ describe("VMs restored from one QEMU memory snapshot", { timeout: 300_000 }, (su
       userNetwork: true,
     };
     const started = performance.now();
-    const template = await QemuVm.start({ dir: join(dir, "template"), channel: "serial", dieWithParent: true, machine, snapshot: { kind: "template", memoryFile } });
+    const template = await QemuVm.start({ dir: join(dir, "template"), channel: "serial", dieWithParent: true, machine, snapshot: { role: "template", memoryFile } });
     try {
       const client = await connectGuest(template, { timeoutMs: 90_000, serial: true, clientName: "imp-e2e" });
       await client.hello();
@@ -122,7 +123,8 @@ describe("VMs restored from one QEMU memory snapshot", { timeout: 300_000 }, (su
     templateMemoryDigest = await sha256File(memoryFile);
     templateScratchDigest = await sha256File(templateScratch);
     await restore("c1", "02:00:0a:00:00:11");
-    await restore("c2", "02:00:0a:00:00:12");
+    // c2's clock is set a day ahead: what the guest reads can only come from this configure.
+    await restore("c2", "02:00:0a:00:00:12", Date.now() + DAY_MS);
     suite.diagnostic(`restore (spawn to hello): ${clones.map((c) => `${c.name} ${Math.round(c.restoreMs)} ms`).join(", ")}`);
   });
   afterEach(failures.record);
@@ -152,6 +154,14 @@ describe("VMs restored from one QEMU memory snapshot", { timeout: 300_000 }, (su
     assert.notEqual(a[1], b[1], "the same boot id in two clones");
     assert.deepEqual([a[2], b[2]], clones.map((c) => c.hostname));
     assert.deepEqual([a[3], b[3]], clones.map((c) => c.mac));
+  });
+
+  it("sets each clone's wall clock from the host's configure, not the template's saved time", async () => {
+    const [c1, c2] = clones as [Clone, Clone];
+    const now = Date.now() / 1000;
+    const [t1, t2] = await Promise.all([sh(c1, "c1-clock", "date +%s"), sh(c2, "c2-clock", "date +%s")]);
+    assert.ok(Math.abs(Number(t1) - now) < 120, `c1 reads ${t1}, the host ${now}`);
+    assert.ok(Math.abs(Number(t2) - (now + DAY_MS / 1000)) < 120, `c2 reads ${t2}, a day after the host's ${now}`);
   });
 
   it("keeps what one clone writes to memory or disk from the other and from the template", async () => {

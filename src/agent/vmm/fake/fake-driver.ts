@@ -64,6 +64,7 @@ class FakeProcess implements VmmProcess {
 
 export class FakeVm implements RunningVm {
   readonly kind: VmmKind;
+  readonly guestChannel = "vsock" as const;
   readonly spec: VmSpec;
   readonly guest: FakeGuest;
   readonly process: FakeProcess;
@@ -166,6 +167,7 @@ export class FakeVmmDriver implements VmmDriver {
   readonly kind: VmmKind;
   readonly shutdownMode = "poweroff" as const;
   readonly guestChannel = "vsock" as const;
+  readonly memorySnapshots = false;
   /** A fake VMM holds no guest memory: nothing is limited by it. */
   readonly memoryOverheadMiB = 0;
   /** Every VM started, by its directory (adoption finds them here, as a real driver finds its processes). */

@@ -41,6 +41,7 @@ export class FirecrackerDriver implements VmmDriver {
   /** Firecracker's own footprint is a few MiB per VM (its documented figure is under 5 MiB); 64 leaves room for its buffers. */
   readonly memoryOverheadMiB = 64;
   readonly guestChannel = "vsock" as const;
+  readonly memorySnapshots = false;
   readonly #options: ResolvedOptions;
 
   constructor(options: FirecrackerDriverOptions) {

@@ -18,6 +18,7 @@ export const DEFAULT_GUEST_VSOCK_PORT = 10700;
  */
 export class FirecrackerVm implements RunningVm {
   readonly kind = "firecracker" as const;
+  readonly guestChannel = "vsock" as const;
   readonly spec: VmSpec;
   readonly layout: FirecrackerLayout;
   readonly api: FirecrackerApi;

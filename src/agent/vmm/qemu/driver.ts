@@ -47,7 +47,10 @@ export class QemuDriver implements VmmDriver {
     this.memoryOverheadMiB = (options.accel ?? "tcg") === "tcg" ? QEMU_TCG_MEMORY_OVERHEAD_MIB : QEMU_KVM_MEMORY_OVERHEAD_MIB;
   }
 
-  /** The guest channel VMs of this driver get. */
+  /** Templates and restored VMs: their RAM in a file, their state saved and loaded over QMP. */
+  readonly memorySnapshots = true;
+
+  /** The guest channel VMs of this driver get (but snapshots': see #vmOptions). */
   get channel(): Exclude<QemuChannelKind, "none"> {
     return this.#options.vhostDeviceVsock === undefined ? "serial" : "vsock";
   }
@@ -82,9 +85,12 @@ export class QemuDriver implements VmmDriver {
   #vmOptions(spec: VmSpec, context: DriverContext): QemuVmOptions {
     const o = this.#options;
     const accel = o.accel ?? "tcg";
+    const snapshot = spec.memorySnapshot;
     return {
       dir: spec.dir,
-      channel: this.channel,
+      // vhost-user-vsock needs RAM shared with its backend and cannot be saved: snapshots use virtio-serial.
+      channel: snapshot === undefined ? this.channel : "serial",
+      ...(snapshot === undefined ? {} : { snapshot }),
       spec,
       guestCid: spec.guestCid,
       launcher: context.launcher,

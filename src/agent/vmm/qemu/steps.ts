@@ -6,7 +6,7 @@
 import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { retryableError, silentLogger, systemClock, terminalError, type Clock, type Logger, type Step } from "../../../shared/index.ts";
 import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../console-log.ts";
-import type { ProcessLauncher, VmExit, VmmProcess, VmSpec } from "../types.ts";
+import type { ProcessLauncher, VmExit, VmMemorySnapshot, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 import { buildQemuArgv, type QemuGuestChannel, type QemuMachineSpec } from "./argv.ts";
 import { loadMemorySnapshot } from "./memory-snapshot.ts";
@@ -20,16 +20,6 @@ export const DEFAULT_SERIAL_PORT_NAME = "imp.agent";
 
 export type QemuChannelKind = "vsock" | "serial" | "none";
 
-/**
- * A VM's part in memory snapshots (memory-snapshot.ts, docs/snapshots.md). A template keeps its RAM
- * in `memoryFile`, written through, and is saved with `QemuVm.saveSnapshot`; a restored VM maps the
- * template's `memoryFile` privately (copy-on-write) and loads `statePath` instead of booting. Both
- * need the very same machine (devices, ids, kernel, memory, accelerator); drive and socket paths may
- * differ. Neither can use the vsock channel.
- */
-export type QemuSnapshotRole =
-  | { readonly kind: "template"; readonly memoryFile: string }
-  | { readonly kind: "restore"; readonly memoryFile: string; readonly statePath: string };
 
 export interface QemuVmOptions {
   /** This VM's own directory: sockets, serial log, backend log. Created if missing. Keep it short (Unix socket paths ≤ 107 bytes). */
@@ -54,8 +44,12 @@ export interface QemuVmOptions {
   readonly signal?: AbortSignal;
   /** The driver-neutral description this VM answers as `spec`; derived from the options when absent. */
   readonly spec?: VmSpec;
-  /** Save this VM as a snapshot template, or restore it from one. */
-  readonly snapshot?: QemuSnapshotRole;
+  /**
+   * Save this VM as a snapshot template, or restore it from one (memory-snapshot.ts). Either needs
+   * the template's very machine (devices, ids, kernel, memory, accelerator); drive and socket paths
+   * may differ. Neither can use the vsock channel.
+   */
+  readonly snapshot?: VmMemorySnapshot;
   /** How long loading a snapshot may take before the restore fails (default 30 s). */
   readonly snapshotLoadTimeoutMs?: number;
   /**
@@ -113,8 +107,8 @@ export function machineOf(cfg: BootConfig, dir: QemuVmDir): QemuMachineSpec {
     ...cfg.machine,
     consoleLog: dir.serialLog(),
     ...guestChannelOf(cfg, dir),
-    ...(role === undefined ? {} : { memoryFile: { path: role.memoryFile, share: role.kind === "template" }, qmpSocket: dir.qmpSocket() }),
-    ...(role?.kind === "restore" ? { incoming: true } : {}),
+    ...(role === undefined ? {} : { memoryFile: { path: role.memoryFile, share: role.role === "template" }, qmpSocket: dir.qmpSocket() }),
+    ...(role?.role === "restore" ? { incoming: true } : {}),
   };
 }
 
@@ -214,7 +208,7 @@ export const RESTORE_STEPS: readonly Step<Boot, QemuStepName>[] = [
     name: "load-snapshot",
     run: async ({ cfg, dir }, step) => {
       const role = cfg.snapshot;
-      if (role?.kind !== "restore") throw terminalError("VmSpecInvalid", "Cannot restore a VM without a snapshot to restore it from");
+      if (role?.role !== "restore") throw terminalError("VmSpecInvalid", "Cannot restore a VM without a snapshot to restore it from");
       const qmp = await QmpClient.connect(dir.qmpSocket(), { timeoutMs: cfg.snapshotLoadTimeoutMs, signal: step.signal });
       try {
         const { ms, stateBytes } = await loadMemorySnapshot(qmp, role.statePath, { timeoutMs: cfg.snapshotLoadTimeoutMs, clock: cfg.clock, signal: step.signal });

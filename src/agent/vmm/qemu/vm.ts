@@ -64,7 +64,7 @@ export class QemuVm implements RunningVm {
   }
 
   /**
-   * Starts the VM: a boot, or with `snapshot.kind === "restore"` a restore from a template's memory
+   * Starts the VM: a boot, or with `snapshot.role === "restore"` a restore from a template's memory
    * snapshot (the guest resumes where the template was saved). Rejects with a classified error,
    * leaving nothing running and no socket behind.
    */
@@ -78,14 +78,14 @@ export class QemuVm implements RunningVm {
       launcher: options.launcher ?? new DirectLauncher({ dieWithParent: cfg.dieWithParent }),
       down: new AbortController(),
     };
-    const restoring = cfg.snapshot?.kind === "restore";
+    const restoring = cfg.snapshot?.role === "restore";
     const run = await runSteps(restoring ? RESTORE_STEPS : BOOT_STEPS, boot, {
       logger: cfg.logger,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
       onFailure: (step, err) => cfg.logger.warn({ vm: spec.name, step, error: describeError(err) }, restoring ? "qemu restore failed" : "qemu boot failed"),
     });
     const vm = new QemuVm(spec, boot as Required<Boot>, run);
-    vm.#snapshotRole = cfg.snapshot?.kind;
+    vm.#snapshotRole = cfg.snapshot?.role;
     cfg.logger.info({ vm: spec.name, pid: vm.pid, dir: boot.dir.root, channel: cfg.channel, restored: restoring, steps: run.timings }, "qemu started");
     return vm;
   }
@@ -127,6 +127,10 @@ export class QemuVm implements RunningVm {
 
   #markDown(reason: ImpError): void {
     if (!this.#down.signal.aborted) this.#down.abort(reason);
+  }
+
+  get guestChannel(): "vsock" | "serial" {
+    return this.channel === "vsock" ? "vsock" : "serial";
   }
 
   get running(): boolean {
@@ -213,7 +217,7 @@ export class QemuVm implements RunningVm {
   /**
    * Saves this template VM — paused, its RAM already in its memory file — as a memory snapshot whose
    * device state goes to `statePath`, then ends QEMU (a template that ran on would write through to
-   * the file restored VMs map). Only for a VM started with `snapshot.kind === "template"`; the caller
+   * the file restored VMs map). Only for a VM started with `snapshot.role === "template"`; the caller
    * must make sure no job ever ran in it and no secret was ever sent to it. Rejects with a classified
    * error; QEMU is stopped either way.
    */
