@@ -19,6 +19,7 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
   vsock: ["vm", "node", "host", "vmm"],
   supervisor: ["vm", "node", "host"],
   network: ["vm", "node", "host"],
+  snapshot: ["vm", "node", "host", "vmm"],
   vm: ["node", "host"],
   host: ["node", "vm"],
 };

@@ -25,6 +25,8 @@ export interface AgentConfig {
   /** The guest agent binary injected into every image (its digest is part of the cache key). */
   readonly guestAgent: string;
   readonly imageCacheMaxBytes: number;
+  /** Disk all memory snapshots of template VMs may take (docs/snapshots.md); the least recently used beyond it go. */
+  readonly snapshotCacheMaxBytes: number;
   /** Registries spoken to over plain HTTP (loopback registries always are). */
   readonly plainHttpRegistries: readonly string[];
   /** VM network; absent = VMs get no network interface. */
@@ -58,7 +60,7 @@ export interface AgentConfig {
   readonly maxConsoleBytes?: number;
 }
 
-const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "healthHost", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
+const KEYS = new Set(["nodeName", "stateDir", "leaseNamespace", "capacity", "accel", "vmm", "qemu", "firecracker", "kernels", "guestAgent", "imageCacheMaxBytes", "snapshotCacheMaxBytes", "plainHttpRegistries", "network", "healthPort", "healthHost", "supervised", "supervisorBinary", "cgroupParent", "sweepIntervalSeconds", "maxConsoleBytes"]);
 
 export async function loadAgentConfig(path: string, env: NodeJS.ProcessEnv): Promise<AgentConfig> {
   let raw: unknown;
@@ -118,6 +120,7 @@ export function parseAgentConfig(raw: unknown, env: NodeJS.ProcessEnv, where = "
     kernels,
     guestAgent: str("guestAgent"),
     imageCacheMaxBytes: int(o["imageCacheMaxBytes"] ?? 20 * 1024 ** 3, "imageCacheMaxBytes"),
+    snapshotCacheMaxBytes: int(o["snapshotCacheMaxBytes"] ?? 16 * 1024 ** 3, "snapshotCacheMaxBytes"),
     plainHttpRegistries: Array.isArray(o["plainHttpRegistries"]) ? (o["plainHttpRegistries"] as string[]) : [],
     ...(network === undefined ? {} : { network }),
     healthPort: int(o["healthPort"] ?? 8081, "healthPort"),

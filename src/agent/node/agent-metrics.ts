@@ -17,6 +17,8 @@ export class AgentMetrics {
   readonly ended: Counter<"reason" | "pool">;
   readonly sweepRemoved: Counter<"kind">;
   readonly exitDetection: Histogram;
+  readonly snapshots: Counter<"result">;
+  readonly snapshotCreate: Histogram;
 
   /** `stateDir`: the node's state directory, whose filesystem's size and free space are read at each scrape. */
   constructor(registry: Registry, stateDir?: string) {
@@ -29,8 +31,11 @@ export class AgentMetrics {
     this.setupDeliveries = new Counter({ name: "imp_agent_setup_deliveries_total", help: "One-time runner setups the guest confirmed.", registers });
     this.errors = new Counter({ name: "imp_agent_errors_total", help: "Failures by error code.", labelNames: ["code"], registers });
     this.ended = new Counter({ name: "imp_agent_vms_ended_total", help: "VMs that ended, by reason (OOMKilled: the VM's memory limit was reached) and runner pool (empty for VMs of no pool).", labelNames: ["reason", "pool"], registers });
-    this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir).", labelNames: ["kind"], registers });
+    this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir, snapshot).", labelNames: ["kind"], registers });
     this.exitDetection = new Histogram({ name: "imp_agent_exit_detection_seconds", help: "VMM exit → agent knew of it.", buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5], registers });
+    this.snapshots = new Counter({ name: "imp_agent_memory_snapshot_events_total", help: "VMs of startFrom: Snapshot classes restored or booted instead (fallback: no snapshot yet, or it failed to restore), and templates created or failed.", labelNames: ["result"], registers });
+    for (const result of ["restored", "fallback", "created", "build-failed"]) this.snapshots.inc({ result }, 0);
+    this.snapshotCreate = new Histogram({ name: "imp_agent_memory_snapshot_create_seconds", help: "A template VM's boot, save and digests, for one memory snapshot.", buckets: SECONDS, registers });
     if (stateDir !== undefined) {
       // Read at scrape time, as node_exporter's filesystem gauges are: VM disks, the image cache and
       // snapshots all live there, and a full one fails every VM of the node.
@@ -72,6 +77,10 @@ export class AgentMetrics {
         break;
       case "failed":
         this.errors.inc({ code: event.code });
+        break;
+      case "snapshot":
+        this.snapshots.inc({ result: event.result });
+        if (event.result === "created" && event.ms !== undefined) this.snapshotCreate.observe(event.ms / 1000);
         break;
     }
   }

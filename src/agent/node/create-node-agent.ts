@@ -7,9 +7,10 @@ import { arch } from "node:os";
 import { readdir, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { describeError, terminalError, type Logger } from "../../shared/index.ts";
+import { describeError, systemClock, terminalError, type Logger } from "../../shared/index.ts";
 import { openVmHost, type VmHost } from "../host/index.ts";
 import { NodeNetwork } from "../network/index.ts";
+import { SnapshotStore } from "../snapshot/index.ts";
 import { adoptAllSupervised, memoryMount, SupervisorLauncher, vmMemoryLimitBytes } from "../supervisor/index.ts";
 import { DEFAULT_MAX_CONSOLE_BYTES, DirectLauncher, NetnsLauncher, type ProcessLauncher } from "../vmm/index.ts";
 import { type VmLaunchPorts, type VmNetworkProvider } from "../vm/index.ts";
@@ -51,6 +52,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     logger,
   });
   const key = await loadOrCreateNodeKey(config.stateDir);
+  const snapshots = new SnapshotStore({ root: join(config.stateDir, "snapshots"), maxBytes: config.snapshotCacheMaxBytes, clock: systemClock, logger });
   const nodeNetwork = config.network === undefined ? undefined : await openNodeNetwork(config.network, netns, logger);
   return new NodeAgent({
     kubeConfig: options.kubeConfig,
@@ -69,6 +71,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       intervalMs: config.sweepIntervalSeconds * 1000,
       cgroup: config.supervised ? { parent: config.cgroupParent } : undefined,
       sweepNetwork: nodeNetwork === undefined ? undefined : (live) => nodeNetwork.sweep(live),
+      sweepSnapshots: async () => (await snapshots.sweep()).evicted,
     },
     chooseVmm: (plan) => host.vmmFor(config.vmm === "auto" ? (plan.preferredVmm ?? "auto") : config.vmm),
     releaseNodeWhenIdle: () => releaseNode(config, nodeNetwork),
@@ -82,6 +85,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       launch: launchPorts(config, host, { netns, dieWithParent: options.dieWithParent ?? false }),
       maxConsoleBytes: config.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES,
       network: nodeNetwork === undefined ? undefined : networkProvider(nodeNetwork),
+      snapshots: { store: snapshots },
     },
   });
 }

@@ -75,7 +75,7 @@ export interface NodeAgentOptions {
   readonly healthPort?: number;
   readonly healthHost?: string | undefined;
   readonly renewIntervalMs?: number | undefined;
-  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions | undefined; readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined };
+  readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions | undefined; readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined; readonly sweepSnapshots?: (() => Promise<readonly string[]>) | undefined };
   /**
    * The fault points of the failure-proof suite (docs/failure-proof-points.md): `imp agent` reads
    * them from IMP_TEST_FAULT_POINTS, which nothing but the suite sets. Default: none.
@@ -158,8 +158,9 @@ export class NodeAgent {
       ...(options.sweep?.intervalMs === undefined ? {} : { intervalMs: options.sweep.intervalMs }),
       cgroup: options.sweep?.cgroup,
       sweepNetwork: options.sweep?.sweepNetwork,
+      sweepSnapshots: options.sweep?.sweepSnapshots,
       onSwept: (r) => {
-        for (const [kind, n] of [["process", r.processes], ["supervisor", r.supervisors], ["cgroup", r.cgroups], ["dir", r.dirs], ["tap", r.taps]] as const) if (n > 0) this.metrics.sweepRemoved.inc({ kind }, n);
+        for (const [kind, n] of [["process", r.processes], ["supervisor", r.supervisors], ["cgroup", r.cgroups], ["dir", r.dirs], ["tap", r.taps], ["snapshot", r.snapshots]] as const) if (n > 0) this.metrics.sweepRemoved.inc({ kind }, n);
       },
     });
     this.health = options.healthPort === undefined ? undefined : new HealthServer({ registry: this.registry, caches: { impvms: this.#cache }, port: options.healthPort, ...(options.healthHost === undefined ? {} : { host: options.healthHost }), logger: this.#log });

@@ -15,6 +15,8 @@ export interface SweepResult {
   readonly cgroups: number;
   readonly dirs: number;
   readonly taps: number;
+  /** Memory snapshots evicted beyond their size limit. */
+  readonly snapshots: number;
   readonly errors: readonly string[];
 }
 
@@ -28,6 +30,8 @@ export interface NodeSweeperOptions {
    * the moment of asking and cannot be listed (a copy of it would be empty).
    */
   readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined;
+  /** Evicts memory snapshots beyond their limit and what a crash left of a build; returns the evicted keys. */
+  readonly sweepSnapshots?: (() => Promise<readonly string[]>) | undefined;
   readonly onSwept?: (result: SweepResult) => void;
   readonly intervalMs?: number;
   readonly clock: Clock;
@@ -68,8 +72,12 @@ export class NodeSweeper {
       errors.push(`network sweep: ${describeError(err)}`);
       return [] as string[];
     });
-    const result: SweepResult = { processes: counts.processesKilled + counts.strayProcessesKilled, supervisors: counts.supervisorsKilled, cgroups: counts.cgroupsRemoved, dirs, taps: taps.length, errors };
-    if (result.processes + result.supervisors + result.cgroups + result.dirs + result.taps > 0 || errors.length > 0) this.#o.logger.info(result, "swept leftovers of VMs no longer bound here");
+    const snapshots = this.#o.sweepSnapshots === undefined ? [] : await this.#o.sweepSnapshots().catch((err: unknown) => {
+      errors.push(`snapshot sweep: ${describeError(err)}`);
+      return [] as string[];
+    });
+    const result: SweepResult = { processes: counts.processesKilled + counts.strayProcessesKilled, supervisors: counts.supervisorsKilled, cgroups: counts.cgroupsRemoved, dirs, taps: taps.length, snapshots: snapshots.length, errors };
+    if (result.processes + result.supervisors + result.cgroups + result.dirs + result.taps + result.snapshots > 0 || errors.length > 0) this.#o.logger.info(result, "swept leftovers of VMs no longer bound here");
     this.#o.onSwept?.(result);
     return result;
   }

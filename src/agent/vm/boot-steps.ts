@@ -13,7 +13,7 @@ import type { CachedImage } from "../image/cache/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
 import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
 import type { GuestClient, OutputEvent } from "../guest/index.ts";
-import { readVmRecord, type RunningVm, type VmmDriver, type VmmProcess, type VmRecord, type VmSpec } from "../vmm/index.ts";
+import { readVmRecord, type RunningVm, type VmMemorySnapshot, type VmmDriver, type VmmProcess, type VmRecord, type VmSpec } from "../vmm/index.ts";
 import { EXIT_RECORD_KEY_BYTES, newExitRecordKey } from "../guest/index.ts";
 import { handOffExec, workloadExecId } from "./exec-handoff.ts";
 import { connectGuest } from "./guest-connection.ts";
@@ -21,7 +21,7 @@ import { Pipeline } from "./pipeline.ts";
 import type { RuntimeTimeouts, VmBootRequest, VmImageSource, VmLaunchPorts, VmNetworkLease, VmNetworkProvider, WorkloadPorts } from "./ports.ts";
 import { VmDir } from "./vm-dir.ts";
 
-export type BootStepName = "vm-dir" | "image" | "disks" | "network" | "vmm" | "adopt" | "guest" | "configure" | "setup" | "exec" | "follow";
+export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "network" | "vmm" | "adopt" | "guest" | "configure" | "save" | "setup" | "exec" | "follow";
 
 /** Imp's kernel arguments: the read-only base as root, the guest agent as init, the scratch disk for the overlay. */
 export const IMP_KERNEL_ARGS: readonly string[] = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
@@ -53,6 +53,8 @@ export interface Prepared extends Requested {
   readonly image: CachedImage;
   readonly disks: VmDisks;
   readonly lease: VmNetworkLease | undefined;
+  /** A template to be saved, or the snapshot a VM is restored from (snapshot-steps.ts); absent for a boot. */
+  readonly memorySnapshot?: VmMemorySnapshot;
 }
 
 /** A VMM runs (booted or adopted). */
@@ -76,7 +78,12 @@ export interface Delivered extends Connected {
 }
 
 /** prepare: the VM's directory, its image and disks, and its network port. */
-export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Omit<Prepared, keyof Requested>, BootStepName> {
+export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Omit<Prepared, keyof Requested | "memorySnapshot">, BootStepName> {
+  return dirAndImageSteps(deps).then(disksAndNetworkSteps(deps));
+}
+
+/** The VM's directory (removed with the VM) and its base image, ensured in the node's cache. */
+export function dirAndImageSteps(deps: BootDeps): Pipeline<Requested, Requested & Pick<Prepared, "dir" | "image">, BootStepName> {
   return Pipeline.of<Requested, BootStepName>()
     .step("vm-dir", async (s, ctx) => {
       const dir = VmDir.of(deps.stateDir, s.request.id);
@@ -84,7 +91,12 @@ export function prepareSteps(deps: BootDeps): Pipeline<Requested, Requested & Om
       ctx.onCleanup("remove vm dir", () => rm(dir.root, { recursive: true, force: true }));
       return { dir };
     })
-    .step("image", async (s, ctx) => ({ image: await deps.images.ensure(s.request.image, ctx.signal) }))
+    .step("image", async (s, ctx) => ({ image: await deps.images.ensure(s.request.image, ctx.signal) }));
+}
+
+/** The VM's disks (a scratch disk already in its directory is kept: a restore's copy) and its network port. */
+export function disksAndNetworkSteps(deps: BootDeps): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "disks" | "lease">, BootStepName> {
+  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>()
     .step("disks", async (s, ctx) => {
       await deps.faults.hit("agent.prepare", ctx.signal);
       return { disks: await deps.images.disks(s.dir.root, s.image, s.request.scratchBytes) };
@@ -122,6 +134,7 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
       ],
       ...(s.lease === undefined ? {} : { network: { tap: s.lease.tap, mac: s.lease.mac } }),
       guestCid: cid,
+      ...(s.memorySnapshot === undefined ? {} : { memorySnapshot: s.memorySnapshot }),
     };
     const vm = await driver.start(spec, { launcher: deps.launch.launcherFor(s.request, s.dir, driver), clock: deps.clock, logger: s.log }, ctx.signal);
     ctx.onCleanup("stop vmm", async () => {
@@ -146,11 +159,17 @@ export function connectSteps(deps: BootDeps, options: { readonly timeoutMs: numb
   });
 }
 
-/** configure: hostname, network, entropy and the exit record key, in one idempotent request. */
+/**
+ * configure: hostname, network, entropy and the exit record key, in one idempotent request. A VM
+ * restored from a memory snapshot also gets the wall clock and its MAC: it woke with its template's
+ * (and the guest reseeds its CRNG from the entropy before anything else reads it).
+ */
 export function configureSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Connected & { readonly guestIP: string | undefined }, BootStepName> {
   return Pipeline.of<Prepared & Connected, BootStepName>().step("configure", async (s, ctx) => {
+    const restored = s.memorySnapshot?.role === "restore";
+    const network = s.lease === undefined ? {} : { network: restored ? { ...s.lease.guest, mac: s.lease.mac } : s.lease.guest };
     await s.client.configure(
-      { hostname: s.request.name, entropySeed: randomBytes(64), exitRecordKey: s.exitKey, ...(s.lease === undefined ? {} : { network: s.lease.guest }) },
+      { hostname: s.request.name, entropySeed: randomBytes(64), exitRecordKey: s.exitKey, ...network, ...(restored ? { unixTimeMs: Date.now() } : {}) },
       { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal },
     );
     return { guestIP: s.lease?.guest.address.split("/")[0] };

@@ -28,6 +28,9 @@ const REASON_BY_STEP = {
   image: VM_REASONS.PrepareFailed,
   disks: VM_REASONS.PrepareFailed,
   network: VM_REASONS.PrepareFailed,
+  // A job VM's snapshot step falls back to a boot; these stand only where a failure reaches a VM.
+  snapshot: VM_REASONS.PrepareFailed,
+  save: VM_REASONS.PrepareFailed,
   vmm: VM_REASONS.VmmExited,
   adopt: VM_REASONS.VmmExited,
   guest: VM_REASONS.BootTimeout,

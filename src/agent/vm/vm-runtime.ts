@@ -12,7 +12,8 @@ import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
 import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
 import { firstExitRecord } from "../guest/index.ts";
-import { adoptPipeline, bootPipeline } from "./lifecycle.ts";
+import { adoptPipeline, bootPipeline, restorePipeline, templatePipeline } from "./lifecycle.ts";
+import { templateRequestOf, type SnapshotDeps } from "./snapshot-steps.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type SetupStore, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider, type VmRef } from "./ports.ts";
@@ -21,6 +22,8 @@ import { VmDir } from "./vm-dir.ts";
 
 export type RuntimeEvent =
   | { readonly kind: "prepared"; readonly ms: number }
+  /** How a VM of a `startFrom: Snapshot` class started, and a template built (or not) for its key. */
+  | { readonly kind: "snapshot"; readonly result: "restored" | "fallback" | "created" | "build-failed"; readonly ms?: number }
   | { readonly kind: "booted"; readonly ms: number; readonly vmm: VmmKind }
   | { readonly kind: "setup-delivered" }
   | { readonly kind: "ended"; readonly vm: VmRef; readonly outcome: VmOutcome; readonly runMs?: number }
@@ -44,7 +47,21 @@ export interface VmRuntimeOptions {
   readonly observe?: (event: RuntimeEvent) => void;
   /** Test fault points agent.* and teardown.before-sealed-removal (docs/failure-proof-points.md); default none. */
   readonly faults?: FaultPoints;
+  /** The node's memory snapshots; absent: every VM boots, whatever its class says. */
+  readonly snapshots?: SnapshotDeps | undefined;
 }
+
+/** Thrown out of a restore's `failed` hook: the restore failed before anything was sent, so the VM boots. */
+class RestoreFellBack extends Error {
+  readonly step: BootStepName | undefined;
+  constructor(step: BootStepName | undefined, cause: unknown) {
+    super(describeError(cause), { cause });
+    this.step = step;
+  }
+}
+
+/** A restore failing in these steps has sent nothing a boot would not send again: it falls back to a boot. */
+const RESTORE_FALLBACK_STEPS: ReadonlySet<BootStepName | undefined> = new Set(["snapshot", "disks", "network", "vmm", "guest", "configure"]);
 
 /** A setup waiting to be handed over: resolved by `deliverSetup`, abandoned by a stop. */
 interface SetupGate {
@@ -78,6 +95,8 @@ export class VmRuntime {
   readonly #tasks = new Map<string, VmTask>();
   readonly #faults: FaultPoints;
   readonly #deps: BootDeps;
+  /** Template VMs being built (their directories and ports are live for the sweep). */
+  readonly #templates = new Set<string>();
 
   constructor(options: VmRuntimeOptions) {
     this.#o = options;
@@ -123,7 +142,7 @@ export class VmRuntime {
 
   /** VMs this runtime holds (for capacity accounting and the sweep). */
   liveUids(): string[] {
-    return [...this.#tasks.keys()];
+    return [...this.#tasks.keys(), ...this.#templates];
   }
 
   /** Starts booting the VM. Returns at once; progress arrives through `notify`. */
@@ -230,20 +249,77 @@ export class VmRuntime {
 
   async #boot(task: VmTask, request: VmBootRequest): Promise<void> {
     const log = this.#log(task);
-    const outcome = await runToEnd(bootPipeline(this.#deps), { request, log }, {
+    const snapshots = this.#o.snapshots;
+    if (request.startFrom === "Snapshot" && snapshots !== undefined && this.#o.launch.drivers.get(request.vmm)?.memorySnapshots === true) {
+      const started = this.#o.clock.now();
+      let restoringFrom: string | undefined;
+      try {
+        const pipeline = restorePipeline(this.#deps, snapshots, {
+          missing: (req, key, why) => this.#buildTemplate(req, key, why, log),
+          found: (key) => (restoringFrom = key),
+        });
+        this.#end(task, await this.#runLifecycle(task, request, pipeline, log, true), log);
+        return;
+      } catch (err) {
+        if (!(err instanceof RestoreFellBack)) throw err;
+        this.#o.observe?.({ kind: "snapshot", result: "fallback", ms: this.#o.clock.now() - started });
+        // A snapshot that did not restore is not tried again: the next VM gets a fresh template.
+        if (restoringFrom !== undefined && (err.step === "vmm" || err.step === "guest" || err.step === "configure")) await snapshots.store.remove(restoringFrom).catch(() => undefined);
+        log.warn({ step: err.step, error: err.message }, err.step === "snapshot" ? "no memory snapshot to restore; booting" : "memory snapshot restore failed; booting");
+        this.#progress(task, { at: { preparing: this.#o.clock.now() } });
+      }
+    }
+    this.#end(task, await this.#runLifecycle(task, request, bootPipeline(this.#deps), log, false), log);
+  }
+
+  /** Builds the template snapshot of `key` in the background, once; failures are logged and counted, never a VM's. */
+  #buildTemplate(request: VmBootRequest, key: string, why: string, log: Logger): void {
+    const snapshots = this.#o.snapshots;
+    if (snapshots === undefined || snapshots.store.building(key)) return;
+    const template = templateRequestOf(request, key);
+    log.info({ key, why, template: template.id }, "building a memory snapshot template");
+    this.#templates.add(template.id);
+    const started = this.#o.clock.now();
+    void snapshots.store
+      .create(key, async (files, signal) => {
+        const result = await templatePipeline(this.#deps, files).run({ request: template, log }, { signal, logger: log });
+        await result.run.rollback();
+        const bootMs = result.run.timings.filter((t) => t.step === "vmm" || t.step === "guest").reduce((ms, t) => ms + t.ms, 0);
+        return { bootMs, saveMs: result.output.saveMs };
+      }, AbortSignal.timeout(this.#t.bootMs + 120_000))
+      .then(
+        () => this.#o.observe?.({ kind: "snapshot", result: "created", ms: this.#o.clock.now() - started }),
+        (err: unknown) => {
+          log.warn({ key, error: describeError(err) }, "memory snapshot template failed; VMs of its class keep booting");
+          this.#o.observe?.({ kind: "snapshot", result: "build-failed" });
+        },
+      )
+      .finally(() => this.#templates.delete(template.id));
+  }
+
+  /** One lifecycle to its end; `restoring`: a failure before the setup is sent throws {@link RestoreFellBack}. */
+  async #runLifecycle(task: VmTask, request: VmBootRequest, pipeline: Parameters<typeof runToEnd<{ request: VmBootRequest; log: Logger }>>[0], log: Logger, restoring: boolean): Promise<VmOutcome> {
+    return runToEnd(pipeline, { request, log }, {
       signal: task.abort.signal,
       log,
       onStep: (name, event) => this.#onBootStep(task, request, name, event),
-      failed: (step, err) => (task.stopRequest === undefined ? outcomeOfBootFailure(step, err) : stopped(task)),
+      failed: (step, err) => {
+        if (task.stopRequest !== undefined) return stopped(task);
+        if (restoring && RESTORE_FALLBACK_STEPS.has(step)) throw new RestoreFellBack(step, err);
+        return outcomeOfBootFailure(step, err);
+      },
       delivered: (_vm, run) => {
         task.run = run;
         const now = this.#o.clock.now();
         this.#progress(task, { stage: "running", setup: request.requiresSetup ? "delivered" : task.local.setup, at: { running: now, ...(request.requiresSetup ? { delivered: now } : {}) } });
         if (request.requiresSetup) this.#o.observe?.({ kind: "setup-delivered" });
+        if (restoring) {
+          log.info("restored from a memory snapshot");
+          this.#o.observe?.({ kind: "snapshot", result: "restored" });
+        }
       },
       follow: this.#followOptions(task, log),
     });
-    this.#end(task, outcome, log);
   }
 
   /** Maps the boot's steps onto the VM's local stages (which the decision turns into phases). */

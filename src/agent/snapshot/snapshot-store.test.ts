@@ -1,0 +1,118 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, readdir, readFile, truncate, utimes, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { silentLogger, systemClock } from "../../shared/index.ts";
+import { snapshotKey, type SnapshotKeyInput } from "./snapshot-key.ts";
+import { SnapshotStore, type SnapshotBuilder } from "./snapshot-store.ts";
+
+const KEY_INPUT: SnapshotKeyInput = { imageKey: "img", kernelDigest: "sha256:k", cmdline: "ro root=/dev/vda", vcpus: 1, memoryMiB: 512, scratchBytes: 1 << 30, network: true, vmm: "qemu" };
+const key = (n: number): string => snapshotKey({ ...KEY_INPUT, vcpus: n });
+
+async function store(maxBytes = 1 << 30): Promise<{ store: SnapshotStore; root: string }> {
+  const root = join(await mkdtemp(join(tmpdir(), "imp-snapshots-")), "snapshots");
+  return { store: new SnapshotStore({ root, maxBytes, clock: systemClock, logger: silentLogger }), root };
+}
+
+const build = (bytes = 4096): SnapshotBuilder & { calls: number } => {
+  const fn = (async (files: Parameters<SnapshotBuilder>[0]) => {
+    fn.calls++;
+    await writeFile(files.memoryFile, Buffer.alloc(bytes, 7));
+    await writeFile(files.statePath, "device state");
+    await writeFile(files.scratch, Buffer.alloc(bytes, 1));
+    return { bootMs: 3000, saveMs: 15 };
+  }) as unknown as SnapshotBuilder & { calls: number };
+  fn.calls = 0;
+  return fn;
+};
+
+describe("snapshotKey()", () => {
+  it("differs for every input a restore depends on, and not for equal inputs", () => {
+    const base = snapshotKey(KEY_INPUT);
+    assert.equal(snapshotKey({ ...KEY_INPUT }), base);
+    for (const change of [{ imageKey: "other" }, { kernelDigest: "sha256:x" }, { initrdDigest: "sha256:i" }, { cmdline: "ro" }, { vcpus: 2 }, { memoryMiB: 1024 }, { scratchBytes: 1 }, { network: false }, { vmm: "qemu:kvm" }]) {
+      assert.notEqual(snapshotKey({ ...KEY_INPUT, ...change }), base, JSON.stringify(change));
+    }
+  });
+});
+
+describe("SnapshotStore", () => {
+  it("publishes a build whole and finds it verified; concurrent creates share one build", async () => {
+    const { store: s } = await store();
+    const b = build();
+    const [one, two] = await Promise.all([s.create(key(1), b, AbortSignal.timeout(5_000)), s.create(key(1), b, AbortSignal.timeout(5_000))]);
+    assert.equal(b.calls, 1);
+    assert.equal(one.dir, two.dir);
+    const found = await s.find(key(1));
+    assert.equal(found.found?.meta.stateBytes, "device state".length);
+    assert.equal(found.found?.meta.bootMs, 3000);
+    assert.deepEqual(await s.find(key(2)), {});
+  });
+
+  it("leaves nothing behind when the build fails", async () => {
+    const { store: s, root } = await store();
+    await assert.rejects(s.create(key(1), async () => { throw new Error("template boot failed"); }, AbortSignal.timeout(5_000)), /template boot failed/);
+    assert.deepEqual(await readdir(root), []);
+    assert.deepEqual(await s.find(key(1)), {});
+  });
+
+  for (const [what, damage] of [
+    ["a truncated RAM file", (d: string) => truncate(join(d, "memory"), 100)],
+    ["a changed device state", (d: string) => writeFile(join(d, "state"), "DEVICE STATE")],
+    ["a missing scratch disk", async (d: string) => { await writeFile(join(d, "scratch.ext4"), ""); await truncate(join(d, "scratch.ext4"), 0); }],
+    ["an unreadable meta.json", (d: string) => writeFile(join(d, "meta.json"), "{")],
+  ] as const) {
+    it(`discards a snapshot with ${what}, saying why, and deletes it`, async () => {
+      const { store: s } = await store();
+      const snap = await s.create(key(1), build(), AbortSignal.timeout(5_000));
+      await damage(snap.dir);
+      const result = await s.find(key(1));
+      assert.equal(result.found, undefined);
+      assert.ok(result.discarded !== undefined && result.discarded.length > 0);
+      assert.deepEqual(await s.find(key(1)), {}, "a discarded snapshot stays gone");
+    });
+  }
+
+  it("finds a RAM file whose bytes changed (same size) when another process opens the store, and when this one sees it rewritten", async () => {
+    const { store: s, root } = await store();
+    const snap = await s.create(key(1), build(), AbortSignal.timeout(5_000));
+    await writeFile(snap.memoryFile, Buffer.alloc(4096, 8));
+    assert.match((await s.find(key(1))).discarded ?? "", /RAM file does not match/);
+    const snap2 = await s.create(key(1), build(), AbortSignal.timeout(5_000));
+    const fresh = new SnapshotStore({ root, maxBytes: 1 << 30, clock: systemClock, logger: silentLogger });
+    const bytes = Buffer.alloc(4096, 7);
+    bytes[100] = 9;
+    await writeFile(snap2.memoryFile, bytes);
+    await utimes(snap2.memoryFile, new Date(0), new Date(0));
+    assert.match((await fresh.find(key(1))).discarded ?? "", /RAM file does not match/);
+  });
+
+  it("gives a restoring VM hard links that outlive the snapshot's removal", async () => {
+    const { store: s, root } = await store();
+    const snap = await s.create(key(1), build(), AbortSignal.timeout(5_000));
+    const vmDir = join(root, "..", "vm");
+    await mkdir(vmDir);
+    const links = await s.linkInto(snap, vmDir);
+    await s.remove(key(1));
+    assert.equal((await readFile(links.statePath, "utf8")), "device state");
+    assert.equal((await readFile(links.memoryFile)).length, 4096);
+  });
+
+  it("sweeps what a crash left and evicts the least recently used beyond its size", async () => {
+    const { store: s, root } = await store(100 * 1024); // one snapshot (~72 KiB allocated) fits, not two
+    await s.create(key(1), build(32 * 1024), AbortSignal.timeout(5_000));
+    await s.create(key(2), build(32 * 1024), AbortSignal.timeout(5_000));
+    await utimes(join(root, key(1)), new Date(1_000), new Date(1_000)); // key 1 used longest ago
+    await mkdir(join(root, `.building-${key(3)}.abcd`));
+    await writeFile(join(root, "stray"), "x");
+    const { evicted } = await s.sweep();
+    assert.deepEqual(evicted, [key(1)]);
+    assert.deepEqual((await readdir(root)).sort(), [key(2)]);
+  });
+
+  it("refuses a key that is not a digest (it names a directory)", async () => {
+    const { store: s } = await store();
+    await assert.rejects(s.find("../../etc"), (err: Error & { code?: string }) => err.code === "SnapshotKeyInvalid");
+  });
+});

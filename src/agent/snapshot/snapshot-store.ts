@@ -1,0 +1,269 @@
+/**
+ * The node's memory snapshots of template VMs, one directory per key under `root`: the template's
+ * RAM file, its device state and its scratch disk as they were saved, and a `meta.json` with their
+ * sizes and digests. Built in a `.building-*` directory and renamed into place, so a crash leaves a
+ * whole snapshot or none; one build per key at a time. `find` verifies before it hands a snapshot
+ * out — sizes and the state's digest on every call, the RAM file's and disk's digests once per file
+ * identity (a restore maps them; hashing 512 MiB per job would cost what the restore saves) — and
+ * deletes one that fails, saying why, so the caller boots instead. Evicted least recently used
+ * beyond `maxBytes`; a snapshot a VM is restoring from is never deleted under it (the VM holds its
+ * own hard links, see `linkInto`).
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { link, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { retryableError, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+
+const META = "meta.json";
+const META_VERSION = 1;
+const KEY = /^[0-9a-f]{64}$/;
+
+/** The files of one snapshot. */
+export interface SnapshotFiles {
+  readonly memoryFile: string;
+  readonly statePath: string;
+  readonly scratch: string;
+}
+
+export interface SnapshotMeta {
+  readonly version: typeof META_VERSION;
+  readonly key: string;
+  readonly createdAt: string;
+  readonly memoryBytes: number;
+  readonly memorySha256: string;
+  readonly stateBytes: number;
+  readonly stateSha256: string;
+  readonly scratchBytes: number;
+  readonly scratchSha256: string;
+  /** How long the template took to boot to a ready guest agent and to save, for the record. */
+  readonly bootMs: number;
+  readonly saveMs: number;
+}
+
+export interface TemplateSnapshot extends SnapshotFiles {
+  readonly key: string;
+  readonly dir: string;
+  readonly meta: SnapshotMeta;
+}
+
+export type FindResult =
+  | { readonly found: TemplateSnapshot; readonly discarded?: undefined }
+  | { readonly found?: undefined; readonly discarded?: string };
+
+export interface SnapshotStoreOptions {
+  readonly root: string;
+  /** Bytes on disk all snapshots may take; the least recently used beyond it are deleted. */
+  readonly maxBytes: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+}
+
+/** What a build must leave in `files`, and how long its parts took. */
+export type SnapshotBuilder = (files: SnapshotFiles, signal: AbortSignal) => Promise<{ readonly bootMs: number; readonly saveMs: number }>;
+
+export class SnapshotStore {
+  readonly #o: SnapshotStoreOptions;
+  readonly #building = new Map<string, Promise<TemplateSnapshot>>();
+  /** Per key, the file identities whose full digests were checked in this process. */
+  readonly #verified = new Map<string, string>();
+
+  constructor(options: SnapshotStoreOptions) {
+    this.#o = options;
+  }
+
+  static filesIn(dir: string): SnapshotFiles {
+    return { memoryFile: join(dir, "memory"), statePath: join(dir, "state"), scratch: join(dir, "scratch.ext4") };
+  }
+
+  /** Whether a build for `key` runs now. */
+  building(key: string): boolean {
+    return this.#building.has(key);
+  }
+
+  /** The verified snapshot for `key`, or why there is none usable (a snapshot that failed is deleted). */
+  async find(key: string): Promise<FindResult> {
+    checkKey(key);
+    const dir = join(this.#o.root, key);
+    let meta: SnapshotMeta;
+    try {
+      meta = JSON.parse(await readFile(join(dir, META), "utf8")) as SnapshotMeta;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return {};
+      return this.#discard(key, `its ${META} is unreadable (${(err as Error).message})`);
+    }
+    const snapshot: TemplateSnapshot = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
+    const problem = await this.#verify(snapshot);
+    if (problem !== undefined) return this.#discard(key, problem);
+    const now = new Date(this.#o.clock.now());
+    await utimes(dir, now, now).catch(() => undefined);
+    return { found: snapshot };
+  }
+
+  /**
+   * Builds the snapshot for `key` once (concurrent callers share the build) and publishes it whole.
+   * A failed build leaves nothing behind and rejects with the builder's error.
+   */
+  create(key: string, build: SnapshotBuilder, signal: AbortSignal): Promise<TemplateSnapshot> {
+    checkKey(key);
+    const running = this.#building.get(key);
+    if (running !== undefined) return running;
+    const promise = this.#create(key, build, signal).finally(() => this.#building.delete(key));
+    this.#building.set(key, promise);
+    return promise;
+  }
+
+  /**
+   * Hard links of the snapshot's RAM file and state into `dir` (same filesystem: the node's state
+   * directory), so a VM restoring from them keeps them whatever eviction does meanwhile.
+   */
+  async linkInto(snapshot: TemplateSnapshot, dir: string): Promise<Omit<SnapshotFiles, "scratch">> {
+    const files = { memoryFile: join(dir, "snapshot-memory"), statePath: join(dir, "snapshot-state") };
+    await rm(files.memoryFile, { force: true });
+    await rm(files.statePath, { force: true });
+    await link(snapshot.memoryFile, files.memoryFile);
+    await link(snapshot.statePath, files.statePath);
+    return files;
+  }
+
+  async remove(key: string): Promise<void> {
+    checkKey(key);
+    this.#verified.delete(key);
+    await rm(join(this.#o.root, key), { recursive: true, force: true });
+  }
+
+  /**
+   * Deletes what a crash left (`.building-*`), entries that are not snapshots, and the least recently
+   * used snapshots beyond `maxBytes`. Returns the keys it evicted.
+   */
+  async sweep(): Promise<{ readonly evicted: readonly string[]; readonly usedBytes: number }> {
+    await mkdir(this.#o.root, { recursive: true });
+    const entries: { key: string; bytes: number; usedMs: number }[] = [];
+    for (const entry of await readdir(this.#o.root, { withFileTypes: true })) {
+      const path = join(this.#o.root, entry.name);
+      if (entry.name.startsWith(".building-")) {
+        const key = entry.name.slice(".building-".length).split(".")[0] ?? "";
+        if (!this.#building.has(key)) await rm(path, { recursive: true, force: true });
+        continue;
+      }
+      if (!entry.isDirectory() || !KEY.test(entry.name)) {
+        await rm(path, { recursive: true, force: true });
+        continue;
+      }
+      entries.push({ key: entry.name, bytes: await allocatedBytes(path), usedMs: (await stat(path)).mtimeMs });
+    }
+    entries.sort((a, b) => b.usedMs - a.usedMs);
+    let used = 0;
+    const evicted: string[] = [];
+    for (const e of entries) {
+      if (used + e.bytes <= this.#o.maxBytes) {
+        used += e.bytes;
+        continue;
+      }
+      await this.remove(e.key);
+      evicted.push(e.key);
+      this.#o.logger.info({ key: e.key, bytes: e.bytes, maxBytes: this.#o.maxBytes }, "memory snapshot evicted");
+    }
+    return { evicted, usedBytes: used };
+  }
+
+  async #create(key: string, build: SnapshotBuilder, signal: AbortSignal): Promise<TemplateSnapshot> {
+    await mkdir(this.#o.root, { recursive: true });
+    const work = join(this.#o.root, `.building-${key}.${randomBytes(4).toString("hex")}`);
+    await mkdir(work, { mode: 0o700 });
+    try {
+      const files = SnapshotStore.filesIn(work);
+      const { bootMs, saveMs } = await build(files, signal);
+      signal.throwIfAborted();
+      const [memory, state, scratch] = await Promise.all([describe(files.memoryFile), describe(files.statePath), describe(files.scratch)]);
+      const meta: SnapshotMeta = {
+        version: META_VERSION,
+        key,
+        createdAt: new Date(this.#o.clock.now()).toISOString(),
+        memoryBytes: memory.bytes,
+        memorySha256: memory.sha256,
+        stateBytes: state.bytes,
+        stateSha256: state.sha256,
+        scratchBytes: scratch.bytes,
+        scratchSha256: scratch.sha256,
+        bootMs: Math.round(bootMs),
+        saveMs: Math.round(saveMs),
+      };
+      await writeFile(join(work, META), JSON.stringify(meta), { mode: 0o600 });
+      const dir = join(this.#o.root, key);
+      await rm(dir, { recursive: true, force: true });
+      await rename(work, dir);
+      const snapshot: TemplateSnapshot = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
+      this.#verified.set(key, await identity(snapshot));
+      this.#o.logger.info({ key, memoryBytes: meta.memoryBytes, stateBytes: meta.stateBytes, bootMs: meta.bootMs, saveMs: meta.saveMs }, "memory snapshot created");
+      return snapshot;
+    } catch (err) {
+      await rm(work, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  async #verify(s: TemplateSnapshot): Promise<string | undefined> {
+    const m = s.meta;
+    if (m.version !== META_VERSION || m.key !== s.key) return `its ${META} is of another version or key`;
+    const sizes: [string, string, number][] = [["RAM file", s.memoryFile, m.memoryBytes], ["device state", s.statePath, m.stateBytes], ["scratch disk", s.scratch, m.scratchBytes]];
+    for (const [what, path, bytes] of sizes) {
+      const st = await stat(path).catch(() => undefined);
+      if (st === undefined) return `its ${what} is missing`;
+      if (st.size !== bytes) return `its ${what} is ${st.size} bytes, not the ${bytes} it was saved with`;
+    }
+    // The state is small and read whole by every restore: checked every time.
+    if ((await describe(s.statePath)).sha256 !== m.stateSha256) return "its device state does not match its digest";
+    const id = await identity(s);
+    if (this.#verified.get(s.key) === id) return undefined;
+    if ((await describe(s.memoryFile)).sha256 !== m.memorySha256) return "its RAM file does not match its digest";
+    if ((await describe(s.scratch)).sha256 !== m.scratchSha256) return "its scratch disk does not match its digest";
+    this.#verified.set(s.key, id);
+    return undefined;
+  }
+
+  async #discard(key: string, why: string): Promise<FindResult> {
+    this.#o.logger.warn({ key, why }, "memory snapshot discarded");
+    await this.remove(key);
+    return { discarded: why };
+  }
+}
+
+function checkKey(key: string): void {
+  if (!KEY.test(key)) throw terminalError("SnapshotKeyInvalid", `Cannot use memory snapshot key ${JSON.stringify(key)}: not 64 hex digits`);
+}
+
+/**
+ * Inode, size and modification time of the RAM file and scratch disk: a file replaced or rewritten
+ * changes it (not the change time: every hard link a restoring VM takes changes that).
+ */
+async function identity(s: SnapshotFiles): Promise<string> {
+  const parts = await Promise.all([s.memoryFile, s.scratch].map(async (p) => {
+    const st = await stat(p);
+    return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
+  }));
+  return parts.join("|");
+}
+
+async function describe(path: string): Promise<{ bytes: number; sha256: string }> {
+  const hash = createHash("sha256");
+  let bytes = 0;
+  try {
+    for await (const chunk of createReadStream(path, { highWaterMark: 1 << 20 })) {
+      hash.update(chunk as Buffer);
+      bytes += (chunk as Buffer).length;
+    }
+  } catch (err) {
+    throw retryableError("SnapshotUnreadable", `Cannot read memory snapshot file ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  return { bytes, sha256: hash.digest("hex") };
+}
+
+async function allocatedBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const name of await readdir(dir)) {
+    const st = await stat(join(dir, name)).catch(() => undefined);
+    if (st !== undefined) total += st.blocks * 512;
+  }
+  return total;
+}

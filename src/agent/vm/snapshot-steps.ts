@@ -1,0 +1,139 @@
+/**
+ * The steps of memory snapshots (docs/snapshots.md), composed in `lifecycle.ts` with the boot's own:
+ *
+ *   template  vm-dir → image → snapshot(template) → disks → network → vmm → guest → save
+ *   restore   vm-dir → image → snapshot(restore) → disks → network → vmm → guest → configure → setup → exec
+ *
+ * A template is a VM of the job VM's very machine (image, kernel, command line, shape, devices) that
+ * boots to a ready guest agent and is saved at once: it never gets a configure, a setup or a job, and
+ * its network port admits nothing. A restored VM gets hard links to the snapshot's RAM file and
+ * state (eviction cannot pull them from under it) and its own copy of the template's scratch disk,
+ * the disk the guest's memory remembers; its configure then gives it its own entropy, clock, MAC,
+ * address and hostname before the setup is sent. A job VM never waits for a template: without one
+ * the `snapshot` step fails with `SnapshotMissing` and the runtime boots it.
+ */
+import { execFile } from "node:child_process";
+import { rename, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { retryableError, terminalError } from "../../shared/index.ts";
+import { fileDigestOf, type CachedImage } from "../image/cache/index.ts";
+import { SCRATCH_DISK } from "../image/disks/index.ts";
+import { snapshotKey, type SnapshotFiles, type SnapshotStore, type TemplateSnapshot } from "../snapshot/index.ts";
+import type { VmmDriver } from "../vmm/index.ts";
+import { IMP_KERNEL_ARGS, type BootDeps, type Connected, type Prepared, type Requested } from "./boot-steps.ts";
+import type { BootStepName } from "./boot-steps.ts";
+import { Pipeline } from "./pipeline.ts";
+import type { VmBootRequest } from "./ports.ts";
+
+const run = promisify(execFile);
+
+/** How long saving a template may take (pause, device state, QEMU's exit). */
+const SAVE_TIMEOUT_MS = 60_000;
+
+export interface SnapshotDeps {
+  readonly store: SnapshotStore;
+}
+
+/** Kernel and initrd digests, by path, size and mtime: read once per file version, not per VM. */
+const digests = new Map<string, { readonly version: string; readonly digest: string }>();
+
+async function cachedDigest(path: string): Promise<string> {
+  const st = await stat(path);
+  const version = `${st.size}:${st.mtimeMs}`;
+  const known = digests.get(path);
+  if (known?.version === version) return known.digest;
+  const digest = await fileDigestOf(path);
+  digests.set(path, { version, digest });
+  return digest;
+}
+
+/** The snapshot key of a VM of `request` on `driver` from `image` (snapshot-key.ts says what goes in). */
+export async function snapshotKeyOf(request: VmBootRequest, image: CachedImage, driver: VmmDriver): Promise<string> {
+  const { kernel } = request;
+  return snapshotKey({
+    imageKey: image.key,
+    kernelDigest: await cachedDigest(kernel.kernel),
+    ...(kernel.initrd === undefined ? {} : { initrdDigest: await cachedDigest(kernel.initrd) }),
+    cmdline: driver.cmdline({ kernel: kernel.args, imp: IMP_KERNEL_ARGS, extra: request.bootArgs }),
+    vcpus: request.vcpus,
+    memoryMiB: request.memoryMiB,
+    scratchBytes: request.scratchBytes,
+    network: request.network !== undefined,
+    vmm: `${driver.kind}:${driver.memoryOverheadMiB}`,
+  });
+}
+
+/** The id of the template VM of `key` (its VM directory, network port and CID). */
+export function templateVmId(key: string): string {
+  return `tpl-${key.slice(0, 24)}`;
+}
+
+/**
+ * The request a template of `request` boots from: the same machine, no workload, no setup, and a
+ * network port (the restored VMs need the same devices) that lets nothing out.
+ */
+export function templateRequestOf(request: VmBootRequest, key: string): VmBootRequest {
+  const id = templateVmId(key);
+  return {
+    id,
+    name: id,
+    vmm: request.vmm,
+    vcpus: request.vcpus,
+    memoryMiB: request.memoryMiB,
+    scratchBytes: request.scratchBytes,
+    image: request.image,
+    kernel: request.kernel,
+    bootArgs: request.bootArgs,
+    ...(request.network === undefined ? {} : { network: { egress: "restricted", allowedCIDRs: [] } }),
+    requiresSetup: false,
+    workload: { argv: [], env: {} },
+  };
+}
+
+/** What a restore tells its runtime: a snapshot there is not (yet), or the one it restores from. */
+export interface RestoreEvents {
+  missing(request: VmBootRequest, key: string, why: string): void;
+  found(key: string): void;
+}
+
+/** A job VM's step: the verified snapshot it restores from, linked into its directory with its own scratch copy. */
+export function restoreSnapshotSteps(deps: BootDeps, snapshots: SnapshotDeps, events: RestoreEvents): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "memorySnapshot"> & { readonly snapshot: TemplateSnapshot }, BootStepName> {
+  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", async (s) => {
+    const driver = deps.launch.drivers.get(s.request.vmm);
+    if (driver?.memorySnapshots !== true) throw terminalError("SnapshotUnsupported", `Cannot restore VM ${s.request.name}: the ${s.request.vmm} driver cannot restore memory snapshots here`);
+    const key = await snapshotKeyOf(s.request, s.image, driver);
+    const result = await snapshots.store.find(key);
+    if (result.found === undefined) {
+      const why = result.discarded === undefined ? "this node has none yet" : `this node's was discarded: ${result.discarded}`;
+      events.missing(s.request, key, why);
+      throw retryableError("SnapshotMissing", `Cannot restore VM ${s.request.name} from a memory snapshot: ${why}; it boots instead`, { context: { key } });
+    }
+    const snapshot = result.found;
+    events.found(key);
+    const links = await snapshots.store.linkInto(snapshot, s.dir.root);
+    // The disk the guest's memory remembers, as the template left it; sparse, reflinked where the
+    // filesystem can. The disks step keeps a scratch disk it finds in place.
+    await run("cp", ["--sparse=always", "--reflink=auto", snapshot.scratch, join(s.dir.root, SCRATCH_DISK)]).catch((err: unknown) => {
+      throw retryableError("SnapshotUnreadable", `Cannot copy the snapshot's scratch disk for VM ${s.request.name}: ${(err as Error).message}`, { cause: err });
+    });
+    return { snapshot, memorySnapshot: { role: "restore" as const, ...links } };
+  });
+}
+
+/** A template's step: its RAM goes to the snapshot's file, written through. */
+export function templateSnapshotSteps(files: SnapshotFiles): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "memorySnapshot">, BootStepName> {
+  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", () => ({ memorySnapshot: { role: "template" as const, memoryFile: files.memoryFile } }));
+}
+
+/** save: the template, paused with a ready guest agent and nothing sent, saved; its scratch disk moved into the snapshot. */
+export function saveSteps(files: SnapshotFiles): Pipeline<Prepared & Connected, Prepared & Connected & { readonly saveMs: number }, BootStepName> {
+  return Pipeline.of<Prepared & Connected, BootStepName>().step("save", async (s) => {
+    if (s.vm.saveSnapshot === undefined) throw terminalError("SnapshotUnsupported", `Cannot save template ${s.request.name}: its VMM cannot save memory snapshots`);
+    // The template's channel closes before the pause: no host connection is in the snapshot.
+    s.client.close();
+    const { ms } = await s.vm.saveSnapshot(files.statePath, { timeoutMs: SAVE_TIMEOUT_MS });
+    await rename(s.disks.scratch, files.scratch);
+    return { saveMs: ms };
+  });
+}
