@@ -208,6 +208,7 @@ export function statusFromLocal(current: Readonly<ImpVMStatus>, local: LocalVm):
   const next: ImpVMStatus = { ...current, phase, phaseTimestamps: ts };
   if (local.vmm !== undefined && current.vmm === undefined) next.vmm = local.vmm;
   if (local.guestIP !== undefined && current.guestIP === undefined) next.guestIP = local.guestIP;
+  if (local.startedFrom !== undefined && current.startedFrom === undefined) next.startedFrom = local.startedFrom;
   if (current.prepareDurationMs === undefined && local.at.preparing !== undefined && local.at.booting !== undefined) next.prepareDurationMs = Math.round(local.at.booting - local.at.preparing);
   if (current.bootDurationMs === undefined && local.at.booting !== undefined && local.at.guestReady !== undefined) next.bootDurationMs = Math.round(local.at.guestReady - local.at.booting);
   if (phase !== from && isTerminalVMPhase(phase) && local.outcome !== undefined) {

@@ -37,6 +37,8 @@ export interface LocalVm {
   readonly setup: LocalSetupState;
   readonly vmm?: "qemu" | "firecracker";
   readonly guestIP?: string;
+  /** How the VM came up, once its guest agent answered. */
+  readonly startedFrom?: "Boot" | "Snapshot";
   /** Epoch ms when each stage began (absent if it never did). */
   readonly at: {
     readonly preparing?: number;

@@ -302,7 +302,7 @@ export class VmRuntime {
     return runToEnd(pipeline, { request, log }, {
       signal: task.abort.signal,
       log,
-      onStep: (name, event) => this.#onBootStep(task, request, name, event),
+      onStep: (name, event) => this.#onBootStep(task, request, name, event, restoring),
       failed: (step, err) => {
         if (task.stopRequest !== undefined) return stopped(task);
         if (restoring && RESTORE_FALLBACK_STEPS.has(step)) throw new RestoreFellBack(step, err);
@@ -323,7 +323,7 @@ export class VmRuntime {
   }
 
   /** Maps the boot's steps onto the VM's local stages (which the decision turns into phases). */
-  #onBootStep(task: VmTask, request: VmBootRequest, name: BootStepName, event: "begin" | "end"): void {
+  #onBootStep(task: VmTask, request: VmBootRequest, name: BootStepName, event: "begin" | "end", restoring: boolean): void {
     const now = this.#o.clock.now();
     if (name === "vmm" && event === "begin") {
       this.#progress(task, { step: "booting", vmm: request.vmm, at: { booting: now } });
@@ -331,6 +331,9 @@ export class VmRuntime {
     } else if (name === "guest" && event === "end") {
       this.#progress(task, { at: { guestReady: now } });
       if (task.local.at.booting !== undefined) this.#o.observe?.({ kind: "booted", ms: now - task.local.at.booting, vmm: request.vmm });
+    } else if (name === "configure" && event === "end") {
+      // The last step a restore can fall back from: from here on the VM is what it came up as.
+      this.#progress(task, { startedFrom: restoring ? "Snapshot" : "Boot" });
     } else if (name === "setup" && event === "begin" && request.requiresSetup) {
       task.setupGate = newSetupGate();
       this.#progress(task, { stage: "awaiting-setup", at: { awaitingSetup: now } });

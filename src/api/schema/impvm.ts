@@ -116,7 +116,8 @@ export const ImpVMStatus = Type.Object(
     vmm: Type.Optional(StringEnum(VMMS, { description: "VMM the agent started." })),
     phaseTimestamps: Type.Optional(PhaseTimestamps),
     prepareDurationMs: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "Preparing → Booting, in ms." })),
-    bootDurationMs: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "Booting → guest agent answered, in ms." })),
+    bootDurationMs: Type.Optional(Type.Integer({ minimum: 0, format: "int64", description: "Booting → guest agent answered, in ms (for a VM restored from a memory snapshot: restore → guest agent answered)." })),
+    startedFrom: Type.Optional(StringEnum(["Boot", "Snapshot"] as const, { description: "How the VM came up: a boot, or a restore of its node's memory snapshot (its class's `startFrom: Snapshot`, when the node had one)." })),
     exitCode: Type.Optional(Type.Integer({ minimum: 0, maximum: 255, description: "Exit code of the workload (128+n for signal n)." })),
     guestIP: Type.Optional(Type.String({ maxLength: 45, description: "Guest address on its tap network.", ...cel({ rule: "isIP(self)", message: "must be an IP address" }) })),
     execId: Type.Optional(
@@ -231,6 +232,7 @@ export const impVMDefinition: KindDefinition = {
     { name: "Reason", type: "string", jsonPath: ".status.reason", priority: 1 },
     { name: "Setup", type: "string", jsonPath: ".status.setup.state", priority: 1 },
     { name: "Boot-ms", type: "integer", jsonPath: ".status.bootDurationMs", priority: 1 },
+    { name: "From", type: "string", jsonPath: ".status.startedFrom", priority: 1 },
     { name: "Exit", type: "integer", jsonPath: ".status.exitCode", priority: 1 },
     { name: "IP", type: "string", jsonPath: ".status.guestIP", priority: 1 },
     AGE_COLUMN,

@@ -63,9 +63,11 @@ describe("node agent: a startFrom: Snapshot class restores its VMs from the node
       return vm?.status?.phase === "Succeeded" || vm?.status?.phase === "Failed" ? vm : undefined;
     }, { timeoutMs: VM_DONE_MS, intervalMs: 200 }).catch((err: unknown) => Promise.reject(new Error(`ImpVM ${name} did not end; the agent's last log lines:\n${agent.logs().slice(-3000)}`, { cause: err })));
     assert.equal(ended.status?.phase, "Succeeded", `${name}: ${ended.status?.reason ?? ""} ${ended.status?.message ?? ""}\n${agent.logs().slice(-3000)}`);
+    durations.push(`${name} ${ended.status?.startedFrom ?? "?"} ${ended.status?.bootDurationMs ?? "?"} ms`);
     return ended;
   }
 
+  const durations: string[] = [];
   /** Log lines of this agent that mention VM `name` and carry `msg`. */
   const logged = (name: string, msg: string): boolean =>
     agent.logs().split("\n").some((line) => line.includes(`"vm":"${NS}/${name}"`) && line.includes(`"msg":"${msg}"`));
@@ -78,13 +80,13 @@ describe("node agent: a startFrom: Snapshot class restores its VMs from the node
     }, { timeoutMs: VM_DONE_MS, intervalMs: 250 });
 
   it("boots the first VM (no snapshot yet) and builds the template beside it", async () => {
-    await runVm("snap-a");
+    assert.equal((await runVm("snap-a")).status?.startedFrom, "Boot");
     assert.ok(logged("snap-a", "no memory snapshot to restore; booting"), "the first VM did not look for a snapshot");
     await templateBuilt();
   });
 
   it("restores the next VM from the template, configured as itself", async () => {
-    await runVm("snap-b");
+    assert.equal((await runVm("snap-b")).status?.startedFrom, "Snapshot");
     assert.ok(logged("snap-b", "restored from a memory snapshot"), `snap-b was not restored:\n${agent.logs().slice(-2000)}`);
   });
 
@@ -92,15 +94,16 @@ describe("node agent: a startFrom: Snapshot class restores its VMs from the node
     const [key] = await snapshots();
     assert.ok(key !== undefined);
     await writeFile(join(agent.stateDir, "snapshots", key, "state"), "not a device state");
-    await runVm("snap-c");
+    assert.equal((await runVm("snap-c")).status?.startedFrom, "Boot");
     assert.ok(logged("snap-c", "no memory snapshot to restore; booting"), "snap-c did not fall back to a boot");
     assert.ok(agent.logs().includes("memory snapshot discarded"), "the damaged snapshot was not discarded");
     await templateBuilt();
-    await runVm("snap-d");
+    assert.equal((await runVm("snap-d")).status?.startedFrom, "Snapshot");
     assert.ok(logged("snap-d", "restored from a memory snapshot"), "snap-d was not restored from the new template");
   });
 
-  it("leaves no template VM behind: no process, no directory", async () => {
+  it("leaves no template VM behind: no process, no directory", async (t) => {
+    t.diagnostic(`VMM start → guest agent answered: ${durations.join("; ")}`);
     assert.deepEqual(await processesMentioning("/vms/tpl-"), []);
     assert.deepEqual((await readdir(join(agent.stateDir, "vms")).catch(() => [] as string[])).filter((n) => n.startsWith("tpl-")), []);
   });
