@@ -6,9 +6,14 @@
  * clone, a local action) runs in it, its log comes from Gitea's API, the VM ends and is replaced.
  * Then demand: a pool scaled to zero served from Gitea's queue listing, and one served from Gitea's
  * own workflow_job webhook, signed with the pool's secret; on each, the finished job re-run at zero.
+ * Last, pools whose class starts from a memory snapshot (`startFrom: Snapshot`): on GitHub and on
+ * Gitea, jobs go on until one runs in a VM restored from its node's template, as itself.
  */
 import assert from "node:assert/strict";
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import type { GiteaJobView } from "../gitea/gitea-server.ts";
 import { checks } from "./runner-path/scenario.ts";
 import { giteaPoolComesOnline, giteaVmReplaced, giteaWorkflowRuns } from "./runner-path/gitea-scenario.ts";
 import { giteaWorldUnavailable, NAMESPACE, RunnerWorld } from "./runner-path/world.ts";
@@ -97,5 +102,78 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
     assert.ok(rerunSaid.some((l) => l.includes("a queued delivery verified") && l.includes(`"jobId":${rerun.id},`)), "Gitea's delivery for the re-run was verified with Gitea and counted");
     const after = [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-"));
     assert.equal(after.length, 2, `one more VM for the re-run:\n${history()}`);
+  });
+
+  /** Every file of every node's memory snapshots that holds `needle`. */
+  async function snapshotFilesHolding(needle: string): Promise<string[]> {
+    const hits: string[] = [];
+    for (const node of world.nodes) {
+      const root = join(node.stateDir, "snapshots");
+      for (const entry of await readdir(root, { withFileTypes: true, recursive: true }).catch(() => [])) {
+        if (!entry.isFile()) continue;
+        const path = join(entry.parentPath, entry.name);
+        if ((await readFile(path)).includes(Buffer.from(needle))) hits.push(path);
+      }
+    }
+    return hits;
+  }
+
+  /** Jobs one after another (each node boots once and builds its template) until one runs in a restored VM. */
+  const UNTIL_RESTORED = 5;
+
+  it("a GitHub pool of a startFrom: Snapshot class: a job runs in a VM restored from its node's template, as itself", async () => {
+    await world.applyPool("snap", { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", "snap"], snapshot: true });
+    const seen: string[] = [];
+    const bytes: string[] = [];
+    let restored: { vm: string; log: string } | undefined;
+    for (let i = 1; i <= UNTIL_RESTORED && restored === undefined; i++) {
+      const job = world.queueJob(`snap-${i}`, [{ name: "who", run: "echo host=$(cat /proc/sys/kernel/hostname); echo bytes=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' ')" }], ["self-hosted", "imp", "snap"]);
+      await world.waitForJob(job, "completed", 600_000);
+      assert.equal(job.conclusion, "success", job.result?.log);
+      const vm = world.history(job.runnerName ?? "")?.last;
+      assert.ok(vm !== undefined, `job ${job.name} ran on no VM this test saw`);
+      const from = vm.status?.startedFrom ?? "?";
+      seen.push(`${job.name}: ${vm.metadata.name} on ${vm.status?.nodeName ?? "?"}, ${from}, guest ready ${vm.status?.bootDurationMs ?? "?"} ms after the VMM started`);
+      const log = job.result?.log ?? "";
+      assert.match(log, new RegExp(`host=${vm.metadata.name}\\b`), "the job saw its own VM's hostname");
+      bytes.push(/bytes=([0-9a-f]+)/.exec(log)?.[1] ?? "");
+      if (from === "Snapshot") restored = { vm: vm.metadata.name, log };
+    }
+    process.stdout.write(`# ${seen.join("\n# ")}\n`);
+    assert.ok(restored !== undefined, `no job of ${UNTIL_RESTORED} ran in a restored VM:\n${seen.join("\n")}`);
+    assert.equal(new Set(bytes).size, bytes.length, `two jobs read the same random bytes: ${bytes.join(", ")}`);
+    // The runner's name is in its one-time setup, sent only after the restore: no snapshot holds it.
+    assert.deepEqual(await snapshotFilesHolding(restored.vm), [], "a snapshot file holds the restored runner's name");
+  });
+
+  it("a Gitea pool of a startFrom: Snapshot class: the real gitea-runner registers and runs a job in a restored VM", async () => {
+    const gitea = world.gitea;
+    assert.ok(gitea !== undefined);
+    await gitea.createRepo("acme", "snap");
+    await gitea.putFile("acme", "snap", ".gitea/workflows/ci.yml", "on: [push]\njobs:\n  snap:\n    runs-on: imp-snap\n    steps:\n      - run: echo host=$(cat /proc/sys/kernel/hostname)\n");
+    await world.applyGiteaPool("gitea-snap", { minIdle: 0, maxConcurrent: 1, labels: ["imp-snap"], snapshot: true }, NAMESPACE, "acme/snap");
+    const seen: string[] = [];
+    let restored: string | undefined;
+    for (let i = 1; i <= UNTIL_RESTORED && restored === undefined; i++) {
+      // The workflow's own push starts the first run; each later push one more.
+      const sha: string | undefined = i === 1 ? undefined : await gitea.putFile("acme", "snap", `trigger-${i}.txt`, `${i}\n`);
+      const job: GiteaJobView = await world.waitUntil(`Gitea job ${i} completed`, async (): Promise<GiteaJobView | undefined> => {
+        const jobs = await gitea.jobs("acme", "snap");
+        const mine = sha === undefined ? jobs.at(-1) : jobs.find((j) => j.head_sha === sha);
+        return mine?.status === "completed" ? mine : undefined;
+      }, 600_000, 250);
+      assert.equal(job.conclusion, "success");
+      const log: string = await gitea.jobLog("acme", "snap", job.id);
+      const runner: string = /\) received task/m.test(log) ? (/^\S+Z (\S+)\(version:[^)]*\) received task/m.exec(log)?.[1] ?? "") : "";
+      const vm = world.history(runner)?.last;
+      assert.ok(vm !== undefined, `Gitea job ${job.id} ran on no VM this test saw (runner ${runner || "?"})`);
+      assert.match(log, new RegExp(`host=${vm.metadata.name}\\b`), "the job saw its own VM's hostname");
+      const from = vm.status?.startedFrom ?? "?";
+      seen.push(`job ${job.id}: ${vm.metadata.name} on ${vm.status?.nodeName ?? "?"}, ${from}, guest ready ${vm.status?.bootDurationMs ?? "?"} ms after the VMM started`);
+      if (from === "Snapshot") restored = vm.metadata.name;
+    }
+    process.stdout.write(`# ${seen.join("\n# ")}\n`);
+    assert.ok(restored !== undefined, `no Gitea job of ${UNTIL_RESTORED} ran in a restored VM:\n${seen.join("\n")}`);
+    assert.deepEqual(await snapshotFilesHolding(restored), [], "a snapshot file holds the restored runner's name");
   });
 });

@@ -363,6 +363,7 @@ export class RunnerWorld {
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
       await world.kubectl(["apply", "-f", "-"], classYaml());
+      await world.kubectl(["apply", "-f", "-"], snapshotClassYaml());
       if (dockerImage !== undefined) await world.kubectl(["apply", "-f", "-"], dockerClassYaml());
       await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
@@ -449,12 +450,14 @@ export class RunnerWorld {
     // The pools' webhook secret (spec.webhook.secretRef): a pool counts queued jobs from webhooks only with it.
     await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
+    await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage).replace("name: runner\n", "name: runner-snapshot\n").replace("name: runner-small\n", "name: runner-small-snapshot\n"));
     if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner", "runner-docker", this.dockerImage));
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
       // Gitea pools' own webhook secret: the operator trusts no other for a Gitea delivery.
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-webhook", namespace }, data: { secret: b64(this.#giteaWebhookSecret) } } as KubeObject);
       await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner", "runner-small", this.giteaImage));
+      await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner-snapshot", "runner-small-snapshot", this.giteaImage));
       if (this.giteaDockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner", "runner-docker", this.giteaDockerImage));
     }
   }
@@ -709,6 +712,11 @@ spec:
 `;
 }
 
+/** runner-small's shape, its VMs restored from their node's memory snapshot (pools with `snapshot: true`). */
+function snapshotClassYaml(): string {
+  return classYaml().replace("name: runner-small", "name: runner-small-snapshot").replace("arch: amd64\n", "arch: amd64\n  startFrom: Snapshot\n");
+}
+
 export function templateYaml(namespace: string, baseImage: string, runnerImage: string): string {
   return `apiVersion: ${API_VERSION}
 kind: ImpVMTemplate
@@ -814,6 +822,8 @@ export interface GiteaPoolShape {
   readonly docker?: boolean;
   /** Demand from Gitea's workflow_job webhooks (spec.webhook, secret `gitea-webhook`) with the listing as backstop; hook the repository with `hookGitea`. */
   readonly webhook?: boolean;
+  /** Template gitea-runner-snapshot: class runner-small-snapshot, `startFrom: Snapshot`. */
+  readonly snapshot?: boolean;
 }
 
 function giteaPoolYaml(namespace: string, name: string, url: string, spec: GiteaPoolShape, repository: string, registryForVms: string | undefined): string {
@@ -824,7 +834,7 @@ metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: ${docker ? "gitea-docker-runner" : "gitea-runner"}
+  templateName: ${docker ? "gitea-docker-runner" : spec.snapshot === true ? "gitea-runner-snapshot" : "gitea-runner"}
   gitea:
     url: ${url}
     credentialsSecretRef:
@@ -851,6 +861,8 @@ export interface PoolShape {
   readonly scaleSet?: boolean;
   /** The Docker runner image (worlds with `docker: true`): template docker-runner, dockerd started by its entry point. */
   readonly docker?: boolean;
+  /** Template runner-snapshot: class runner-small-snapshot, `startFrom: Snapshot`. */
+  readonly snapshot?: boolean;
 }
 
 export function poolYaml(namespace: string, name: string, githubUrl: string, spec: PoolShape, idleSeconds: number, registryForVms: string | undefined): string {
@@ -861,7 +873,7 @@ metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: ${docker ? "docker-runner" : "runner"}
+  templateName: ${docker ? "docker-runner" : spec.snapshot === true ? "runner-snapshot" : "runner"}
   github:
     credentialsSecretRef:
       name: github-app
