@@ -4,7 +4,7 @@
  * server). After each case the invariant checker judges I1–I6 (test/fault/fault-case.ts).
  */
 import assert from "node:assert/strict";
-import { readFile, stat, writeFile } from "node:fs/promises";
+import { readdir, readFile, stat, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
@@ -17,7 +17,107 @@ const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (agent): cannot run on this machine: ${unavailable}\n`);
 const suite = import.meta.filename;
 
+/** Snapshot keys published on `node` (its memory snapshots directory). */
+async function snapshotsOn(node: { stateDir: string }): Promise<string[]> {
+  return (await readdir(join(node.stateDir, "snapshots")).catch(() => [] as string[])).filter((n) => /^[0-9a-f]{64}$/.test(n));
+}
+
+/** Waits until some node has published a memory snapshot; returns that node's state directory and key. */
+async function aSnapshot(ctx: CaseContext): Promise<{ stateDir: string; key: string }> {
+  return waitFor("a node's memory snapshot of the pool's template", async () => {
+    for (const node of ctx.world.nodes) {
+      const [key] = await snapshotsOn(node);
+      if (key !== undefined) return { stateDir: node.stateDir, key };
+    }
+    return undefined;
+  }, { timeoutMs: 300_000, intervalMs: 250 });
+}
+
+/** Jobs one after another until one ran in a restored VM (each node boots once and builds its template); what each ran on. */
+async function untilRestored(ctx: CaseContext, name: string, max = 5): Promise<string> {
+  const seen: string[] = [];
+  for (let i = 1; i <= max; i++) {
+    const job = ctx.world.queueJob(`${ctx.pool}-${name}-${i}`, [{ name: "step", run: "echo hi" }], ctx.labels);
+    await ctx.world.waitForJob(job, "completed", 300_000);
+    assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
+    const vm = ctx.world.history(job.runnerName ?? "")?.last;
+    seen.push(`${job.name} on ${job.runnerName ?? "?"} (${vm?.status?.startedFrom ?? "?"})`);
+    if (vm?.status?.startedFrom === "Snapshot") return seen.join(", ");
+  }
+  throw new Error(`no job of ${max} ran in a restored VM: ${seen.join(", ")}`);
+}
+
 const cases: FaultCase[] = [
+  {
+    id: "snapshot-damaged",
+    injected: "every node's memory snapshot of the pool's template overwritten (its device state) and truncated (its RAM file)",
+    where: "between jobs of a startFrom: Snapshot pool, after its VMs were being restored",
+    pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    async run(ctx) {
+      await ctx.idleRunner();
+      const before = await untilRestored(ctx, "before");
+      ctx.faultNow();
+      for (const node of ctx.world.nodes) {
+        for (const key of await snapshotsOn(node)) {
+          await writeFile(join(node.stateDir, "snapshots", key, "state"), "not a device state");
+          await truncate(join(node.stateDir, "snapshots", key, "memory"), 4096);
+        }
+      }
+      const after = await untilRestored(ctx, "after");
+      return `before: ${before}; after the damage every job was served, the damaged snapshots discarded (VMs booted) and rebuilt: ${after}`;
+    },
+  },
+  {
+    id: "agent-crash-snapshot-save",
+    injected: "agent SIGKILL (fault point agent.snapshot-save=crash)",
+    where: "while a memory snapshot is written: the template's RAM file and device state are on disk, the snapshot not yet published",
+    pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    arm: (ctx) => armAgents(ctx.world, "agent.snapshot-save=crash@1"),
+    async run(ctx) {
+      const node = await oneAgentCrashed(ctx);
+      const served = await untilRestored(ctx, "after-crash");
+      const building = (await Promise.all(ctx.world.nodes.map(async (n) => (await readdir(join(n.stateDir, "snapshots")).catch(() => [] as string[])).filter((e) => e.startsWith(".building-"))))).flat();
+      const templates = (await Promise.all(ctx.world.nodes.map(async (n) => (await readdir(join(n.stateDir, "vms")).catch(() => [] as string[])).filter((e) => e.startsWith("tpl-"))))).flat();
+      assert.deepEqual(building, [], "a half-built snapshot is left");
+      assert.deepEqual(templates, [], "a template VM's directory is left");
+      assert.deepEqual(await processesMentioning("/vms/tpl-"), [], "a template VM's process is left");
+      return `the agent on ${node} died with its template saved but not published; restarted, its sweep removed the template VM and the half-built snapshot; jobs served, then restored: ${served}`;
+    },
+  },
+  {
+    id: "template-boot-fails",
+    injected: "fault point agent.template=fail on every agent (its first template build)",
+    where: "as a node starts the template VM of a startFrom: Snapshot pool",
+    pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    arm: (ctx) => armAgents(ctx.world, "agent.template=fail@1"),
+    async run(ctx) {
+      const vm = await ctx.idleRunner();
+      ctx.faultNow();
+      assert.equal(vm.status?.startedFrom, "Boot");
+      // A failed build is tried again after 30 s (then 60 s, …): jobs keep being served by booted VMs meanwhile.
+      const served = await untilRestored(ctx, "after-failed-template", 10);
+      return `the failed templates made no snapshot; ${nameOf(vm)} and the next VMs booted and served their jobs until a template was built: ${served}`;
+    },
+  },
+  {
+    id: "restore-hangs",
+    injected: "fault point agent.restore=hang on every agent",
+    where: "as a VM of a startFrom: Snapshot pool starts its restore, with a snapshot on its node",
+    pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    async run(ctx) {
+      await ctx.idleRunner();
+      await aSnapshot(ctx);
+      await armAgents(ctx.world, "agent.restore=hang@1");
+      ctx.faultNow();
+      const job = await jobRunsThrough(ctx, "hung-restore");
+      // The job's VM went; its replacement's restore hangs until its deadline (60 s), then it boots.
+      const vm = await ctx.vm("a replacement that came up after its restore hung", (v) => v.status?.phase === "Running" && v.status.startedFrom !== undefined && Date.parse(v.status.phaseTimestamps?.booting ?? "") - Date.parse(v.status.phaseTimestamps?.preparing ?? "") >= 60_000, 300_000);
+      assert.equal(vm.status?.startedFrom, "Boot");
+      const served = await jobRunsThrough(ctx, "after-hung-restore");
+      await armAgents(ctx.world, "");
+      return `${job}; the next VM's restore hung and was ended by its deadline, and it booted instead (${nameOf(vm)}, preparing → booting ${((Date.parse(vm.status?.phaseTimestamps?.booting ?? "") - Date.parse(vm.status?.phaseTimestamps?.preparing ?? "")) / 1000).toFixed(1)} s); ${served}`;
+    },
+  },
   {
     id: "agent-crash-exec-sent",
     injected: "agent SIGKILL (fault point agent.exec-sent=crash)",

@@ -43,7 +43,7 @@ export interface FaultCase {
   /** Where on the runner path. */
   readonly where: string;
   /** Pool shape; default minIdle 1, maxConcurrent 2, webhook mode. */
-  readonly pool?: { minIdle: number; maxConcurrent: number; scaleSet?: boolean; webhook?: boolean };
+  readonly pool?: { minIdle: number; maxConcurrent: number; scaleSet?: boolean; webhook?: boolean; snapshot?: boolean };
   /** A Gitea pool (the world has a Gitea): its own repository acme/<pool>, runners labelled <pool>. */
   readonly forge?: "gitea";
   readonly bounds?: Partial<Record<InvariantId, number>>;

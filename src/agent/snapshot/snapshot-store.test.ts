@@ -88,6 +88,39 @@ describe("SnapshotStore", () => {
     assert.match((await fresh.find(key(1))).discarded ?? "", /RAM file does not match/);
   });
 
+  it("keeps a snapshot published since a miss instead of building it again", async () => {
+    const { store: s } = await store();
+    const b = build();
+    await s.create(key(1), b, AbortSignal.timeout(5_000));
+    await s.create(key(1), b, AbortSignal.timeout(5_000));
+    assert.equal(b.calls, 1);
+  });
+
+  it("removes only the version it was asked to: a rebuild published since stays", async () => {
+    const { store: s } = await store();
+    const old = (await s.find((await s.create(key(1), build(), AbortSignal.timeout(5_000))).key)).found;
+    assert.ok(old !== undefined);
+    await s.remove(key(1));
+    await s.create(key(1), build(8192), AbortSignal.timeout(5_000));
+    await s.remove(key(1), old);
+    assert.ok((await s.find(key(1))).found !== undefined, "the rebuild was removed for the old version's failure");
+  });
+
+  it("refuses to link a snapshot replaced since it was found", async () => {
+    const { store: s, root } = await store();
+    const found = (await s.find((await s.create(key(1), build(), AbortSignal.timeout(5_000))).key)).found;
+    assert.ok(found !== undefined);
+    await s.remove(key(1));
+    await s.create(key(1), build(8192), AbortSignal.timeout(5_000));
+    const vmDir = join(root, "..", "vm-replaced");
+    await mkdir(vmDir);
+    await assert.rejects(s.linkInto(found, vmDir), (err: Error & { code?: string }) => err.code === "SnapshotUnreadable");
+  });
+
+  it("refuses a root QEMU 7.2 could not be handed through its shell", () => {
+    assert.throws(() => new SnapshotStore({ root: "/var/lib/imp/snap shots", maxBytes: 1, clock: systemClock, logger: silentLogger }), (err: Error & { code?: string }) => err.code === "SnapshotKeyInvalid");
+  });
+
   it("gives a restoring VM hard links that outlive the snapshot's removal", async () => {
     const { store: s, root } = await store();
     const snap = await s.create(key(1), build(), AbortSignal.timeout(5_000));

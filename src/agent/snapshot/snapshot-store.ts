@@ -45,6 +45,8 @@ export interface TemplateSnapshot extends SnapshotFiles {
   readonly key: string;
   readonly dir: string;
   readonly meta: SnapshotMeta;
+  /** The verified files' identity (device, inode, size, mtime of each): `linkInto` checks the links against it. */
+  readonly identity: string;
 }
 
 export type FindResult =
@@ -67,9 +69,25 @@ export class SnapshotStore {
   readonly #building = new Map<string, Promise<TemplateSnapshot>>();
   /** Per key, the file identities whose full digests were checked in this process. */
   readonly #verified = new Map<string, string>();
+  /** Per key, the tail of its operations: find, publish and remove of one key never interleave. */
+  readonly #locks = new Map<string, Promise<unknown>>();
 
+  /** Throws a terminal `SnapshotKeyInvalid` for a root QEMU 7.2 could not be handed (see memory-snapshot.ts). */
   constructor(options: SnapshotStoreOptions) {
+    if (!/^\/[A-Za-z0-9._/-]+$/.test(options.root)) {
+      throw terminalError("SnapshotKeyInvalid", `Cannot keep memory snapshots in ${JSON.stringify(options.root)}: QEMU 7.2 reads a snapshot through /bin/sh, so the path may hold only A-Z a-z 0-9 . _ / -`);
+    }
     this.#o = options;
+  }
+
+  #locked<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.#locks.get(key) ?? Promise.resolve()).then(fn, fn);
+    const tail = run.catch(() => undefined);
+    this.#locks.set(key, tail);
+    void tail.then(() => {
+      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    });
+    return run;
   }
 
   static filesIn(dir: string): SnapshotFiles {
@@ -84,6 +102,10 @@ export class SnapshotStore {
   /** The verified snapshot for `key`, or why there is none usable (a snapshot that failed is deleted). */
   async find(key: string): Promise<FindResult> {
     checkKey(key);
+    return this.#locked(key, () => this.#find(key));
+  }
+
+  async #find(key: string): Promise<FindResult> {
     const dir = join(this.#o.root, key);
     let meta: SnapshotMeta;
     try {
@@ -92,12 +114,12 @@ export class SnapshotStore {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return {};
       return this.#discard(key, `its ${META} is unreadable (${(err as Error).message})`);
     }
-    const snapshot: TemplateSnapshot = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
-    const problem = await this.#verify(snapshot);
+    const files = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
+    const problem = await this.#verify(files);
     if (problem !== undefined) return this.#discard(key, problem);
     const now = new Date(this.#o.clock.now());
     await utimes(dir, now, now).catch(() => undefined);
-    return { found: snapshot };
+    return { found: { ...files, identity: await identity(files) } };
   }
 
   /**
@@ -108,28 +130,39 @@ export class SnapshotStore {
     checkKey(key);
     const running = this.#building.get(key);
     if (running !== undefined) return running;
-    const promise = this.#create(key, build, signal).finally(() => this.#building.delete(key));
+    // A snapshot published since the caller's miss is kept, not rebuilt and replaced.
+    const promise = this.#locked(key, async () => (await this.#find(key)).found ?? this.#create(key, build, signal)).finally(() => this.#building.delete(key));
     this.#building.set(key, promise);
     return promise;
   }
 
   /**
-   * Hard links of the snapshot's RAM file and state into `dir` (same filesystem: the node's state
-   * directory), so a VM restoring from them keeps them whatever eviction does meanwhile.
+   * Hard links of the snapshot's three files into `dir` (same filesystem: the node's state
+   * directory), so a VM restoring from them keeps them whatever eviction or a rebuild does
+   * meanwhile. Rejects with a retryable `SnapshotUnreadable` when the files linked are not the ones
+   * `find` verified (a rebuild was published in between): the caller boots instead.
    */
-  async linkInto(snapshot: TemplateSnapshot, dir: string): Promise<Omit<SnapshotFiles, "scratch">> {
-    const files = { memoryFile: join(dir, "snapshot-memory"), statePath: join(dir, "snapshot-state") };
-    await rm(files.memoryFile, { force: true });
-    await rm(files.statePath, { force: true });
-    await link(snapshot.memoryFile, files.memoryFile);
-    await link(snapshot.statePath, files.statePath);
+  async linkInto(snapshot: TemplateSnapshot, dir: string): Promise<SnapshotFiles> {
+    const files: SnapshotFiles = { memoryFile: join(dir, "snapshot-memory"), statePath: join(dir, "snapshot-state"), scratch: join(dir, "snapshot-scratch") };
+    for (const [from, to] of [[snapshot.memoryFile, files.memoryFile], [snapshot.statePath, files.statePath], [snapshot.scratch, files.scratch]] as const) {
+      await rm(to, { force: true });
+      await link(from, to);
+    }
+    if ((await identity(files)) !== snapshot.identity) {
+      throw retryableError("SnapshotUnreadable", `Cannot restore from memory snapshot ${snapshot.key}: it was replaced while being linked`);
+    }
     return files;
   }
 
-  async remove(key: string): Promise<void> {
+  /** Removes the snapshot of `key`; with `only`, only if it is still that version (not a rebuild published since). */
+  async remove(key: string, only?: TemplateSnapshot): Promise<void> {
     checkKey(key);
-    this.#verified.delete(key);
-    await rm(join(this.#o.root, key), { recursive: true, force: true });
+    return this.#locked(key, async () => {
+      const dir = join(this.#o.root, key);
+      if (only !== undefined && (await identity(SnapshotStore.filesIn(dir)).catch(() => "")) !== only.identity) return;
+      this.#verified.delete(key);
+      await rm(dir, { recursive: true, force: true });
+    });
   }
 
   /**
@@ -193,8 +226,10 @@ export class SnapshotStore {
       const dir = join(this.#o.root, key);
       await rm(dir, { recursive: true, force: true });
       await rename(work, dir);
-      const snapshot: TemplateSnapshot = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
-      this.#verified.set(key, await identity(snapshot));
+      const published = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
+      const id = await identity(published);
+      this.#verified.set(key, id);
+      const snapshot: TemplateSnapshot = { ...published, identity: id };
       this.#o.logger.info({ key, memoryBytes: meta.memoryBytes, stateBytes: meta.stateBytes, bootMs: meta.bootMs, saveMs: meta.saveMs }, "memory snapshot created");
       return snapshot;
     } catch (err) {
@@ -203,13 +238,15 @@ export class SnapshotStore {
     }
   }
 
-  async #verify(s: TemplateSnapshot): Promise<string | undefined> {
+  async #verify(s: Omit<TemplateSnapshot, "identity">): Promise<string | undefined> {
     const m = s.meta;
     if (m.version !== META_VERSION || m.key !== s.key) return `its ${META} is of another version or key`;
     const sizes: [string, string, number][] = [["RAM file", s.memoryFile, m.memoryBytes], ["device state", s.statePath, m.stateBytes], ["scratch disk", s.scratch, m.scratchBytes]];
     for (const [what, path, bytes] of sizes) {
       const st = await stat(path).catch(() => undefined);
       if (st === undefined) return `its ${what} is missing`;
+      // Not a FIFO or a device that reading would block on or never end.
+      if (!st.isFile()) return `its ${what} is not a regular file`;
       if (st.size !== bytes) return `its ${what} is ${st.size} bytes, not the ${bytes} it was saved with`;
     }
     // The state is small and read whole by every restore: checked every time.
@@ -222,9 +259,11 @@ export class SnapshotStore {
     return undefined;
   }
 
+  /** Called under the key's lock. */
   async #discard(key: string, why: string): Promise<FindResult> {
     this.#o.logger.warn({ key, why }, "memory snapshot discarded");
-    await this.remove(key);
+    this.#verified.delete(key);
+    await rm(join(this.#o.root, key), { recursive: true, force: true });
     return { discarded: why };
   }
 }
@@ -234,11 +273,11 @@ function checkKey(key: string): void {
 }
 
 /**
- * Inode, size and modification time of the RAM file and scratch disk: a file replaced or rewritten
- * changes it (not the change time: every hard link a restoring VM takes changes that).
+ * Device, inode, size and modification time of the three files: a file replaced or rewritten changes
+ * it (not the change time: every hard link a restoring VM takes changes that).
  */
 async function identity(s: SnapshotFiles): Promise<string> {
-  const parts = await Promise.all([s.memoryFile, s.scratch].map(async (p) => {
+  const parts = await Promise.all([s.memoryFile, s.statePath, s.scratch].map(async (p) => {
     const st = await stat(p);
     return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
   }));

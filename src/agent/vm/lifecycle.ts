@@ -29,7 +29,9 @@ export function restorePipeline(deps: BootDeps, snapshots: SnapshotDeps, events:
     .then(restoreSnapshotSteps(deps, snapshots, events))
     .then(disksAndNetworkSteps(deps))
     .then(launchSteps(deps))
-    .then(connectSteps(deps, { timeoutMs: deps.timeouts.bootMs, faultPoint: true }))
+    // A restored guest answers in a fraction of a second; one that does not within a request's
+    // time is stuck, and the VM boots instead (its restore deadline bounds the rest).
+    .then(connectSteps(deps, { timeoutMs: deps.timeouts.requestMs, faultPoint: true }))
     .then(configureSteps(deps))
     .then(workloadSteps(deps));
 }
@@ -37,11 +39,11 @@ export function restorePipeline(deps: BootDeps, snapshots: SnapshotDeps, events:
 /** The template VM of a snapshot, saved into `files` once its guest agent answers. */
 export function templatePipeline(deps: BootDeps, files: SnapshotFiles) {
   return dirAndImageSteps(deps)
-    .then(templateSnapshotSteps(files))
+    .then(templateSnapshotSteps(deps, files))
     .then(disksAndNetworkSteps(deps))
     .then(launchSteps(deps))
     .then(connectSteps(deps, { timeoutMs: deps.timeouts.bootMs, faultPoint: false }))
-    .then(saveSteps(files));
+    .then(saveSteps(deps, files));
 }
 
 export function adoptPipeline(deps: BootDeps, facts: AdoptionFacts, processes: readonly VmmProcess[]) {

@@ -137,6 +137,8 @@ export interface RuntimeTimeouts {
   readonly requestMs: number;
   /** After the workload exited, how long the guest may take to power off before it is stopped. */
   readonly powerOffMs: number;
+  /** A restore from a memory snapshot must reach a configured guest within this, or the VM boots instead. */
+  readonly restoreMs: number;
 }
 
 /** The PATH a workload starts with unless it sets its own (the kernel gives init almost none). */
@@ -148,4 +150,4 @@ export const DEFAULT_WORKLOAD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/
  */
 export const DEFAULT_WORKLOAD_ENV: Readonly<Record<string, string>> = { PATH: DEFAULT_WORKLOAD_PATH, HOME: "/root", LANG: "C.UTF-8" };
 
-export const DEFAULT_RUNTIME_TIMEOUTS: RuntimeTimeouts = { bootMs: 120_000, stopGraceMs: 10_000, setupWaitMs: 300_000, requestMs: 30_000, powerOffMs: 15_000 };
+export const DEFAULT_RUNTIME_TIMEOUTS: RuntimeTimeouts = { bootMs: 120_000, stopGraceMs: 10_000, setupWaitMs: 300_000, requestMs: 30_000, powerOffMs: 15_000, restoreMs: 60_000 };

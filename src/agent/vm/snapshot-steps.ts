@@ -13,7 +13,7 @@
  * the `snapshot` step fails with `SnapshotMissing` and the runtime boots it.
  */
 import { execFile } from "node:child_process";
-import { rename, stat } from "node:fs/promises";
+import { rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { retryableError, terminalError } from "../../shared/index.ts";
@@ -60,7 +60,7 @@ export async function snapshotKeyOf(request: VmBootRequest, image: CachedImage, 
     memoryMiB: request.memoryMiB,
     scratchBytes: request.scratchBytes,
     network: request.network !== undefined,
-    vmm: `${driver.kind}:${driver.memoryOverheadMiB}`,
+    vmm: driver.snapshotIdentity === undefined ? driver.kind : await driver.snapshotIdentity(),
   });
 }
 
@@ -94,12 +94,13 @@ export function templateRequestOf(request: VmBootRequest, key: string): VmBootRe
 /** What a restore tells its runtime: a snapshot there is not (yet), or the one it restores from. */
 export interface RestoreEvents {
   missing(request: VmBootRequest, key: string, why: string): void;
-  found(key: string): void;
+  found(snapshot: TemplateSnapshot): void;
 }
 
 /** A job VM's step: the verified snapshot it restores from, linked into its directory with its own scratch copy. */
 export function restoreSnapshotSteps(deps: BootDeps, snapshots: SnapshotDeps, events: RestoreEvents): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "memorySnapshot"> & { readonly snapshot: TemplateSnapshot }, BootStepName> {
-  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", async (s) => {
+  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", async (s, ctx) => {
+    await deps.faults.hit("agent.restore", ctx.signal);
     const driver = deps.launch.drivers.get(s.request.vmm);
     if (driver?.memorySnapshots !== true) throw terminalError("SnapshotUnsupported", `Cannot restore VM ${s.request.name}: the ${s.request.vmm} driver cannot restore memory snapshots here`);
     const key = await snapshotKeyOf(s.request, s.image, driver);
@@ -110,29 +111,47 @@ export function restoreSnapshotSteps(deps: BootDeps, snapshots: SnapshotDeps, ev
       throw retryableError("SnapshotMissing", `Cannot restore VM ${s.request.name} from a memory snapshot: ${why}; it boots instead`, { context: { key } });
     }
     const snapshot = result.found;
-    events.found(key);
+    events.found(snapshot);
     const links = await snapshots.store.linkInto(snapshot, s.dir.root);
-    // The disk the guest's memory remembers, as the template left it; sparse, reflinked where the
-    // filesystem can. The disks step keeps a scratch disk it finds in place.
-    await run("cp", ["--sparse=always", "--reflink=auto", snapshot.scratch, join(s.dir.root, SCRATCH_DISK)]).catch((err: unknown) => {
-      throw retryableError("SnapshotUnreadable", `Cannot copy the snapshot's scratch disk for VM ${s.request.name}: ${(err as Error).message}`, { cause: err });
-    });
-    return { snapshot, memorySnapshot: { role: "restore" as const, ...links } };
+    // This VM's own copies (sparse, reflinked where the filesystem can) of the RAM file and of the
+    // disk the guest's memory remembers. QEMU 7.2 opens a RAM file read-write even when it maps it
+    // privately, so a job that took over its QEMU could write a file it shared with other VMs; its
+    // own copy it may. The disks step keeps a scratch disk it finds in place.
+    const memoryFile = join(s.dir.root, "memory");
+    await copySparse(links.memoryFile, memoryFile, ctx.signal);
+    await copySparse(links.scratch, join(s.dir.root, SCRATCH_DISK), ctx.signal);
+    await rm(links.memoryFile, { force: true });
+    await rm(links.scratch, { force: true });
+    return { snapshot, memorySnapshot: { role: "restore" as const, memoryFile, statePath: links.statePath } };
+  });
+}
+
+/** How long copying a snapshot's RAM file or disk may take (reading at least ~20 MiB/s of a 1 GiB file). */
+const COPY_TIMEOUT_MS = 60_000;
+
+async function copySparse(from: string, to: string, signal: AbortSignal): Promise<void> {
+  await run("cp", ["--sparse=always", "--reflink=auto", from, to], { signal, timeout: COPY_TIMEOUT_MS }).catch((err: unknown) => {
+    throw retryableError("SnapshotUnreadable", `Cannot copy memory snapshot file ${from}: ${(err as Error).message}`, { cause: err });
   });
 }
 
 /** A template's step: its RAM goes to the snapshot's file, written through. */
-export function templateSnapshotSteps(files: SnapshotFiles): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "memorySnapshot">, BootStepName> {
-  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", () => ({ memorySnapshot: { role: "template" as const, memoryFile: files.memoryFile } }));
+export function templateSnapshotSteps(deps: BootDeps, files: SnapshotFiles): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "memorySnapshot">, BootStepName> {
+  return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", async (_s, ctx) => {
+    await deps.faults.hit("agent.template", ctx.signal);
+    return { memorySnapshot: { role: "template" as const, memoryFile: files.memoryFile } };
+  });
 }
 
 /** save: the template, paused with a ready guest agent and nothing sent, saved; its scratch disk moved into the snapshot. */
-export function saveSteps(files: SnapshotFiles): Pipeline<Prepared & Connected, Prepared & Connected & { readonly saveMs: number }, BootStepName> {
-  return Pipeline.of<Prepared & Connected, BootStepName>().step("save", async (s) => {
+export function saveSteps(deps: BootDeps, files: SnapshotFiles): Pipeline<Prepared & Connected, Prepared & Connected & { readonly saveMs: number }, BootStepName> {
+  return Pipeline.of<Prepared & Connected, BootStepName>().step("save", async (s, ctx) => {
     if (s.vm.saveSnapshot === undefined) throw terminalError("SnapshotUnsupported", `Cannot save template ${s.request.name}: its VMM cannot save memory snapshots`);
     // The template's channel closes before the pause: no host connection is in the snapshot.
     s.client.close();
     const { ms } = await s.vm.saveSnapshot(files.statePath, { timeoutMs: SAVE_TIMEOUT_MS });
+    // The RAM file and the device state are written, the snapshot not yet published.
+    await deps.faults.hit("agent.snapshot-save", ctx.signal);
     await rename(s.disks.scratch, files.scratch);
     return { saveMs: ms };
   });

@@ -7,13 +7,14 @@
  */
 import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
-import { describeError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
+import { describeError, ImpError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
 import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
 import { firstExitRecord } from "../guest/index.ts";
 import { adoptPipeline, bootPipeline, restorePipeline, templatePipeline } from "./lifecycle.ts";
 import { templateRequestOf, type SnapshotDeps } from "./snapshot-steps.ts";
+import type { TemplateSnapshot } from "../snapshot/index.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, type RuntimeTimeouts, type VmBootRequest, type SetupStore, type VmImageSource, type VmLaunchPorts, type VmNetworkProvider, type VmRef } from "./ports.ts";
@@ -60,6 +61,10 @@ class RestoreFellBack extends Error {
   }
 }
 
+/** The first wait before a failed template build is tried again, and the longest. */
+const TEMPLATE_RETRY_MS = 30_000;
+const TEMPLATE_RETRY_MAX_MS = 600_000;
+
 /** A restore failing in these steps has sent nothing a boot would not send again: it falls back to a boot. */
 const RESTORE_FALLBACK_STEPS: ReadonlySet<BootStepName | undefined> = new Set(["snapshot", "disks", "network", "vmm", "guest", "configure"]);
 
@@ -97,6 +102,8 @@ export class VmRuntime {
   readonly #deps: BootDeps;
   /** Template VMs being built (their directories and ports are live for the sweep). */
   readonly #templates = new Set<string>();
+  /** Keys whose template build failed: when to try again, and the last wait. */
+  readonly #templateBackoff = new Map<string, { readonly delayMs: number; readonly retryAt: number }>();
 
   constructor(options: VmRuntimeOptions) {
     this.#o = options;
@@ -252,30 +259,50 @@ export class VmRuntime {
     const snapshots = this.#o.snapshots;
     if (request.startFrom === "Snapshot" && snapshots !== undefined && this.#o.launch.drivers.get(request.vmm)?.memorySnapshots === true) {
       const started = this.#o.clock.now();
-      let restoringFrom: string | undefined;
+      let restoringFrom: TemplateSnapshot | undefined;
+      // Every step of a restore is bounded, but not their sum: a restore that has not reached a
+      // configured guest by restoreMs boots instead. Cleared once configure passed (the setup may wait long).
+      const deadline = new AbortController();
+      const timer = setTimeout(() => deadline.abort(terminalError("SnapshotLoadFailed", `Cannot restore VM ${request.name}: no configured guest within ${this.#t.restoreMs} ms`)), this.#t.restoreMs);
       try {
         const pipeline = restorePipeline(this.#deps, snapshots, {
           missing: (req, key, why) => this.#buildTemplate(req, key, why, log),
-          found: (key) => (restoringFrom = key),
+          found: (snapshot) => (restoringFrom = snapshot),
         });
-        this.#end(task, await this.#runLifecycle(task, request, pipeline, log, true), log);
+        this.#end(task, await this.#runLifecycle(task, request, pipeline, log, { deadline: deadline.signal, configured: () => clearTimeout(timer) }), log);
         return;
       } catch (err) {
         if (!(err instanceof RestoreFellBack)) throw err;
         this.#o.observe?.({ kind: "snapshot", result: "fallback", ms: this.#o.clock.now() - started });
-        // A snapshot that did not restore is not tried again: the next VM gets a fresh template.
-        if (restoringFrom !== undefined && (err.step === "vmm" || err.step === "guest" || err.step === "configure")) await snapshots.store.remove(restoringFrom).catch(() => undefined);
+        // A snapshot that did not load, or whose guest did not answer or take its configure, is not
+        // tried again: the next VM gets a fresh template. Other failures (a CID, a tap, a launcher,
+        // the deadline under load) say nothing about the snapshot.
+        const code = err.cause instanceof ImpError ? err.cause.code : undefined;
+        const blamed = (err.step === "vmm" && code === "SnapshotLoadFailed" && !deadline.signal.aborted) || err.step === "guest" || err.step === "configure";
+        if (restoringFrom !== undefined && blamed) await snapshots.store.remove(restoringFrom.key, restoringFrom).catch(() => undefined);
+        // The restore's VMM is gone (rolled back); a boot that fails before its own must not be taken for it.
+        task.vm = undefined;
+        task.pid = undefined;
         log.warn({ step: err.step, error: err.message }, err.step === "snapshot" ? "no memory snapshot to restore; booting" : "memory snapshot restore failed; booting");
         this.#progress(task, { at: { preparing: this.#o.clock.now() } });
+      } finally {
+        clearTimeout(timer);
       }
     }
-    this.#end(task, await this.#runLifecycle(task, request, bootPipeline(this.#deps), log, false), log);
+    this.#end(task, await this.#runLifecycle(task, request, bootPipeline(this.#deps), log, undefined), log);
   }
 
-  /** Builds the template snapshot of `key` in the background, once; failures are logged and counted, never a VM's. */
+  /**
+   * Builds the template snapshot of `key` in the background; failures are logged and counted, never
+   * a VM's. One template VM on the node at a time (it is not in the node's capacity, and under TCG
+   * each adds to the load that times the next one out); a key whose build failed waits, doubling
+   * from 30 s to 10 min, before it is tried again.
+   */
   #buildTemplate(request: VmBootRequest, key: string, why: string, log: Logger): void {
     const snapshots = this.#o.snapshots;
-    if (snapshots === undefined || snapshots.store.building(key)) return;
+    if (snapshots === undefined || this.#templates.size > 0) return;
+    const backoff = this.#templateBackoff.get(key);
+    if (backoff !== undefined && this.#o.clock.now() < backoff.retryAt) return;
     const template = templateRequestOf(request, key);
     log.info({ key, why, template: template.id }, "building a memory snapshot template");
     this.#templates.add(template.id);
@@ -288,21 +315,33 @@ export class VmRuntime {
         return { bootMs, saveMs: result.output.saveMs };
       }, AbortSignal.timeout(this.#t.bootMs + 120_000))
       .then(
-        () => this.#o.observe?.({ kind: "snapshot", result: "created", ms: this.#o.clock.now() - started }),
+        () => {
+          this.#templateBackoff.delete(key);
+          this.#o.observe?.({ kind: "snapshot", result: "created", ms: this.#o.clock.now() - started });
+        },
         (err: unknown) => {
-          log.warn({ key, error: describeError(err) }, "memory snapshot template failed; VMs of its class keep booting");
+          const delayMs = Math.min(TEMPLATE_RETRY_MAX_MS, (this.#templateBackoff.get(key)?.delayMs ?? TEMPLATE_RETRY_MS / 2) * 2);
+          this.#templateBackoff.set(key, { delayMs, retryAt: this.#o.clock.now() + delayMs });
+          log.warn({ key, error: describeError(err), retryInMs: delayMs }, "memory snapshot template failed; VMs of its class keep booting");
           this.#o.observe?.({ kind: "snapshot", result: "build-failed" });
         },
       )
       .finally(() => this.#templates.delete(template.id));
   }
 
-  /** One lifecycle to its end; `restoring`: a failure before the setup is sent throws {@link RestoreFellBack}. */
-  async #runLifecycle(task: VmTask, request: VmBootRequest, pipeline: Parameters<typeof runToEnd<{ request: VmBootRequest; log: Logger }>>[0], log: Logger, restoring: boolean): Promise<VmOutcome> {
+  /**
+   * One lifecycle to its end. `restore` (a restore's): a failure before the setup is sent throws
+   * {@link RestoreFellBack}, and its `deadline` ends the steps until `configured` is called.
+   */
+  async #runLifecycle(task: VmTask, request: VmBootRequest, pipeline: Parameters<typeof runToEnd<{ request: VmBootRequest; log: Logger }>>[0], log: Logger, restore: { readonly deadline: AbortSignal; readonly configured: () => void } | undefined): Promise<VmOutcome> {
+    const restoring = restore !== undefined;
     return runToEnd(pipeline, { request, log }, {
-      signal: task.abort.signal,
+      signal: restore === undefined ? task.abort.signal : AbortSignal.any([task.abort.signal, restore.deadline]),
       log,
-      onStep: (name, event) => this.#onBootStep(task, request, name, event, restoring),
+      onStep: (name, event) => {
+        if (name === "configure" && event === "end") restore?.configured();
+        this.#onBootStep(task, request, name, event, restoring);
+      },
       failed: (step, err) => {
         if (task.stopRequest !== undefined) return stopped(task);
         if (restoring && RESTORE_FALLBACK_STEPS.has(step)) throw new RestoreFellBack(step, err);

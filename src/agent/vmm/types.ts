@@ -189,6 +189,11 @@ export interface VmmDriver {
   readonly guestChannel: "vsock" | "serial";
   /** Whether `start` honours `spec.memorySnapshot` (QEMU does; Firecracker's path is not built yet). */
   readonly memorySnapshots: boolean;
+  /**
+   * What of this VMM shapes the machine a memory snapshot restores into (its version, the
+   * accelerator): part of a snapshot's key, so a VMM upgraded under a node's snapshots makes new ones.
+   */
+  snapshotIdentity?(): Promise<string>;
   /** The whole kernel command line for `parts`, with the arguments this VMM needs. Throws a terminal error for an argument it cannot carry. */
   cmdline(parts: KernelCmdlineParts): string;
   /** The file the guest's serial console of a VM with this spec is written to (where exit records are read after the fact). */

@@ -18,6 +18,7 @@ import { readHostTscKhz, type GuestClient } from "../../../src/agent/index.ts";
 import { QemuVm, type QemuVmOptions } from "../../../src/agent/vmm/index.ts";
 import { connectGuest } from "../../../src/agent/vm/index.ts";
 import { failureTracker, loadBootKit, makeScratchDisk, runExec, sha256File } from "../../harness/vm.ts";
+import { processesMentioning } from "../../harness/node-agent.ts";
 
 const run = promisify(execFile);
 const DAY_MS = 86_400_000;
@@ -183,5 +184,22 @@ describe("VMs restored from one QEMU memory snapshot", { timeout: 300_000 }, (su
     }
     // The scan can find what is there: the clone's own disk holds the token it wrote.
     assert.equal(await fileContains(join(dir, "c1-scratch.ext4"), Buffer.from(token)), true, "the scan did not find the token on the clone's own disk");
+  });
+
+  it("fails a restore from a damaged device state at once, in QEMU's words, leaving nothing running", async () => {
+    const bad = join(dir, "damaged.state");
+    await run("sh", ["-c", `head -c 20000 ${statePath} > ${bad}`]);
+    const scratch = join(dir, "damaged-scratch.ext4");
+    await run("cp", ["--sparse=always", templateScratch, scratch]);
+    const vmDir = join(dir, "damaged");
+    await assert.rejects(
+      QemuVm.start({ dir: vmDir, channel: "serial", dieWithParent: true, machine: machineWith(scratch), snapshot: { role: "restore", memoryFile, statePath: bad }, snapshotLoadTimeoutMs: 120_000 }),
+      (err: Error & { code?: string }) => {
+        assert.equal(err.code, "SnapshotLoadFailed", err.message);
+        assert.match(err.message, /QEMU exited while loading it.*qemu: /s);
+        return true;
+      },
+    );
+    assert.deepEqual(await processesMentioning(vmDir), [], "a QEMU of the failed restore is left");
   });
 });

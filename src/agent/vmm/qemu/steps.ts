@@ -3,8 +3,8 @@
  * resource is acquired: a boot creates the VM's processes, an adoption takes over those of an earlier
  * agent run and registers the same cleanups in the same order, so stop and rollback behave alike.
  */
-import { mkdir, rm, stat, writeFile } from "node:fs/promises";
-import { retryableError, silentLogger, systemClock, terminalError, type Clock, type Logger, type Step } from "../../../shared/index.ts";
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { describeError, ImpError, retryableError, silentLogger, systemClock, terminalError, type Clock, type Logger, type Step } from "../../../shared/index.ts";
 import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../console-log.ts";
 import type { ProcessLauncher, VmExit, VmMemorySnapshot, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
@@ -206,19 +206,48 @@ export const RESTORE_STEPS: readonly Step<Boot, QemuStepName>[] = [
   ...BOOT_STEPS,
   {
     name: "load-snapshot",
-    run: async ({ cfg, dir }, step) => {
+    run: async ({ cfg, dir, qemu }, step) => {
       const role = cfg.snapshot;
-      if (role?.role !== "restore") throw terminalError("VmSpecInvalid", "Cannot restore a VM without a snapshot to restore it from");
-      const qmp = await QmpClient.connect(dir.qmpSocket(), { timeoutMs: cfg.snapshotLoadTimeoutMs, signal: step.signal });
+      if (role?.role !== "restore" || qemu === undefined) throw terminalError("VmSpecInvalid", "Cannot restore a VM without a snapshot to restore it from");
+      // QEMU ends itself when a load fails (or before its monitor exists, when it cannot open the
+      // RAM file): its exit, with its own words, ends the wait at once instead of a timeout.
+      const gone = new AbortController();
+      const exited = qemu.exited().then(async (exit) => {
+        gone.abort();
+        throw retryableError("SnapshotLoadFailed", `Cannot restore the VM from its snapshot: QEMU exited while loading it (${describeExit(exit)})${await logTail(dir.qemuLog())}`);
+      });
+      exited.catch(() => undefined);
+      const load = (async () => {
+        const signal = AbortSignal.any([step.signal, gone.signal]);
+        const qmp = await QmpClient.connect(dir.qmpSocket(), { timeoutMs: cfg.snapshotLoadTimeoutMs, signal });
+        try {
+          const { ms, stateBytes } = await loadMemorySnapshot(qmp, role.statePath, { timeoutMs: cfg.snapshotLoadTimeoutMs, clock: cfg.clock, signal });
+          cfg.logger.info({ dir: dir.root, ms, stateBytes }, "qemu snapshot loaded");
+        } finally {
+          qmp.close();
+        }
+      })();
       try {
-        const { ms, stateBytes } = await loadMemorySnapshot(qmp, role.statePath, { timeoutMs: cfg.snapshotLoadTimeoutMs, clock: cfg.clock, signal: step.signal });
-        cfg.logger.info({ dir: dir.root, ms, stateBytes }, "qemu snapshot loaded");
-      } finally {
-        qmp.close();
+        await Promise.race([load, exited]);
+      } catch (err) {
+        // The monitor closing often comes a moment before QEMU's exit is known: wait for its words, briefly.
+        const exitError = await Promise.race([exited.then(() => undefined, (e: unknown) => e), cfg.clock.sleep(QEMU_EXIT_GRACE_MS).then(() => undefined, () => undefined)]);
+        if (exitError !== undefined) throw exitError;
+        if (err instanceof ImpError && err.code === "SnapshotLoadFailed") throw err;
+        throw retryableError("SnapshotLoadFailed", `Cannot restore the VM from its snapshot: ${describeError(err)}`, { cause: err });
       }
     },
   },
 ];
+
+/** How long a failed load waits for QEMU's exit, whose log says why better than a closed socket. */
+const QEMU_EXIT_GRACE_MS = 2_000;
+
+/** "; qemu: <its last lines>", or "" — QEMU's own words for why it exited. */
+async function logTail(path: string): Promise<string> {
+  const text = (await readFile(path, "utf8").catch(() => "")).trim();
+  return text === "" ? "" : `; qemu: ${text.split("\n").slice(-3).join(" | ").slice(-600)}`;
+}
 
 /**
  * Adoption of a VM another agent run started: the same resources as a boot, taken over instead of
