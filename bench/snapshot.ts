@@ -3,8 +3,11 @@
  * the real guest agent as PID 1), side by side in one run and alternating, so the machine's noise
  * falls on both alike:
  *   boot:    spawn QEMU → guest agent hello (the job VM's cold start today);
- *   restore: spawn QEMU with -incoming defer → device state loaded → resumed → hello, from one
- *            template saved at the start of the run (RAM in a file, mapped copy-on-write);
+ *   restore-copy:   the node agent's restore: the VM's own sparse copy of the template's RAM file
+ *                   (QEMU 7.2 opens a RAM file read-write), then QEMU with -incoming defer → device
+ *                   state loaded → resumed → hello; the copy is inside the timing;
+ *   restore-shared: the same, mapping the template's one RAM file privately (copy-on-write) — faster,
+ *                   but a VM whose QEMU a job took over could write the file other VMs map;
  * then for each VM the configure a job VM gets (entropy, clock, hostname, MAC, address) and one exec,
  * and QEMU's resident memory with the guest idle after it. Also: the template's boot, its save, the
  * device state's size and the RAM file's size on disk — what an idle snapshot slot costs.
@@ -51,15 +54,20 @@ interface Sample {
   readonly firstExecMs: number;
   readonly rssMiB: number;
 }
-const samples: Record<"boot" | "restore", Sample[]> = { boot: [], restore: [] };
+type Kind = "boot" | "restore-copy" | "restore-shared";
+const KINDS: readonly Kind[] = ["boot", "restore-copy", "restore-shared"];
+const samples: Record<Kind, Sample[]> = { boot: [], "restore-copy": [], "restore-shared": [] };
 
 /** One VM to a ready guest, its configure and one exec, its idle RSS; always stopped. */
-async function once(kind: "boot" | "restore", i: number, template: { memoryFile: string; statePath: string; scratch: string }): Promise<void> {
+async function once(kind: Kind, i: number, template: { memoryFile: string; statePath: string; scratch: string }): Promise<void> {
   const scratch = join(dir, `${kind}-${i}.ext4`);
+  const ownMemory = join(dir, `${kind}-${i}.mem`);
   if (kind === "boot") await makeScratchDisk(scratch, 256);
-  else await run("cp", ["--sparse=always", "--reflink=auto", template.scratch, scratch]);
   const started = performance.now();
-  const vm = await QemuVm.start({ dir: join(dir, `${kind}-${i}`), channel: "serial", dieWithParent: true, machine: machine(scratch), ...(kind === "restore" ? { snapshot: { role: "restore" as const, memoryFile: template.memoryFile, statePath: template.statePath } } : {}) });
+  if (kind !== "boot") await run("cp", ["--sparse=always", "--reflink=auto", template.scratch, scratch]);
+  if (kind === "restore-copy") await run("cp", ["--sparse=always", "--reflink=auto", template.memoryFile, ownMemory]);
+  const memoryFile = kind === "restore-copy" ? ownMemory : template.memoryFile;
+  const vm = await QemuVm.start({ dir: join(dir, `${kind}-${i}`), channel: "serial", dieWithParent: true, machine: machine(scratch), ...(kind === "boot" ? {} : { snapshot: { role: "restore" as const, memoryFile, statePath: template.statePath } }) });
   try {
     const client = await connectGuest(vm, { timeoutMs: 120_000, serial: true, clientName: "imp-bench" });
     await client.hello();
@@ -73,6 +81,7 @@ async function once(kind: "boot" | "restore", i: number, template: { memoryFile:
   } finally {
     await vm.stop();
     await rm(scratch, { force: true });
+    await rm(ownMemory, { force: true });
   }
 }
 
@@ -90,16 +99,16 @@ try {
   const saved = await template.saveSnapshot(statePath, { timeoutMs: 60_000 });
   const loads: number[] = [];
   for (let i = 0; i < rounds; i++) {
-    for (const kind of ["boot", "restore"] as const) {
+    for (const kind of KINDS) {
       loads.push(loadavg()[0] ?? Number.NaN);
       await once(kind, i, { memoryFile, statePath, scratch: templateScratch });
     }
   }
-  const row = (kind: "boot" | "restore"): (string | number)[] => {
+  const row = (kind: Kind): (string | number)[] => {
     const s = samples[kind];
     return [kind, s.length, median(s.map((x) => x.readyMs)), percentile(s.map((x) => x.readyMs), 95), median(s.map((x) => x.firstExecMs)), percentile(s.map((x) => x.firstExecMs), 95), median(s.map((x) => x.rssMiB))];
   };
-  table(`Boot vs restore from a memory snapshot (QEMU 7.2, TCG, 1 vCPU, ${memoryMiB} MiB, ${rounds} each, alternating)`, ["start", "VMs", "spawn → hello p50 ms", "p95 ms", "spawn → first exec done p50 ms", "p95 ms", "QEMU RSS idle p50 MiB"], [row("boot"), row("restore")]);
+  table(`Boot vs restore from a memory snapshot (QEMU 7.2, TCG, 1 vCPU, ${memoryMiB} MiB, ${rounds} each, alternating)`, ["start", "VMs", "→ hello p50 ms", "p95 ms", "→ first exec done p50 ms", "p95 ms", "QEMU RSS idle p50 MiB"], KINDS.map(row));
   table("The snapshot", ["what", "value"], [
     ["template boot, spawn → hello", `${Math.round(templateBootMs)} ms`],
     ["save (pause, device state, over QMP)", `${Math.round(saved.ms)} ms`],
@@ -107,9 +116,12 @@ try {
     ["RAM file, allocated on disk", `${(await allocatedMiB(memoryFile)).toFixed(0)} MiB of ${memoryMiB} MiB`],
     ["template scratch disk, allocated", `${(await allocatedMiB(templateScratch)).toFixed(1)} MiB`],
   ]);
-  const ratio = (f: (s: Sample) => number): string => (median(samples.restore.map(f)) / median(samples.boot.map(f))).toFixed(2);
+  const ratio = (kind: Kind, f: (s: Sample) => number): string => (median(samples[kind].map(f)) / median(samples.boot.map(f))).toFixed(2);
   const sortedLoads = [...loads].sort((a, b) => a - b);
-  process.stdout.write(`\nrestore/boot median: spawn → hello ${ratio((s) => s.readyMs)}×, first exec done ${ratio((s) => s.firstExecMs)}×, idle RSS ${ratio((s) => s.rssMiB)}×; load average (1 min) median ${percentile(sortedLoads, 50).toFixed(1)}\n`);
+  for (const kind of ["restore-copy", "restore-shared"] as const) {
+    process.stdout.write(`\n${kind}/boot median: → hello ${ratio(kind, (s) => s.readyMs)}×, first exec done ${ratio(kind, (s) => s.firstExecMs)}×, idle RSS ${ratio(kind, (s) => s.rssMiB)}×`);
+  }
+  process.stdout.write(`\nTimed from the first copy (restores) or from spawning QEMU (boot); load average (1 min) median ${percentile(sortedLoads, 50).toFixed(1)}\n`);
 } finally {
   await rm(dir, { recursive: true, force: true });
 }

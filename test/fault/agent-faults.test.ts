@@ -4,7 +4,7 @@
  * server). After each case the invariant checker judges I1–I6 (test/fault/fault-case.ts).
  */
 import assert from "node:assert/strict";
-import { readdir, readFile, stat, truncate, writeFile } from "node:fs/promises";
+import { readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.ts";
@@ -33,6 +33,16 @@ async function aSnapshot(ctx: CaseContext): Promise<{ stateDir: string; key: str
   }, { timeoutMs: 300_000, intervalMs: 250 });
 }
 
+/**
+ * Removes every node's memory snapshots: the snapshot cases share the world's class and image, so
+ * one case's templates would otherwise serve the next (the agents look them up anew each time).
+ */
+async function clearSnapshots(ctx: CaseContext): Promise<void> {
+  for (const node of ctx.world.nodes) {
+    for (const key of await snapshotsOn(node)) await rm(join(node.stateDir, "snapshots", key), { recursive: true, force: true });
+  }
+}
+
 /** Jobs one after another until one ran in a restored VM (each node boots once and builds its template); what each ran on. */
 async function untilRestored(ctx: CaseContext, name: string, max = 5): Promise<string> {
   const seen: string[] = [];
@@ -53,6 +63,7 @@ const cases: FaultCase[] = [
     injected: "every node's memory snapshot of the pool's template overwritten (its device state) and truncated (its RAM file)",
     where: "between jobs of a startFrom: Snapshot pool, after its VMs were being restored",
     pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    arm: clearSnapshots,
     async run(ctx) {
       await ctx.idleRunner();
       const before = await untilRestored(ctx, "before");
@@ -72,7 +83,10 @@ const cases: FaultCase[] = [
     injected: "agent SIGKILL (fault point agent.snapshot-save=crash)",
     where: "while a memory snapshot is written: the template's RAM file and device state are on disk, the snapshot not yet published",
     pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
-    arm: (ctx) => armAgents(ctx.world, "agent.snapshot-save=crash@1"),
+    async arm(ctx) {
+      await clearSnapshots(ctx);
+      await armAgents(ctx.world, "agent.snapshot-save=crash@1");
+    },
     async run(ctx) {
       const node = await oneAgentCrashed(ctx);
       const served = await untilRestored(ctx, "after-crash");
@@ -89,7 +103,10 @@ const cases: FaultCase[] = [
     injected: "fault point agent.template=fail on every agent (its first template build)",
     where: "as a node starts the template VM of a startFrom: Snapshot pool",
     pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
-    arm: (ctx) => armAgents(ctx.world, "agent.template=fail@1"),
+    async arm(ctx) {
+      await clearSnapshots(ctx);
+      await armAgents(ctx.world, "agent.template=fail@1");
+    },
     async run(ctx) {
       const vm = await ctx.idleRunner();
       ctx.faultNow();
