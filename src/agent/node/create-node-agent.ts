@@ -52,7 +52,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
     logger,
   });
   const key = await loadOrCreateNodeKey(config.stateDir);
-  const snapshots = new SnapshotStore({ root: join(config.stateDir, "snapshots"), maxBytes: config.snapshotCacheMaxBytes, clock: systemClock, logger });
+  const snapshots = openSnapshots(config, logger);
   const nodeNetwork = config.network === undefined ? undefined : await openNodeNetwork(config.network, netns, logger);
   return new NodeAgent({
     kubeConfig: options.kubeConfig,
@@ -71,7 +71,7 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       intervalMs: config.sweepIntervalSeconds * 1000,
       cgroup: config.supervised ? { parent: config.cgroupParent } : undefined,
       sweepNetwork: nodeNetwork === undefined ? undefined : (live) => nodeNetwork.sweep(live),
-      sweepSnapshots: async () => (await snapshots.sweep()).evicted,
+      sweepSnapshots: snapshots === undefined ? undefined : async () => (await snapshots.sweep()).evicted,
     },
     chooseVmm: (plan) => host.vmmFor(config.vmm === "auto" ? (plan.preferredVmm ?? "auto") : config.vmm),
     releaseNodeWhenIdle: () => releaseNode(config, nodeNetwork),
@@ -85,9 +85,19 @@ export async function createNodeAgent(options: CreateNodeAgentOptions): Promise<
       launch: launchPorts(config, host, { netns, dieWithParent: options.dieWithParent ?? false }),
       maxConsoleBytes: config.maxConsoleBytes ?? DEFAULT_MAX_CONSOLE_BYTES,
       network: nodeNetwork === undefined ? undefined : networkProvider(nodeNetwork),
-      snapshots: { store: snapshots },
+      snapshots: snapshots === undefined ? undefined : { store: snapshots },
     },
   });
+}
+
+/** The node's memory snapshots, or none (every VM boots) where the state directory cannot hold them. */
+function openSnapshots(config: AgentConfig, logger: Logger): SnapshotStore | undefined {
+  try {
+    return new SnapshotStore({ root: join(config.stateDir, "snapshots"), maxBytes: config.snapshotCacheMaxBytes, clock: systemClock, logger });
+  } catch (err) {
+    logger.warn({ error: describeError(err) }, "memory snapshots disabled on this node: VMs of startFrom: Snapshot classes boot");
+    return undefined;
+  }
 }
 
 function nodeFacts(config: AgentConfig, host: VmHost): NodeFacts {

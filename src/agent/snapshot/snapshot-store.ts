@@ -130,8 +130,9 @@ export class SnapshotStore {
     checkKey(key);
     const running = this.#building.get(key);
     if (running !== undefined) return running;
-    // A snapshot published since the caller's miss is kept, not rebuilt and replaced.
-    const promise = this.#locked(key, async () => (await this.#find(key)).found ?? this.#create(key, build, signal)).finally(() => this.#building.delete(key));
+    // A snapshot published since the caller's miss is kept, not rebuilt and replaced. The build runs
+    // outside the key's lock (lookups meanwhile miss at once); only its publishing takes the lock.
+    const promise = (async () => (await this.#locked(key, () => this.#find(key))).found ?? this.#create(key, build, signal))().finally(() => this.#building.delete(key));
     this.#building.set(key, promise);
     return promise;
   }
@@ -224,12 +225,14 @@ export class SnapshotStore {
       };
       await writeFile(join(work, META), JSON.stringify(meta), { mode: 0o600 });
       const dir = join(this.#o.root, key);
-      await rm(dir, { recursive: true, force: true });
-      await rename(work, dir);
-      const published = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
-      const id = await identity(published);
-      this.#verified.set(key, id);
-      const snapshot: TemplateSnapshot = { ...published, identity: id };
+      const snapshot = await this.#locked(key, async (): Promise<TemplateSnapshot> => {
+        await rm(dir, { recursive: true, force: true });
+        await rename(work, dir);
+        const published = { key, dir, meta, ...SnapshotStore.filesIn(dir) };
+        const id = await identity(published);
+        this.#verified.set(key, id);
+        return { ...published, identity: id };
+      });
       this.#o.logger.info({ key, memoryBytes: meta.memoryBytes, stateBytes: meta.stateBytes, bootMs: meta.bootMs, saveMs: meta.saveMs }, "memory snapshot created");
       return snapshot;
     } catch (err) {

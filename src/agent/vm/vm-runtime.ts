@@ -7,7 +7,7 @@
  */
 import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
-import { describeError, ImpError, NO_FAULTS, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
+import { describeError, ImpError, NO_FAULTS, retryableError, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
 import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
@@ -262,14 +262,23 @@ export class VmRuntime {
       let restoringFrom: TemplateSnapshot | undefined;
       // Every step of a restore is bounded, but not their sum: a restore that has not reached a
       // configured guest by restoreMs boots instead. Cleared once configure passed (the setup may wait long).
+      // Armed as the snapshot step begins: the image before it may take long to pull, as for a boot.
       const deadline = new AbortController();
-      const timer = setTimeout(() => deadline.abort(terminalError("SnapshotLoadFailed", `Cannot restore VM ${request.name}: no configured guest within ${this.#t.restoreMs} ms`)), this.#t.restoreMs);
+      let timer: NodeJS.Timeout | undefined;
+      const arm = (): void => {
+        timer ??= setTimeout(() => deadline.abort(retryableError("Timeout", `Cannot restore VM ${request.name}: no configured guest within ${this.#t.restoreMs} ms`)), this.#t.restoreMs);
+      };
       try {
         const pipeline = restorePipeline(this.#deps, snapshots, {
           missing: (req, key, why) => this.#buildTemplate(req, key, why, log),
           found: (snapshot) => (restoringFrom = snapshot),
         });
-        this.#end(task, await this.#runLifecycle(task, request, pipeline, log, { deadline: deadline.signal, configured: () => clearTimeout(timer) }), log);
+        const configured = (): void => {
+          clearTimeout(timer);
+          // A deadline that fired as configure's reply came: counted against configure, which falls back.
+          deadline.signal.throwIfAborted();
+        };
+        this.#end(task, await this.#runLifecycle(task, request, pipeline, log, { deadline: deadline.signal, started: arm, configured }), log);
         return;
       } catch (err) {
         if (!(err instanceof RestoreFellBack)) throw err;
@@ -278,8 +287,12 @@ export class VmRuntime {
         // tried again: the next VM gets a fresh template. Other failures (a CID, a tap, a launcher,
         // the deadline under load) say nothing about the snapshot.
         const code = err.cause instanceof ImpError ? err.cause.code : undefined;
-        const blamed = (err.step === "vmm" && code === "SnapshotLoadFailed" && !deadline.signal.aborted) || err.step === "guest" || err.step === "configure";
-        if (restoringFrom !== undefined && blamed) await snapshots.store.remove(restoringFrom.key, restoringFrom).catch(() => undefined);
+        const blamed = !deadline.signal.aborted && ((err.step === "vmm" && code === "SnapshotLoadFailed") || err.step === "guest" || err.step === "configure");
+        if (restoringFrom !== undefined && blamed) {
+          // Not awaited: the boot must not wait for the store. The key waits before it is built again.
+          void snapshots.store.remove(restoringFrom.key, restoringFrom).catch(() => undefined);
+          this.#backOff(restoringFrom.key);
+        }
         // The restore's VMM is gone (rolled back); a boot that fails before its own must not be taken for it.
         task.vm = undefined;
         task.pid = undefined;
@@ -320,8 +333,7 @@ export class VmRuntime {
           this.#o.observe?.({ kind: "snapshot", result: "created", ms: this.#o.clock.now() - started });
         },
         (err: unknown) => {
-          const delayMs = Math.min(TEMPLATE_RETRY_MAX_MS, (this.#templateBackoff.get(key)?.delayMs ?? TEMPLATE_RETRY_MS / 2) * 2);
-          this.#templateBackoff.set(key, { delayMs, retryAt: this.#o.clock.now() + delayMs });
+          const delayMs = this.#backOff(key);
           log.warn({ key, error: describeError(err), retryInMs: delayMs }, "memory snapshot template failed; VMs of its class keep booting");
           this.#o.observe?.({ kind: "snapshot", result: "build-failed" });
         },
@@ -329,16 +341,25 @@ export class VmRuntime {
       .finally(() => this.#templates.delete(template.id));
   }
 
+  /** A key whose template failed to build or whose snapshot failed to restore waits longer each time before it is built again. */
+  #backOff(key: string): number {
+    const delayMs = Math.min(TEMPLATE_RETRY_MAX_MS, (this.#templateBackoff.get(key)?.delayMs ?? TEMPLATE_RETRY_MS / 2) * 2);
+    this.#templateBackoff.set(key, { delayMs, retryAt: this.#o.clock.now() + delayMs });
+    return delayMs;
+  }
+
   /**
    * One lifecycle to its end. `restore` (a restore's): a failure before the setup is sent throws
-   * {@link RestoreFellBack}, and its `deadline` ends the steps until `configured` is called.
+   * {@link RestoreFellBack}, and its `deadline`, armed by `started` as the snapshot step begins, ends
+   * the steps until `configured` is called.
    */
-  async #runLifecycle(task: VmTask, request: VmBootRequest, pipeline: Parameters<typeof runToEnd<{ request: VmBootRequest; log: Logger }>>[0], log: Logger, restore: { readonly deadline: AbortSignal; readonly configured: () => void } | undefined): Promise<VmOutcome> {
+  async #runLifecycle(task: VmTask, request: VmBootRequest, pipeline: Parameters<typeof runToEnd<{ request: VmBootRequest; log: Logger }>>[0], log: Logger, restore: { readonly deadline: AbortSignal; readonly started: () => void; readonly configured: () => void } | undefined): Promise<VmOutcome> {
     const restoring = restore !== undefined;
     return runToEnd(pipeline, { request, log }, {
       signal: restore === undefined ? task.abort.signal : AbortSignal.any([task.abort.signal, restore.deadline]),
       log,
       onStep: (name, event) => {
+        if (name === "snapshot" && event === "begin") restore?.started();
         if (name === "configure" && event === "end") restore?.configured();
         this.#onBootStep(task, request, name, event, restoring);
       },

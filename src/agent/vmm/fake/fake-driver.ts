@@ -7,9 +7,10 @@
  */
 import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
 import { mkdir, writeFile } from "node:fs/promises";
-import { createConnection, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { join } from "node:path";
 import { describeExit, retryableError, terminalError, type Clock } from "../../../shared/index.ts";
+import { connectUnix } from "../unix-socket.ts";
 import { ConsoleLog } from "../console-log.ts";
 import type { ConnectGuestOptions, DriverContext, KernelCmdlineParts, RunningVm, VmExit, VmmDriver, VmmKind, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
@@ -131,7 +132,7 @@ export class FakeVm implements RunningVm {
     for (;;) {
       signal.throwIfAborted();
       try {
-        return await connectUnix(this.#socket);
+        return await connectUnix(this.#socket, "GuestConnectTimeout", "the fake guest");
       } catch (err) {
         if (performance.now() > deadline) throw retryableError("GuestConnectTimeout", `Cannot connect to the fake guest within ${options.timeoutMs} ms`, { cause: err });
         await new Promise((r) => setTimeout(r, 5));
@@ -210,18 +211,4 @@ export class FakeVmmDriver implements VmmDriver {
     vm.guestReady();
     return vm;
   }
-}
-
-function connectUnix(path: string): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = createConnection({ path });
-    socket.once("connect", () => {
-      socket.removeAllListeners("error");
-      resolve(socket);
-    });
-    socket.once("error", (err) => {
-      socket.destroy();
-      reject(err);
-    });
-  });
 }

@@ -5,8 +5,9 @@
  * handshake. Commands go one at a time, matched by `id`; asynchronous events are ignored. Every
  * command is bounded; a socket that closes fails whatever waits.
  */
-import { createConnection, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { retryableError, terminalError, waitFor, withDeadline, type ImpError } from "../../../shared/index.ts";
+import { connectUnix } from "../unix-socket.ts";
 
 /** A QMP reply line is small; a peer that sends more without a newline is not QEMU. */
 const MAX_LINE_BYTES = 1 << 20;
@@ -42,7 +43,7 @@ export class QmpClient {
    * negotiation mode. Rejects with a retryable `Timeout` or the socket's error.
    */
   static async connect(path: string, options: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<QmpClient> {
-    const socket = await waitFor(`connect to QEMU's monitor at ${path}`, () => connectUnix(path), { timeoutMs: options.timeoutMs, intervalMs: 20, ...(options.signal === undefined ? {} : { signal: options.signal }) });
+    const socket = await waitFor(`connect to QEMU's monitor at ${path}`, () => connectUnix(path, "QmpConnectFailed", `QEMU's monitor at ${path}`), { timeoutMs: options.timeoutMs, intervalMs: 20, ...(options.signal === undefined ? {} : { signal: options.signal }) });
     const client = new QmpClient(socket, path);
     try {
       await withDeadline(`read QEMU's greeting on ${path}`, options.timeoutMs, (signal) => client.#waitForGreeting(signal), options.signal);
@@ -130,18 +131,4 @@ export class QmpClient {
     this.#pending = undefined;
     pending?.reject(err);
   }
-}
-
-function connectUnix(path: string): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = createConnection({ path });
-    socket.once("connect", () => {
-      socket.removeAllListeners("error");
-      resolve(socket);
-    });
-    socket.once("error", (err) => {
-      socket.destroy();
-      reject(retryableError("QmpConnectFailed", `Cannot connect to QEMU's monitor at ${path}: ${err.message}`, { cause: err }));
-    });
-  });
 }

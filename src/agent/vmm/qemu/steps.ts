@@ -212,14 +212,19 @@ export const RESTORE_STEPS: readonly Step<Boot, QemuStepName>[] = [
       // QEMU ends itself when a load fails (or before its monitor exists, when it cannot open the
       // RAM file): its exit, with its own words, ends the wait at once instead of a timeout.
       const gone = new AbortController();
+      // Only once QEMU's monitor answered is an exit the load's doing; before, it is QEMU's start
+      // failing (a tap, memory), which says nothing about the snapshot.
+      let monitorUp = false;
       const exited = qemu.exited().then(async (exit) => {
         gone.abort();
-        throw retryableError("SnapshotLoadFailed", `Cannot restore the VM from its snapshot: QEMU exited while loading it (${describeExit(exit)})${await logTail(dir.qemuLog())}`);
+        const why = `(${describeExit(exit)})${await logTail(dir.qemuLog())}`;
+        throw monitorUp ? retryableError("SnapshotLoadFailed", `Cannot restore the VM from its snapshot: QEMU exited while loading it ${why}`) : retryableError("QemuExited", `Cannot restore the VM: QEMU exited before its monitor answered ${why}`);
       });
       exited.catch(() => undefined);
       const load = (async () => {
         const signal = AbortSignal.any([step.signal, gone.signal]);
         const qmp = await QmpClient.connect(dir.qmpSocket(), { timeoutMs: cfg.snapshotLoadTimeoutMs, signal });
+        monitorUp = true;
         try {
           const { ms, stateBytes } = await loadMemorySnapshot(qmp, role.statePath, { timeoutMs: cfg.snapshotLoadTimeoutMs, clock: cfg.clock, signal });
           cfg.logger.info({ dir: dir.root, ms, stateBytes }, "qemu snapshot loaded");
@@ -231,10 +236,13 @@ export const RESTORE_STEPS: readonly Step<Boot, QemuStepName>[] = [
         await Promise.race([load, exited]);
       } catch (err) {
         // The monitor closing often comes a moment before QEMU's exit is known: wait for its words, briefly.
+        if (step.signal.aborted) throw err;
         const exitError = await Promise.race([exited.then(() => undefined, (e: unknown) => e), cfg.clock.sleep(QEMU_EXIT_GRACE_MS).then(() => undefined, () => undefined)]);
         if (exitError !== undefined) throw exitError;
-        if (err instanceof ImpError && err.code === "SnapshotLoadFailed") throw err;
-        throw retryableError("SnapshotLoadFailed", `Cannot restore the VM from its snapshot: ${describeError(err)}`, { cause: err });
+        // A refused path or another classified error is what it is; what went wrong talking to a
+        // running QEMU about the load is the load's.
+        if (err instanceof ImpError && !err.code.startsWith("Qmp") && err.code !== "Timeout") throw err;
+        throw retryableError(monitorUp ? "SnapshotLoadFailed" : "QemuExited", `Cannot restore the VM from its snapshot: ${describeError(err)}`, { cause: err });
       }
     },
   },

@@ -1,8 +1,9 @@
-import { createConnection, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { open } from "node:fs/promises";
 import { basename } from "node:path";
-import { describeError, retryableError, runSteps, terminalError, withDeadline, type Clock, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
+import { describeError, runSteps, terminalError, withDeadline, type Clock, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
+import { connectUnix } from "../unix-socket.ts";
 import type { ConsoleLog } from "../console-log.ts";
 import { DirectLauncher } from "../direct-launcher.ts";
 import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
@@ -174,7 +175,7 @@ export class QemuVm implements RunningVm {
         return withDeadline(`connect to ${this.dir.agentSocket()}`, options.timeoutMs, async (deadline) => {
           for (;;) {
             try {
-              return await connectUnix(this.dir.agentSocket());
+              return await connectUnix(this.dir.agentSocket(), "SerialConnectFailed");
             } catch (err) {
               if (deadline.aborted) {
                 signal.throwIfAborted();
@@ -284,19 +285,6 @@ function specOf(options: QemuVmOptions, guestCid: number): VmSpec {
   };
 }
 
-function connectUnix(path: string): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = createConnection({ path });
-    socket.once("connect", () => {
-      socket.removeAllListeners("error");
-      resolve(socket);
-    });
-    socket.once("error", (err) => {
-      socket.destroy();
-      reject(retryableError("SerialConnectFailed", `Cannot connect to ${path}: ${err.message}`, { cause: err }));
-    });
-  });
-}
 
 function sleepOrAbort(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
