@@ -361,6 +361,14 @@ describe("Imp on a real node: helm install, a job in a VM of the agent Pod, the 
     // A job the operator now leading sees from start to end: the upgrade restarted the operator, and
     // on a loaded machine the job before it may have run while the old one still led (its counters
     // went with it).
+    // Under load the upgraded operator may take the lead well after helm returned: the job is queued
+    // once one operator Pod is left and it holds the pool's scale-set session (it gets the job's messages).
+    await waitFor("one operator Pod left, leading and holding the pool's session", async () => {
+      const pods = (await prometheus.query('up{job="imp-operator"}').catch(() => [])).length;
+      const leader = (await prometheus.query("max(imp_operator_leader)").catch(() => []))[0]?.value;
+      const session = (await prometheus.query(`sum(imp_operator_scale_set_session{namespace="${NS}",name="${POOL}"})`).catch(() => []))[0]?.value;
+      return pods === 1 && leader === 1 && session === 1 ? true : undefined;
+    }, { timeoutMs: 180_000, intervalMs: 1_000 });
     const observed = github.queueJob({ repo: REPO, labels: [POOL], steps: helloSteps(), name: "observed" });
     await waitJob(observed, 300_000);
     assert.equal(observed.conclusion, "success", observed.result?.log);

@@ -74,7 +74,7 @@ describe("installCrds()", () => {
     const version = served.spec.versions[0];
     const spec = version?.schema?.openAPIV3Schema?.properties?.["spec"];
     assert.ok(spec?.x_kubernetes_validations?.some((v) => v.rule === "self == oldSelf"), "spec immutability rule is served");
-    assert.deepEqual(version?.additionalPrinterColumns?.map((c) => c.name), ["Phase", "Node", "Pool", "Reason", "Setup", "Boot-ms", "Exit", "IP", "Age"]);
+    assert.deepEqual(version?.additionalPrinterColumns?.map((c) => c.name), ["Phase", "Node", "Pool", "Reason", "Setup", "Boot-ms", "From", "Exit", "IP", "Age"]);
     assert.deepEqual(version?.selectableFields?.map((f) => f.jsonPath), [".status.nodeName", ".status.phase"]);
     assert.deepEqual(served.spec.names.shortNames, ["ivm"]);
     assert.deepEqual(served.spec.names.categories, ["imp"]);
@@ -98,7 +98,7 @@ describe("valid objects", () => {
 
   test("the API server applies defaults to omitted fields", async () => {
     const cls = await imp.create({ apiVersion: API_VERSION, kind: "ImpVMClass", metadata: { name: "bare" }, spec: { vcpu: 1, memoryMiB: 256 } });
-    assert.deepEqual(cls.spec, { vcpu: 1, memoryMiB: 256, scratchDisk: "4Gi", arch: "amd64" });
+    assert.deepEqual(cls.spec, { vcpu: 1, memoryMiB: 256, scratchDisk: "4Gi", arch: "amd64", startFrom: "Boot" });
 
     const tpl = await imp.create({
       apiVersion: API_VERSION, kind: "ImpVMTemplate", metadata: { name: "bare" },
