@@ -94,11 +94,6 @@ export class SnapshotStore {
     return { memoryFile: join(dir, "memory"), statePath: join(dir, "state"), scratch: join(dir, "scratch.ext4") };
   }
 
-  /** Whether a build for `key` runs now. */
-  building(key: string): boolean {
-    return this.#building.has(key);
-  }
-
   /** The verified snapshot for `key`, or why there is none usable (a snapshot that failed is deleted). */
   async find(key: string): Promise<FindResult> {
     checkKey(key);
