@@ -1,6 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readdir, readFile, truncate, utimes, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { silentLogger, systemClock } from "../../shared/index.ts";
@@ -142,6 +143,12 @@ describe("SnapshotStore", () => {
     const { evicted } = await s.sweep();
     assert.deepEqual(evicted, [key(1)]);
     assert.deepEqual((await readdir(root)).sort(), [key(2)]);
+  });
+
+  it("sweeps a missing root without creating it (a decommissioned node's state directory stays empty)", async () => {
+    const { store: s, root } = await store();
+    assert.deepEqual(await s.sweep(), { evicted: [], usedBytes: 0 });
+    assert.equal(existsSync(root), false);
   });
 
   it("refuses a key that is not a digest (it names a directory)", async () => {

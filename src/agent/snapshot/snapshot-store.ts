@@ -166,9 +166,11 @@ export class SnapshotStore {
    * used snapshots beyond `maxBytes`. Returns the keys it evicted.
    */
   async sweep(): Promise<{ readonly evicted: readonly string[]; readonly usedBytes: number }> {
-    await mkdir(this.#o.root, { recursive: true });
     const entries: { key: string; bytes: number; usedMs: number }[] = [];
-    for (const entry of await readdir(this.#o.root, { withFileTypes: true })) {
+    // A missing root is nothing to sweep, and stays missing: a decommissioned node's state directory
+    // was emptied on purpose, and a sweep must not put a directory back into it.
+    const found = await readdir(this.#o.root, { withFileTypes: true }).catch((err: unknown) => ((err as NodeJS.ErrnoException).code === "ENOENT" ? [] : Promise.reject(err)));
+    for (const entry of found) {
       const path = join(this.#o.root, entry.name);
       if (entry.name.startsWith(".building-")) {
         const key = entry.name.slice(".building-".length).split(".")[0] ?? "";
