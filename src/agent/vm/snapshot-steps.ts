@@ -9,7 +9,8 @@
  * its network port admits nothing. A restored VM gets hard links to the snapshot's RAM file and
  * state (eviction cannot pull them from under it) and its own copy of the template's scratch disk,
  * the disk the guest's memory remembers; its configure then gives it its own entropy, clock, MAC,
- * address and hostname before the setup is sent. A job VM never waits for a template: without one
+ * address and hostname before the setup is sent. Where the VMM maps the RAM file read-only
+ * (Firecracker) the VM keeps the link and every restore shares the one file. A job VM never waits for a template: without one
  * the `snapshot` step fails with `SnapshotMissing` and the runtime boots it.
  */
 import { execFile } from "node:child_process";
@@ -113,14 +114,18 @@ export function restoreSnapshotSteps(deps: BootDeps, snapshots: SnapshotDeps, ev
     const snapshot = result.found;
     events.found(snapshot);
     const links = await snapshots.store.linkInto(snapshot, s.dir.root);
-    // This VM's own copies (sparse, reflinked where the filesystem can) of the RAM file and of the
-    // disk the guest's memory remembers. QEMU 7.2 opens a RAM file read-write even when it maps it
-    // privately, so a job that took over its QEMU could write a file it shared with other VMs; its
-    // own copy it may. The disks step keeps a scratch disk it finds in place.
-    const memoryFile = join(s.dir.root, "memory");
-    await copySparse(links.memoryFile, memoryFile, ctx.signal);
+    // This VM's own copies (sparse, reflinked where the filesystem can) of the disk the guest's
+    // memory remembers and, unless its VMM opens it read-only, of the RAM file: QEMU 7.2 opens a RAM
+    // file read-write even when it maps it privately, so a job that took over its QEMU could write a
+    // file it shared with other VMs; its own copy it may. The disks step keeps a scratch disk it
+    // finds in place.
+    let memoryFile = links.memoryFile;
+    if (driver.restoreMapsMemoryReadOnly !== true) {
+      memoryFile = join(s.dir.root, "memory");
+      await copySparse(links.memoryFile, memoryFile, ctx.signal);
+      await rm(links.memoryFile, { force: true });
+    }
     await copySparse(links.scratch, join(s.dir.root, SCRATCH_DISK), ctx.signal);
-    await rm(links.memoryFile, { force: true });
     await rm(links.scratch, { force: true });
     return { snapshot, memorySnapshot: { role: "restore" as const, memoryFile, statePath: links.statePath } };
   });

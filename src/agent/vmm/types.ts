@@ -137,7 +137,8 @@ export interface RunningVm extends AsyncDisposable {
   connectGuest(options: ConnectGuestOptions): Promise<Socket>;
   /**
    * A template VM only (`spec.memorySnapshot.role === "template"`): pauses it, writes its device
-   * state to `statePath` and ends the VMM. Its RAM file then holds the rest of the snapshot.
+   * state to `statePath` and ends the VMM. Its `memoryFile` then holds the rest of the snapshot
+   * (QEMU: the RAM file it ran in; Firecracker: written by the save).
    */
   saveSnapshot?(statePath: string, options: { readonly timeoutMs: number }): Promise<{ readonly ms: number; readonly stateBytes: number }>;
   /** Resolves when the VMM has exited. */
@@ -187,8 +188,14 @@ export interface VmmDriver {
   readonly memoryOverheadMiB: number;
   /** The guest channel of the VMs this driver starts: hybrid vsock, or virtio-serial (one stream, hello may be lost). */
   readonly guestChannel: "vsock" | "serial";
-  /** Whether `start` honours `spec.memorySnapshot` (QEMU does; Firecracker's path is not built yet). */
+  /** Whether `start` honours `spec.memorySnapshot` (QEMU does; Firecracker does unjailed). */
   readonly memorySnapshots: boolean;
+  /**
+   * Whether a restored VM's VMM opens the snapshot's memory file read-only (Firecracker): restored
+   * VMs then map the one file, which none of them can write. QEMU 7.2 opens it read-write even when
+   * it maps it privately, so each restored VM gets its own copy.
+   */
+  readonly restoreMapsMemoryReadOnly?: boolean;
   /**
    * What of this VMM shapes the machine a memory snapshot restores into (its version, the
    * accelerator): part of a snapshot's key, so a VMM upgraded under a node's snapshots makes new ones.

@@ -62,7 +62,7 @@ describe("Firecracker driver with the real binary", { timeout: 180_000 }, () => 
       } else {
         vm = await driver.start(files.spec, context);
         for (const { step, ms: took } of vm.bootTimings) t.diagnostic(`boot step ${step}: ${ms(took)}`);
-        // Logger, metrics, machine, boot source, 2 drives, network, vsock, InstanceStart: each a 204.
+        // Logger, metrics, machine, boot source, 2 drives, network, vsock, entropy, InstanceStart: each a 204.
         assert.equal(executedRequests(layout.host.logFile), configRequests(files.spec, layout.vmm).length + 1);
         const info = await vm.api.describeInstance();
         assert.equal(info.state, "Running");

@@ -97,7 +97,7 @@ export class FirecrackerApi {
     });
   }
 
-  /** Sends a PUT and requires Firecracker's 204; any other answer becomes a classified error. */
+  /** Sends a PUT (or PATCH) and requires Firecracker's 204; any other answer becomes a classified error. */
   async put(req: FirecrackerRequest, options: { readonly timeoutMs?: number; readonly signal?: AbortSignal } = {}): Promise<void> {
     const answer = await this.send(req, options);
     if (answer.status !== 204) throw faultError(req, answer.status, parseFaultMessage(answer.body), this.#vm);

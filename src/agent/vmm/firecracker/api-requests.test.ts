@@ -7,7 +7,7 @@ import { Ajv, type ValidateFunction } from "ajv";
 import addFormatsModule from "ajv-formats";
 import { ImpError } from "../../../shared/index.ts";
 import type { VmSpec } from "../types.ts";
-import { actionRequest, configRequests, type FirecrackerRequest } from "./api-requests.ts";
+import { actionRequest, configRequests, PAUSE_VM, restoreConfigRequests, snapshotCreateRequest, snapshotLoadRequest, type FirecrackerRequest } from "./api-requests.ts";
 import { jailedLayout, unjailedLayout } from "./layout.ts";
 
 // The Firecracker API descriptions (Swagger 2.0) live beside the repository, not in it.
@@ -121,6 +121,17 @@ describe("Firecracker request bodies against the published API descriptions", ()
     }
   });
 
+  it("the snapshot requests (pause, create, the restore's logger and metrics, load) validate against v1.12.1 and v1.16.1", (t) => {
+    const snapshotSpec: VmSpec = { ...fullSpec, memorySnapshot: { role: "restore", memoryFile: "/var/lib/imp/snapshots/k/memory", statePath: "/var/lib/imp/vms/ci-job-42/state" } };
+    for (const spec of specsOrSkip(t)) {
+      assertValid(spec, PAUSE_VM);
+      assertValid(spec, snapshotCreateRequest("/var/lib/imp/snapshots/.building-k/state", "/var/lib/imp/snapshots/.building-k/memory"));
+      for (const request of restoreConfigRequests(unjailedLayout(snapshotSpec).vmm)) assertValid(spec, request);
+      assertValid(spec, snapshotLoadRequest({ statePath: "/s", memoryFile: "/m", tap: "imp-t42" }));
+      assertValid(spec, snapshotLoadRequest({ statePath: "/s", memoryFile: "/m" }));
+    }
+  });
+
   it("a minimal spec (no initrd, no network, one drive) validates too", (t) => {
     const minimal: VmSpec = { ...fullSpec, drives: [fullSpec.drives[1]!] };
     delete (minimal as { initrd?: string }).initrd;
@@ -149,7 +160,7 @@ describe("configRequests()", () => {
     const requests = configRequests(fullSpec, unjailedLayout(fullSpec).vmm);
     assert.deepEqual(
       requests.map((r) => r.path),
-      ["/logger", "/metrics", "/machine-config", "/boot-source", "/drives/root", "/drives/scratch", "/network-interfaces/eth0", "/vsock"],
+      ["/logger", "/metrics", "/machine-config", "/boot-source", "/drives/root", "/drives/scratch", "/network-interfaces/eth0", "/vsock", "/entropy"],
     );
     assert.deepEqual(requests.find((r) => r.path === "/boot-source")?.body, {
       kernel_image_path: fullSpec.kernel,
@@ -159,6 +170,22 @@ describe("configRequests()", () => {
     assert.deepEqual(requests.find((r) => r.path === "/drives/root")?.body, { drive_id: "root", path_on_host: "/var/lib/imp/images/abc.ext4", is_root_device: true, is_read_only: true });
     assert.deepEqual(requests.find((r) => r.path === "/network-interfaces/eth0")?.body, { iface_id: "eth0", host_dev_name: "imp-t42", guest_mac: "06:00:ac:10:00:02" });
     assert.deepEqual(requests.find((r) => r.path === "/vsock")?.body, { guest_cid: 42, uds_path: "/var/lib/imp/vms/ci-job-42/vsock.sock" });
+  });
+
+  it("for a memory snapshot's VM, names its own disks and vsock socket relative to its directory (a restore opens its own)", () => {
+    const template: VmSpec = { ...fullSpec, memorySnapshot: { role: "template", memoryFile: "/var/lib/imp/snapshots/.building-k/memory" } };
+    const paths = unjailedLayout(template).vmm;
+    assert.equal(paths.drives.get("scratch"), "./scratch.ext4");
+    assert.equal(paths.drives.get("root"), "/var/lib/imp/images/abc.ext4", "a file outside the VM directory keeps its path");
+    assert.equal(paths.vsockUds, "./vsock.sock");
+    assert.equal(paths.logFile, "/var/lib/imp/vms/ci-job-42/firecracker.log", "the logger is configured per process, never in a snapshot");
+    assert.equal(unjailedLayout(fullSpec).vmm.drives.get("scratch"), "/var/lib/imp/vms/ci-job-42/scratch.ext4", "a booted VM keeps host paths");
+    assert.deepEqual(snapshotLoadRequest({ statePath: "/s", memoryFile: "/m", tap: "imp-t42" }).body, {
+      snapshot_path: "/s",
+      mem_backend: { backend_type: "File", backend_path: "/m" },
+      resume_vm: true,
+      network_overrides: [{ iface_id: "eth0", host_dev_name: "imp-t42" }],
+    });
   });
 
   it("jailed, every path is inside the chroot", () => {

@@ -8,7 +8,7 @@ import { terminalError, type ImpError } from "../../../shared/index.ts";
  * both accept are used.
  */
 export interface FirecrackerRequest {
-  readonly method: "GET" | "PUT";
+  readonly method: "GET" | "PUT" | "PATCH";
   /** The concrete path, e.g. `/drives/root`. */
   readonly path: string;
   /** The API description's path template, e.g. `/drives/{drive_id}`: the operation the body belongs to. */
@@ -100,7 +100,44 @@ export function configRequests(spec: VmSpec, paths: FirecrackerPaths): Firecrack
     );
   }
   requests.push(put("/vsock", "/vsock", { guest_cid: spec.guestCid, uds_path: paths.vsockUds }));
+  // virtio-rng: the guest can draw fresh host entropy whenever it wants, which matters most after a
+  // restore, when every clone starts from the template's pool (Imp's kernel has HW_RANDOM_VIRTIO).
+  requests.push(put("/entropy", "/entropy", {}));
   return requests;
+}
+
+/**
+ * The requests a restored VM's Firecracker gets before its snapshot: only the logger and the metrics
+ * may be configured before `PUT /snapshot/load`; the machine, drives, network and vsock come from the
+ * snapshot itself.
+ */
+export function restoreConfigRequests(paths: FirecrackerPaths): FirecrackerRequest[] {
+  return [
+    put("/logger", "/logger", { log_path: paths.logFile, level: "Info", show_level: true, show_log_origin: false }),
+    put("/metrics", "/metrics", { metrics_path: paths.metricsFile }),
+  ];
+}
+
+/** Pauses the vCPUs: a snapshot is taken of a paused VM only. */
+export const PAUSE_VM: FirecrackerRequest = { method: "PATCH", path: "/vm", route: "/vm", body: { state: "Paused" } };
+
+/** A full snapshot of a paused VM: the device state to `statePath`, all of its memory to `memoryFile` (paths as Firecracker sees them). */
+export function snapshotCreateRequest(statePath: string, memoryFile: string): FirecrackerRequest {
+  return put("/snapshot/create", "/snapshot/create", { snapshot_type: "Full", snapshot_path: statePath, mem_file_path: memoryFile });
+}
+
+/**
+ * Loads a snapshot into a fresh Firecracker and resumes it. The memory file is mapped privately
+ * (Firecracker opens it read-only), so many VMs restore from one file; the tap the snapshot names is
+ * replaced by this VM's own. Paths as Firecracker sees them.
+ */
+export function snapshotLoadRequest(options: { readonly statePath: string; readonly memoryFile: string; readonly tap?: string }): FirecrackerRequest {
+  return put("/snapshot/load", "/snapshot/load", {
+    snapshot_path: options.statePath,
+    mem_backend: { backend_type: "File", backend_path: options.memoryFile },
+    resume_vm: true,
+    ...(options.tap === undefined ? {} : { network_overrides: [{ iface_id: GUEST_IFACE_ID, host_dev_name: options.tap }] }),
+  });
 }
 
 export function actionRequest(action: FirecrackerAction): FirecrackerRequest {

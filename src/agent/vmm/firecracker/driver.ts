@@ -1,3 +1,5 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { classOf, runSteps, terminalError } from "../../../shared/index.ts";
 import type { DriverContext, KernelCmdlineParts, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import { FirecrackerApi } from "./api-client.ts";
@@ -5,8 +7,10 @@ import { assertFirecrackerSpec } from "./api-requests.ts";
 import { firecrackerCmdline } from "./cmdline.ts";
 import type { JailerOptions } from "./jailer.ts";
 import { jailedLayout, unjailedLayout, type FirecrackerLayout } from "./layout.ts";
-import { ADOPT_STEPS, BOOT_STEPS, mustHave, type BootState, type ResolvedOptions } from "./steps.ts";
+import { ADOPT_STEPS, BOOT_STEPS, RESTORE_STEPS, mustHave, type BootState, type ResolvedOptions } from "./steps.ts";
 import { FirecrackerVm } from "./vm.ts";
+
+const run = promisify(execFile);
 
 export interface FirecrackerDriverOptions {
   readonly firecrackerBinary: string;
@@ -41,11 +45,31 @@ export class FirecrackerDriver implements VmmDriver {
   /** Firecracker's own footprint is a few MiB per VM (its documented figure is under 5 MiB); 64 leaves room for its buffers. */
   readonly memoryOverheadMiB = 64;
   readonly guestChannel = "vsock" as const;
-  readonly memorySnapshots = false;
+  /**
+   * Unjailed only: a jailed Firecracker writes and reads snapshot files inside its chroot, which the
+   * driver does not link in and out yet (docs/firecracker.md).
+   */
+  readonly memorySnapshots: boolean;
+  /** Firecracker opens a snapshot's memory file read-only and maps it privately: restored VMs share one file. */
+  readonly restoreMapsMemoryReadOnly = true;
   readonly #options: ResolvedOptions;
+  #identity: Promise<string> | undefined;
 
   constructor(options: FirecrackerDriverOptions) {
     this.#options = { ...defaultFirecrackerDriverConfig(), ...definedOnly(options), firecrackerBinary: options.firecrackerBinary };
+    this.memorySnapshots = options.jailer === undefined;
+  }
+
+  /** Firecracker's version: a snapshot is loaded only by the version that wrote it (its state format is versioned). */
+  snapshotIdentity(): Promise<string> {
+    this.#identity ??= run(this.#options.firecrackerBinary, ["--version"], { timeout: 10_000 }).then(
+      ({ stdout }) => `firecracker ${stdout.split("\n")[0]?.trim() ?? "?"} kvm`,
+      (err: unknown) => {
+        this.#identity = undefined;
+        throw terminalError("SnapshotUnsupported", `Cannot ask Firecracker its version: ${(err as Error).message}`, { cause: err });
+      },
+    );
+    return this.#identity;
   }
 
   cmdline(parts: KernelCmdlineParts): string {
@@ -73,16 +97,18 @@ export class FirecrackerDriver implements VmmDriver {
       throw terminalError("VmSpecInvalid", `Cannot start VM ${spec.name} under Firecracker: ${(err as Error).message}`, { cause: err, context: { vm: spec.name } });
     }
     const api = new FirecrackerApi(layout.host.apiSocket, { vm: spec.name, timeoutMs: this.#options.requestTimeoutMs });
+    const restore = spec.memorySnapshot?.role === "restore";
+    if (spec.memorySnapshot !== undefined && !this.memorySnapshots) throw terminalError("SnapshotUnsupported", `Cannot start VM ${spec.name} from or for a memory snapshot: this Firecracker runs under the jailer`);
     const state: BootState = { spec, layout, context, api, options: this.#options };
-    const run = await runSteps(BOOT_STEPS, state, {
+    const boot = await runSteps(restore ? RESTORE_STEPS : BOOT_STEPS, state, {
       logger: context.logger,
       ...(signal === undefined ? {} : { signal }),
       onFailure: (step, err) => context.logger.warn({ vm: spec.name, step, errorClass: classOf(err), error: (err as Error).message }, "firecracker boot step failed"),
     });
     const process = state.process;
     if (process === undefined) throw new Error("boot steps finished without a process");
-    context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined, timings: run.timings }, "firecracker started");
-    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: this.#options.killGraceMs, ...(this.#options.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: this.#options.maxConsoleBytes }) });
+    context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined, restored: restore, timings: boot.timings }, "firecracker started");
+    return new FirecrackerVm({ spec, layout, api, process, boot, logger: context.logger, killGraceMs: this.#options.killGraceMs, ...(this.#options.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: this.#options.maxConsoleBytes }) });
   }
 
   /**
@@ -102,13 +128,13 @@ export class FirecrackerDriver implements VmmDriver {
     const o = this.#options;
     const api = new FirecrackerApi(layout.host.apiSocket, { vm: spec.name, timeoutMs: o.requestTimeoutMs });
     const state: BootState = { spec, layout, context, api, options: o, adopting: processes };
-    const run = await runSteps(ADOPT_STEPS, state, {
+    const adopted = await runSteps(ADOPT_STEPS, state, {
       logger: context.logger,
       onFailure: (step, err) => context.logger.warn({ vm: spec.name, step, errorClass: classOf(err), error: (err as Error).message }, "firecracker adoption failed"),
     });
     const process = mustHave(state.process);
     context.logger.info({ vm: spec.name, pid: process.pid, jailed: layout.jail !== undefined }, "firecracker adopted");
-    return new FirecrackerVm({ spec, layout, api, process, boot: run, logger: context.logger, killGraceMs: o.killGraceMs, ...(o.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: o.maxConsoleBytes }) });
+    return new FirecrackerVm({ spec, layout, api, process, boot: adopted, logger: context.logger, killGraceMs: o.killGraceMs, ...(o.maxConsoleBytes === undefined ? {} : { maxConsoleBytes: o.maxConsoleBytes }) });
   }
 }
 

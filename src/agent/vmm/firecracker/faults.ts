@@ -19,7 +19,7 @@ export function faultError(request: FirecrackerRequest, status: number, faultMes
   const fault = (faultMessage ?? "").trim();
   const what = `${request.method} ${request.path}`;
   const context = { vm, request: what, status, ...(fault === "" ? {} : { faultMessage: fault }) };
-  if (request.path === "/actions" && KVM_UNAVAILABLE.test(fault)) {
+  if ((request.path === "/actions" || request.path === "/snapshot/load") && KVM_UNAVAILABLE.test(fault)) {
     return terminalError("KvmUnavailable", `Cannot start VM ${vm}: this host offers no usable KVM (Firecracker: ${fault})`, { context });
   }
   const message = `Cannot ${what} for VM ${vm}: Firecracker answered ${status}${fault === "" ? "" : `: ${fault}`}`;

@@ -1,4 +1,4 @@
-import { basename, join } from "node:path";
+import { basename, isAbsolute, join, relative } from "node:path";
 import type { VmSpec } from "../types.ts";
 import type { FirecrackerPaths } from "./api-requests.ts";
 import { terminalError } from "../../../shared/index.ts";
@@ -57,9 +57,16 @@ export function firecrackerId(name: string): string {
   return id;
 }
 
+/**
+ * Unjailed, Firecracker sees host paths — except in a VM of a memory snapshot (template or restored),
+ * where the files in its own directory are named relative to it (Firecracker runs there). A snapshot
+ * keeps the drive and vsock paths it was taken with (v1.12 cannot override them), so relative names
+ * make every restored VM open its own disks and bind its own socket instead of the template's.
+ */
 export function unjailedLayout(spec: VmSpec): FirecrackerLayout {
   const host = hostFiles(spec.dir);
   assertSocketPaths([host.apiSocket, host.vsockUds]);
+  const seen = spec.memorySnapshot === undefined ? (path: string): string => path : (path: string): string => inVmDir(spec.dir, path);
   return {
     id: firecrackerId(spec.name),
     host,
@@ -67,8 +74,8 @@ export function unjailedLayout(spec: VmSpec): FirecrackerLayout {
       apiSocket: host.apiSocket,
       kernel: spec.kernel,
       ...(spec.initrd === undefined ? {} : { initrd: spec.initrd }),
-      drives: new Map(spec.drives.map((d) => [d.id, d.path])),
-      vsockUds: host.vsockUds,
+      drives: new Map(spec.drives.map((d) => [d.id, seen(d.path)])),
+      vsockUds: seen(host.vsockUds),
       logFile: host.logFile,
       metricsFile: host.metricsFile,
     },
@@ -111,6 +118,12 @@ export function jailedLayout(spec: VmSpec, options: { readonly chrootBaseDir: st
     },
     jail: { dir, root, links },
   };
+}
+
+/** `path` relative to `dir` when it lies inside it (`./name`, so Firecracker never reads it as anything else), else unchanged. */
+function inVmDir(dir: string, path: string): string {
+  const rel = relative(dir, path);
+  return rel === "" || rel.startsWith("..") || isAbsolute(rel) ? path : `./${rel}`;
 }
 
 /** Host path of a file inside the chroot. */

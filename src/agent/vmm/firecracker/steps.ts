@@ -10,7 +10,7 @@ import { DEFAULT_MAX_CONSOLE_BYTES, supervisedConsoleBound } from "../console-lo
 import type { DriverContext, VmmProcess, VmSpec } from "../types.ts";
 import { removeVmRecord, writeVmRecord } from "../vm-record.ts";
 import type { FirecrackerApi, FirecrackerInstanceInfo } from "./api-client.ts";
-import { actionRequest, configRequests } from "./api-requests.ts";
+import { actionRequest, configRequests, restoreConfigRequests, snapshotLoadRequest } from "./api-requests.ts";
 import type { defaultFirecrackerDriverConfig, FirecrackerDriverOptions } from "./driver.ts";
 import { fileTail } from "./file-tail.ts";
 import { firecrackerArgv, jailerArgv, jailExists, prepareJail, removeJail } from "./jailer.ts";
@@ -31,7 +31,33 @@ export interface BootState {
 }
 
 /** The names of Firecracker's boot and adoption steps, as logs and step timings carry them. */
-export type FirecrackerStepName = "check-binaries" | "claim-vm-files" | "prepare-jail" | "spawn" | "wait-api" | "configure" | "instance-start" | "confirm-running" | "claim-process" | "check-api";
+export type FirecrackerStepName = "check-binaries" | "claim-vm-files" | "prepare-jail" | "spawn" | "wait-api" | "configure" | "instance-start" | "configure-logging" | "load-snapshot" | "confirm-running" | "claim-process" | "check-api";
+
+const CONFIGURE_LOGGING: Step<BootState, FirecrackerStepName> = {
+  name: "configure-logging",
+  run: async (s, c) => {
+    for (const request of restoreConfigRequests(s.layout.vmm)) await explainIfExited(s, () => s.api.put(request, { signal: c.signal }));
+  },
+};
+
+const LOAD_SNAPSHOT: Step<BootState, FirecrackerStepName> = {
+  name: "load-snapshot",
+  run: async (s, c) => {
+    const snapshot = s.spec.memorySnapshot;
+    if (snapshot?.role !== "restore") throw new Error("load-snapshot runs for a restored VM only");
+    const request = snapshotLoadRequest({ statePath: snapshot.statePath, memoryFile: snapshot.memoryFile, ...(s.spec.network === undefined ? {} : { tap: s.spec.network.tap }) });
+    try {
+      await explainIfExited(s, () => s.api.put(request, { timeoutMs: s.options.instanceStartTimeoutMs, signal: c.signal }));
+    } catch (err) {
+      // Firecracker refused these files (damaged, of another version, another machine): the snapshot's fault, not the host's.
+      // So is a Firecracker that died reading them.
+      if (err instanceof ImpError && ((err.code === "FirecrackerApiError" && err.errorClass === "terminal") || err.code === "FirecrackerStartFailed")) {
+        throw terminalError("SnapshotLoadFailed", `Cannot restore VM ${s.spec.name} from ${snapshot.statePath}: ${err.message}`, { cause: err, context: { vm: s.spec.name, statePath: snapshot.statePath } });
+      }
+      throw err;
+    }
+  },
+};
 
 export const BOOT_STEPS: readonly Step<BootState, FirecrackerStepName>[] = [
   {
@@ -131,6 +157,16 @@ export const BOOT_STEPS: readonly Step<BootState, FirecrackerStepName>[] = [
     },
   },
 ];
+
+/**
+ * A restored VM: the boot's steps, with its configuration cut to what Firecracker takes before a
+ * snapshot (logger, metrics) and `InstanceStart` replaced by loading the snapshot and resuming.
+ */
+export const RESTORE_STEPS: readonly Step<BootState, FirecrackerStepName>[] = BOOT_STEPS.map((step) => {
+  if (step.name === "configure") return CONFIGURE_LOGGING;
+  if (step.name === "instance-start") return LOAD_SNAPSHOT;
+  return step;
+});
 
 /**
  * Adoption of a VM an earlier agent run started: the boot's cleanups registered in the boot's order

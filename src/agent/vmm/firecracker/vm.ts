@@ -1,8 +1,9 @@
 import type { Socket } from "node:net";
-import { describeError, describeExit, terminalError, type Logger, type StepRun, type StepTiming } from "../../../shared/index.ts";
+import { stat } from "node:fs/promises";
+import { describeError, describeExit, ImpError, retryableError, terminalError, type Logger, type StepRun, type StepTiming } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
 import type { ConnectGuestOptions, RunningVm, VmExit, VmmProcess, VmSpec } from "../types.ts";
-import { actionRequest } from "./api-requests.ts";
+import { actionRequest, PAUSE_VM, snapshotCreateRequest } from "./api-requests.ts";
 import type { FirecrackerApi } from "./api-client.ts";
 import type { FirecrackerLayout } from "./layout.ts";
 import { ConsoleLog, DEFAULT_MAX_CONSOLE_BYTES } from "../console-log.ts";
@@ -112,6 +113,32 @@ export class FirecrackerVm implements RunningVm {
       signal,
       ...(options.onAttemptFailed === undefined ? {} : { onAttemptFailed: options.onAttemptFailed }),
     });
+  }
+
+  /**
+   * A template VM only (started with `memorySnapshot.role === "template"`): pauses it, writes a full
+   * snapshot — device state to `statePath`, all guest memory to the spec's `memoryFile` — and ends
+   * Firecracker (a paused guest answers no Ctrl+Alt+Del, so the ladder goes to its kill at once).
+   * The caller must make sure no job ever ran in it and no secret was ever sent to it. Rejects with a
+   * classified error; Firecracker is stopped either way.
+   */
+  async saveSnapshot(statePath: string, options: { readonly timeoutMs: number }): Promise<{ readonly ms: number; readonly stateBytes: number }> {
+    const snapshot = this.spec.memorySnapshot;
+    if (snapshot?.role !== "template") throw terminalError("VmSpecInvalid", `Cannot save VM ${this.spec.name} as a snapshot: it was not started as a template`);
+    this.#down.signal.throwIfAborted();
+    const started = performance.now();
+    try {
+      const signal = AbortSignal.any([this.#down.signal, AbortSignal.timeout(options.timeoutMs)]);
+      await this.api.put(PAUSE_VM, { signal });
+      await this.api.put(snapshotCreateRequest(statePath, snapshot.memoryFile), { timeoutMs: options.timeoutMs, signal });
+      const ms = performance.now() - started;
+      return { ms, stateBytes: (await stat(statePath)).size };
+    } catch (err) {
+      if (err instanceof ImpError) throw err;
+      throw retryableError("SnapshotSaveFailed", `Cannot save VM ${this.spec.name} as a snapshot: ${describeError(err)}`, { cause: err, context: { vm: this.spec.name, statePath } });
+    } finally {
+      await this.stop(0);
+    }
   }
 
   /**
