@@ -9,7 +9,7 @@ import { ImpError, waitFor } from "../../shared/index.ts";
 import { dialHybridVsock } from "./dial.ts";
 
 /** How the fake VMM answers the Nth connection (1-based): like Firecracker / vhost-device-vsock. */
-type Behaviour = "ok" | "ok-with-data" | "close" | "silent" | "garbage";
+type Behaviour = "ok" | "ok-with-data" | "close" | "silent" | "garbage" | "ok-after-3s";
 
 /** Every fake VMM and connection, closed after the suite even when a test failed half-way (else the file never ends). */
 const servers = new Set<Server>();
@@ -43,6 +43,9 @@ async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promi
           socket.destroy();
           break;
         case "silent":
+          break;
+        case "ok-after-3s":
+          setTimeout(() => socket.write("OK 9\n"), 3_000);
           break;
         case "garbage":
           socket.write("NOPE\n");
@@ -115,6 +118,19 @@ describe("dialHybridVsock()", () => {
     const socket = await dialHybridVsock({ udsPath: path, port: 10700, ...fast, onAttemptFailed: (err) => failures.push(err.code) });
     assert.deepEqual(failures, ["VsockHandshakeFailed", "VsockHandshakeTimeout", "VsockHandshakeInvalid"]);
     assert.equal(vmm.lines.length, 4);
+    socket.destroy();
+    vmm.server.close();
+  });
+
+  it("by default waits for a late OK on the connection it asked on, never abandoning a CONNECT the guest may still answer", async () => {
+    const path = sockPath();
+    const vmm = await fakeVmm(path, () => "ok-after-3s");
+    const failures: string[] = [];
+    const started = performance.now();
+    const socket = await dialHybridVsock({ udsPath: path, port: 10700, totalTimeoutMs: 20_000, onAttemptFailed: (err) => failures.push(err.code) });
+    assert.deepEqual(failures, [], "no attempt was given up");
+    assert.equal(vmm.lines.length, 1, "one CONNECT");
+    assert.ok(performance.now() - started >= 2_900, "the answer came late");
     socket.destroy();
     vmm.server.close();
   });

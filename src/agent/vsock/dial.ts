@@ -18,7 +18,13 @@ export interface HybridVsockDialOptions {
   readonly port: number;
   /** One Unix-socket connect. */
   readonly connectTimeoutMs?: number;
-  /** From `CONNECT` written to `OK` read. */
+  /**
+   * From `CONNECT` written to `OK` read; by default the dial's whole deadline. An attempt is never
+   * given up while its request may still reach the guest: vhost-device-vsock 0.3.0 answers a
+   * connection the host abandoned with `OK` written through `unwrap()`, gets EPIPE, and its
+   * vring worker thread panics — from then on no connection to that VM is ever answered. Before
+   * the guest's driver is up, and when nothing listens, the VMM closes the connection at once.
+   */
   readonly ackTimeoutMs?: number;
   /** The whole dial, all attempts included. */
   readonly totalTimeoutMs?: number;
@@ -33,8 +39,8 @@ export interface HybridVsockDialOptions {
 /** Attempts stay frequent (≤ 250 ms apart): a booting guest's listener appears within seconds, and an attempt costs one Unix connect. */
 export const VSOCK_DIAL_BACKOFF: BackoffPolicy = { baseMs: 50, factor: 1.5, capMs: 250, jitter: 0.2, maxAttempts: Infinity };
 
-export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsPath" | "port" | "signal" | "onAttemptFailed">> {
-  return { connectTimeoutMs: 1_000, ackTimeoutMs: 2_000, totalTimeoutMs: 30_000, backoff: VSOCK_DIAL_BACKOFF, clock: systemClock };
+export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsPath" | "port" | "signal" | "onAttemptFailed" | "ackTimeoutMs">> {
+  return { connectTimeoutMs: 1_000, totalTimeoutMs: 30_000, backoff: VSOCK_DIAL_BACKOFF, clock: systemClock };
 }
 
 /**
@@ -48,7 +54,8 @@ export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsP
  * `signal` aborts (rejects with the signal's reason). Never leaves a socket open on failure.
  */
 export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<Socket> {
-  const cfg = { ...defaultDialConfig(), ...definedOnly(options) };
+  const given = { ...defaultDialConfig(), ...definedOnly(options) };
+  const cfg = { ...given, ackTimeoutMs: options.ackTimeoutMs ?? given.totalTimeoutMs };
   const total = timeoutSignal(cfg.clock, cfg.totalTimeoutMs, options.signal);
   try {
     let lastError: ImpError | undefined;
