@@ -121,6 +121,7 @@ export const AGENT_ERROR_CODES = [
   "SnapshotKeyInvalid",
   "SnapshotLoadFailed",
   "SnapshotMissing",
+  "SnapshotNoSpace",
   "SnapshotSaveFailed",
   "SnapshotUnreadable",
   "SnapshotUnsupported",

@@ -1,12 +1,15 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readdir, readFile, truncate, utimes, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, truncate, utimes, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { silentLogger, systemClock } from "../../shared/index.ts";
+import { execFileSync } from "node:child_process";
+import { type ImpError, silentLogger, systemClock } from "../../shared/index.ts";
 import { snapshotKey, type SnapshotKeyInput } from "./snapshot-key.ts";
-import { SnapshotStore, type SnapshotBuilder } from "./snapshot-store.ts";
+import { SNAPSHOT_DISK_RESERVE_BYTES, SnapshotStore, type SnapshotBuilder } from "./snapshot-store.ts";
+
+const run = (cmd: string, args: string[]): void => void execFileSync(cmd, args, { stdio: "pipe" });
 
 const KEY_INPUT: SnapshotKeyInput = { imageKey: "img", kernelDigest: "sha256:k", cmdline: "ro root=/dev/vda", vcpus: 1, memoryMiB: 512, scratchBytes: 1 << 30, network: true, vmm: "qemu" };
 const key = (n: number): string => snapshotKey({ ...KEY_INPUT, vcpus: n });
@@ -149,6 +152,44 @@ describe("SnapshotStore", () => {
     const { store: s, root } = await store();
     assert.deepEqual(await s.sweep(), { evicted: [], usedBytes: 0 });
     assert.equal(existsSync(root), false);
+  });
+
+  it("does not start a build on a filesystem without room for it and its reserve, and a disk that fills while writing leaves nothing (a real full tmpfs)", async (t) => {
+    if (process.getuid?.() !== 0) {
+      t.skip("needs root to mount a small tmpfs");
+      return;
+    }
+    const mount = await mkdtemp(join(tmpdir(), "imp-snapshots-full-"));
+    // 1 GiB of tmpfs: the reserve alone leaves no room, so the check refuses any build here...
+    run("mount", ["-t", "tmpfs", "-o", "size=1g", "imp-full", mount]);
+    try {
+      const root = join(mount, "snapshots");
+      const s = new SnapshotStore({ root, maxBytes: 1 << 30, clock: systemClock, logger: silentLogger });
+      const b = build();
+      await assert.rejects(s.create(key(1), b, AbortSignal.timeout(5_000), { maxBytes: 4096 }), (err: ImpError) => {
+        assert.equal(err.code, "SnapshotNoSpace");
+        assert.equal(err.errorClass, "retryable");
+        assert.match(err.message, /MiB free in .* a snapshot may take 0 MiB with 1024 MiB left for the node's VMs/);
+        return true;
+      });
+      assert.equal(b.calls, 0, "the build never started");
+      assert.deepEqual(await readdir(root), []);
+      // ...and a build let past the check (room below zero cancels the reserve) on a tmpfs shrunk to
+      // 1 MiB writes 4 MiB: ENOSPC while writing.
+      run("mount", ["-o", "remount,size=1m", mount]);
+      const big = build(4 * 1024 * 1024);
+      await assert.rejects(s.create(key(2), big, AbortSignal.timeout(5_000), { maxBytes: -SNAPSHOT_DISK_RESERVE_BYTES }), (err: ImpError) => {
+        assert.equal(err.code, "SnapshotNoSpace");
+        assert.match(err.message, /ran out of space while it was written; nothing of it was kept/);
+        return true;
+      });
+      assert.equal(big.calls, 1);
+      assert.deepEqual(await readdir(root), [], "no half-written snapshot, no .building directory");
+      assert.deepEqual(await s.find(key(2)), {});
+    } finally {
+      run("umount", [mount]);
+      await rm(mount, { recursive: true, force: true });
+    }
   });
 
   it("refuses a key that is not a digest (it names a directory)", async () => {

@@ -11,7 +11,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { link, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { link, mkdir, readdir, readFile, rename, rm, stat, statfs, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { retryableError, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 
@@ -60,6 +60,16 @@ export interface SnapshotStoreOptions {
   readonly clock: Clock;
   readonly logger: Logger;
 }
+
+/** What a build may take on disk at most (its RAM file holds up to the guest's memory): checked against free space first. */
+export interface SnapshotRoom {
+  readonly maxBytes: number;
+}
+
+/** Free space a template build always leaves on the state directory's filesystem. */
+export const SNAPSHOT_DISK_RESERVE_BYTES = 1024 * 1024 * 1024;
+
+const mib = (bytes: number): number => Math.floor(bytes / (1024 * 1024));
 
 /** What a build must leave in `files`, and how long its parts took. */
 export type SnapshotBuilder = (files: SnapshotFiles, signal: AbortSignal) => Promise<{ readonly bootMs: number; readonly saveMs: number }>;
@@ -121,13 +131,13 @@ export class SnapshotStore {
    * Builds the snapshot for `key` once (concurrent callers share the build) and publishes it whole.
    * A failed build leaves nothing behind and rejects with the builder's error.
    */
-  create(key: string, build: SnapshotBuilder, signal: AbortSignal): Promise<TemplateSnapshot> {
+  create(key: string, build: SnapshotBuilder, signal: AbortSignal, room: SnapshotRoom = { maxBytes: 0 }): Promise<TemplateSnapshot> {
     checkKey(key);
     const running = this.#building.get(key);
     if (running !== undefined) return running;
     // A snapshot published since the caller's miss is kept, not rebuilt and replaced. The build runs
     // outside the key's lock (lookups meanwhile miss at once); only its publishing takes the lock.
-    const promise = (async () => (await this.#locked(key, () => this.#find(key))).found ?? this.#create(key, build, signal))().finally(() => this.#building.delete(key));
+    const promise = (async () => (await this.#locked(key, () => this.#find(key))).found ?? this.#create(key, build, signal, room))().finally(() => this.#building.delete(key));
     this.#building.set(key, promise);
     return promise;
   }
@@ -198,8 +208,15 @@ export class SnapshotStore {
     return { evicted, usedBytes: used };
   }
 
-  async #create(key: string, build: SnapshotBuilder, signal: AbortSignal): Promise<TemplateSnapshot> {
+  async #create(key: string, build: SnapshotBuilder, signal: AbortSignal, room: SnapshotRoom): Promise<TemplateSnapshot> {
     await mkdir(this.#o.root, { recursive: true });
+    // A build is not started on a filesystem it could fill: the job VMs beside it need that disk
+    // (their scratch copies, their image layers) more than a template does.
+    const fs = await statfs(this.#o.root);
+    const freeBytes = fs.bavail * fs.bsize;
+    if (freeBytes < room.maxBytes + SNAPSHOT_DISK_RESERVE_BYTES) {
+      throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${mib(freeBytes)} MiB free in ${this.#o.root}, and a snapshot may take ${mib(room.maxBytes)} MiB with ${mib(SNAPSHOT_DISK_RESERVE_BYTES)} MiB left for the node's VMs; free disk space or lower snapshotCacheMaxBytes`, { context: { key, freeBytes, needBytes: room.maxBytes } });
+    }
     const work = join(this.#o.root, `.building-${key}.${randomBytes(4).toString("hex")}`);
     await mkdir(work, { mode: 0o700 });
     try {
@@ -234,6 +251,8 @@ export class SnapshotStore {
       return snapshot;
     } catch (err) {
       await rm(work, { recursive: true, force: true });
+      // The disk filled while the build wrote (another writer took the room the check saw).
+      if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${this.#o.root} ran out of space while it was written; nothing of it was kept`, { cause: err, context: { key } });
       throw err;
     }
   }

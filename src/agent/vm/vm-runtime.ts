@@ -326,7 +326,7 @@ export class VmRuntime {
         await result.run.rollback();
         const bootMs = result.run.timings.filter((t) => t.step === "vmm" || t.step === "guest").reduce((ms, t) => ms + t.ms, 0);
         return { bootMs, saveMs: result.output.saveMs };
-      }, AbortSignal.timeout(this.#t.bootMs + 120_000))
+      }, AbortSignal.timeout(this.#t.bootMs + 120_000), { maxBytes: template.memoryMiB * 1024 * 1024 })
       .then(
         () => {
           this.#templateBackoff.delete(key);
