@@ -158,6 +158,7 @@ export const AGENT_ERROR_CODES = [
   "VmmSpawnFailed",
   "VmmUnavailable",
   "VsockBackendExited",
+  "VsockBackendFailed",
   "VsockBackendMissing",
   "VsockBackendTimeout",
   "VsockConnectFailed",

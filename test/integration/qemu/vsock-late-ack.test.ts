@@ -4,12 +4,12 @@
  * host's CONNECT waits, as a TCG guest on a loaded machine is slow to run. The host must wait for the
  * late OK rather than abandon the connection: vhost-device-vsock 0.3.0 writes a late answer to the
  * closed socket through `unwrap()`, its vring worker thread panics, and from then on no connection
- * to that VM is ever answered — the second case shows that, so this file fails (and tells us to
- * revisit src/agent/vsock/dial.ts) the day the backend stops doing it.
+ * to that VM is ever answered. The second half shows that and that the VM is marked down at once
+ * (qemu/backend-watch.ts), so this file fails (and tells us to revisit src/agent/vsock/dial.ts) the
+ * day the backend stops doing it.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { dialHybridVsock } from "../../../src/agent/vsock/index.ts";
 import { GuestClient } from "../../../src/agent/guest/index.ts";
 import { ImpError } from "../../../src/shared/index.ts";
@@ -54,15 +54,22 @@ describe("a vsock connection the guest answers late", { timeout: 300_000 }, asyn
       await new Promise((r) => setTimeout(r, PAUSE_MS));
       clearTimeout(resumeAgain);
       process.kill(vm.pid, "SIGCONT");
-      await assert.rejects(dialHybridVsock({ udsPath, port: 10700, totalTimeoutMs: 15_000 }), (err: unknown) => {
-        assert.ok(err instanceof ImpError && err.code === "VsockDialTimeout", String(err));
+      // The backend lives on, but nothing answers any more: the VM is marked down at once, not after
+      // the caller's whole timeout.
+      const asked = performance.now();
+      await assert.rejects(vm.connectGuest({ timeoutMs: 60_000 }), (err: unknown) => {
+        assert.ok(err instanceof ImpError, String(err));
+        assert.equal(err.code, "VsockBackendFailed");
+        assert.equal(err.errorClass, "terminal");
+        assert.match(err.message, /vsock backend \(vhost-device-vsock\) failed and answers no connection any more: .*panicked/);
+        t.diagnostic(err.message);
         return true;
-      }, "after an abandoned CONNECT was answered, the backend answers no connection to this VM");
-      const backendLog = await readFile(vm.dir.backendLog(), "utf8").catch(() => "");
-      const lines = backendLog.split("\n");
-      const at = lines.findIndex((l) => l.includes("panicked"));
-      t.diagnostic(`vhost-device-vsock said: ${at < 0 ? "(no panic)" : lines.slice(at, at + 2).join(" ")}`);
-      assert.match(backendLog, /panicked/, "its vring worker thread panicked");
+      });
+      const failedInMs = performance.now() - asked;
+      t.diagnostic(`marked down ${failedInMs.toFixed(0)} ms after the ask`);
+      assert.ok(failedInMs < 30_000, `failed fast, not at the 60 s deadline (${failedInMs.toFixed(0)} ms)`);
+      assert.equal((vm.downSignal.reason as ImpError).code, "VsockBackendFailed");
+      await assert.rejects(dialHybridVsock({ udsPath, port: 10700, totalTimeoutMs: 5_000 }), (err: unknown) => err instanceof ImpError && err.code === "VsockDialTimeout", "and indeed no connection to this VM is answered");
       passed = true;
     } finally {
       await tvm?.dispose(passed);

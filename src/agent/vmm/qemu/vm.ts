@@ -8,6 +8,7 @@ import type { ConsoleLog } from "../console-log.ts";
 import { DirectLauncher } from "../direct-launcher.ts";
 import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
 import type { ConnectGuestOptions, RunningVm, VmmProcess, VmSpec } from "../types.ts";
+import { watchBackendLog, type BackendWatch } from "./backend-watch.ts";
 import { describeExit } from "./child.ts";
 import { QemuVmDir } from "./layout.ts";
 import { saveMemorySnapshot, type MemorySnapshotTimings } from "./memory-snapshot.ts";
@@ -41,6 +42,7 @@ export class QemuVm implements RunningVm {
   #stopping: Promise<QemuExit> | undefined;
   #stopped: VmStopReport | undefined;
   #snapshotRole: "template" | "restore" | undefined;
+  readonly #backendWatch: BackendWatch | undefined;
 
   private constructor(spec: VmSpec, boot: Required<Boot>, run: StepRun) {
     this.spec = spec;
@@ -62,6 +64,13 @@ export class QemuVm implements RunningVm {
       return exit;
     });
     void this.#exited.then(() => this.#teardown());
+    // Until the guest answers, a vsock backend that failed for good ends the boot at once.
+    if (this.channel === "vsock") {
+      this.#backendWatch = watchBackendLog(this.dir.backendLog(), (line) =>
+        this.#markDown(terminalError("VsockBackendFailed", `Cannot reach guest of VM ${spec.name}: its vsock backend (vhost-device-vsock) failed and answers no connection any more: ${line}`, { context: { backendLog: this.dir.backendLog() } })),
+      );
+      void this.#exited.then(() => this.#backendWatch?.stop());
+    }
   }
 
   /**
@@ -141,6 +150,7 @@ export class QemuVm implements RunningVm {
   /** The guest agent answered: from now on the console is the workload's, and no line of it is fatal. */
   guestReady(): void {
     this.serial.disarm();
+    this.#backendWatch?.stop();
   }
 
   /** Aborts once the VM can no longer come up (QEMU exited, kernel panic, initramfs failure); its reason says why. */
