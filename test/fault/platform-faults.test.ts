@@ -2,7 +2,8 @@
  * Failure proof, the platform under Imp, on the real world of test/e2e/runner-path (two nodes, real
  * QEMU, the GitHub test server): the Kubernetes API server killed while a job runs, for less and for
  * longer than the operator's node-lost bound (every watch breaks, every write fails, no agent can
- * renew its Lease; the job itself only needs GitHub), and full node disks. Each node's state dir is
+ * renew its Lease; the job itself only needs GitHub), and full node disks (for a base image, for a
+ * memory snapshot's template). Each node's state dir is
  * a filesystem of its own here (ext4 on a loop device), so filling it leaves the machine's disk alone. After each
  * case the invariant checker judges I1–I6 (fault-case.ts).
  */
@@ -17,6 +18,8 @@ import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.
 import type { ImpVM } from "../../src/api/index.ts";
 import type { TestJob } from "../github/server.ts";
 import { jobReached, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
+import { clearSnapshots, snapshotsOn, templateLeftovers, untilRestored } from "./snapshots.ts";
+import { snapshotDiskReserveBytes } from "../../src/agent/snapshot/index.ts";
 
 const unavailable = await worldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# fault suite (platform): cannot run on this machine: ${unavailable}\n`);
@@ -158,6 +161,44 @@ const cases: FaultCase[] = [
         await ctx.world.waitForJob(job, "completed", 300_000);
         assert.equal(job.conclusion, "success", `${job.name} concluded ${job.conclusion ?? "?"}`);
         return `${failures} VM(s) failed to prepare on the full disks (${reason}); nothing half-built was kept (no build or staging dir, no trash; free ${free.map((x) => `${(x / 2 ** 20).toFixed(1)} MiB`).join(" / ")}, the pulled layers staying cached); once the disks were freed, ${nameOf(vm)} came online ${Math.round((Date.now() - freedAt) / 1000)} s later (the pool's failure backoff included) and ${job.name} concluded ${job.conclusion ?? "?"}`;
+      } finally {
+        while (undoFills.length > 0) await undoFills.pop()?.();
+      }
+    },
+  },
+  {
+    id: "snapshot-disk-full",
+    injected: "both nodes' disks filled to just below what a template build needs (the guest's memory plus the reserve kept free for VMs), then freed",
+    where: "as the VMs of a startFrom: Snapshot pool find no snapshot and their nodes would build a template",
+    pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
+    async arm(ctx) {
+      await clearSnapshots(ctx);
+      // Room for VMs to boot (their image is cached, their disks sparse), not for a template: a
+      // snapshot may take the class's 384 MiB of memory, and a tenth of the disk stays free.
+      for (const node of ctx.world.nodes) {
+        const fs = await statfs(node.stateDir);
+        undoFills.push(await ctx.world.fillDisk(node, snapshotDiskReserveBytes(fs.blocks * fs.bsize) + 384 * 2 ** 20 - 64 * 2 ** 20));
+      }
+      ctx.faultNow();
+    },
+    async run(ctx) {
+      try {
+        const served: string[] = [];
+        for (let i = 1; i <= 2; i++) {
+          const job = ctx.world.queueJob(`${ctx.pool}-disk-full-${i}`, [{ name: "hi", run: "echo hi" }], ctx.labels);
+          await ctx.world.waitForJob(job, "completed", 300_000);
+          assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
+          const vm = ctx.world.history(job.runnerName ?? "")?.last;
+          assert.equal(vm?.status?.startedFrom, "Boot", `${job.name} ran in a VM that was not booted`);
+          served.push(`${job.name} on ${job.runnerName ?? "?"}`);
+        }
+        const snapshots = (await Promise.all(ctx.world.nodes.map((n) => snapshotsOn(n)))).flat();
+        assert.deepEqual(snapshots, [], "no template was built on a disk without room for it");
+        assert.deepEqual(await templateLeftovers(ctx), [], "nothing of a template build was left");
+        const free = await Promise.all(ctx.world.nodes.map((n) => freeOn(n.stateDir)));
+        while (undoFills.length > 0) await undoFills.pop()?.();
+        const restored = await untilRestored(ctx, "after-disk-freed", 300_000);
+        return `with ${free.map((x) => `${(x / 2 ** 20).toFixed(0)} MiB`).join(" / ")} free, no node built a template (SnapshotNoSpace) and nothing of one was left; the jobs were served by booted VMs (${served.join(", ")}); once the disks were freed a template was built (after its 30 s backoff) and a job ran restored: ${restored}`;
       } finally {
         while (undoFills.length > 0) await undoFills.pop()?.();
       }

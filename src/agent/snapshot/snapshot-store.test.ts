@@ -1,13 +1,13 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readdir, readFile, rm, truncate, utimes, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, statfs, truncate, utimes, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execFileSync } from "node:child_process";
 import { type ImpError, silentLogger, systemClock } from "../../shared/index.ts";
 import { snapshotKey, type SnapshotKeyInput } from "./snapshot-key.ts";
-import { SNAPSHOT_DISK_RESERVE_BYTES, SnapshotStore, type SnapshotBuilder } from "./snapshot-store.ts";
+import { snapshotDiskReserveBytes, SnapshotStore, type SnapshotBuilder } from "./snapshot-store.ts";
 
 const run = (cmd: string, args: string[]): void => void execFileSync(cmd, args, { stdio: "pipe" });
 
@@ -154,42 +154,59 @@ describe("SnapshotStore", () => {
     assert.equal(existsSync(root), false);
   });
 
-  it("does not start a build on a filesystem without room for it and its reserve, and a disk that fills while writing leaves nothing (a real full tmpfs)", async (t) => {
+  it("does not start a build on a filesystem without room for it and its reserve, and a disk that fills while it writes leaves nothing (a real tmpfs)", async (t) => {
     if (process.getuid?.() !== 0) {
-      t.skip("needs root to mount a small tmpfs");
+      t.skip("needs root to mount a tmpfs");
       return;
     }
     const mount = await mkdtemp(join(tmpdir(), "imp-snapshots-full-"));
-    // 1 GiB of tmpfs: the reserve alone leaves no room, so the check refuses any build here...
     run("mount", ["-t", "tmpfs", "-o", "size=1g", "imp-full", mount]);
     try {
       const root = join(mount, "snapshots");
       const s = new SnapshotStore({ root, maxBytes: 1 << 30, clock: systemClock, logger: silentLogger });
+      // 1 GiB free: a build that may take 900 MiB would leave less than the 256 MiB reserve.
       const b = build();
-      await assert.rejects(s.create(key(1), b, AbortSignal.timeout(5_000), { maxBytes: 4096 }), (err: ImpError) => {
+      await assert.rejects(s.create(key(1), b, AbortSignal.timeout(5_000), { maxBytes: 900 * 1024 * 1024 }), (err: ImpError) => {
         assert.equal(err.code, "SnapshotNoSpace");
         assert.equal(err.errorClass, "retryable");
-        assert.match(err.message, /MiB free in .* a snapshot may take 0 MiB with 1024 MiB left for the node's VMs/);
+        assert.match(err.message, /MiB free in .* a snapshot may take 900 MiB with 256 MiB left for the node's VMs/);
         return true;
       });
       assert.equal(b.calls, 0, "the build never started");
       assert.deepEqual(await readdir(root), []);
-      // ...and a build let past the check (room below zero cancels the reserve) on a tmpfs shrunk to
-      // 1 MiB writes 4 MiB: ENOSPC while writing.
-      run("mount", ["-o", "remount,size=1m", mount]);
-      const big = build(4 * 1024 * 1024);
-      await assert.rejects(s.create(key(2), big, AbortSignal.timeout(5_000), { maxBytes: -SNAPSHOT_DISK_RESERVE_BYTES }), (err: ImpError) => {
+      // A build the check lets through, while another writer takes the disk: the build's write hits ENOSPC.
+      let calls = 0;
+      const racing: SnapshotBuilder = async (files) => {
+        calls++;
+        const free = (await statfs(mount)).bavail * (await statfs(mount)).bsize;
+        run("fallocate", ["-l", String(free - 1024 * 1024), join(mount, "other-writer")]);
+        await writeFile(files.memoryFile, Buffer.alloc(4 * 1024 * 1024, 7));
+        return { bootMs: 1, saveMs: 1 };
+      };
+      await assert.rejects(s.create(key(2), racing, AbortSignal.timeout(5_000), { maxBytes: 4096 }), (err: ImpError) => {
         assert.equal(err.code, "SnapshotNoSpace");
-        assert.match(err.message, /ran out of space while it was written; nothing of it was kept/);
+        assert.match(err.message, /ran out of space while it was written \(ENOSPC: no space left on device, write\); nothing of it was kept/);
         return true;
       });
-      assert.equal(big.calls, 1);
+      assert.equal(calls, 1);
       assert.deepEqual(await readdir(root), [], "no half-written snapshot, no .building directory");
       assert.deepEqual(await s.find(key(2)), {});
+      // With room again: a VMM's own words for a full disk are recognised; any other failure stays itself.
+      await rm(join(mount, "other-writer"));
+      const vmmSaysFull: SnapshotBuilder = () => Promise.reject(new Error("Cannot save the snapshot", { cause: new Error("Firecracker answered 400: Snapshot create error: No space left on device (os error 28)") }));
+      await assert.rejects(s.create(key(3), vmmSaysFull, AbortSignal.timeout(5_000)), (err: ImpError) => err.code === "SnapshotNoSpace");
+      const otherFailure: SnapshotBuilder = () => Promise.reject(new Error("the template's guest never answered"));
+      await assert.rejects(s.create(key(4), otherFailure, AbortSignal.timeout(5_000)), /the template's guest never answered/);
+      assert.deepEqual(await readdir(root), []);
     } finally {
       run("umount", [mount]);
       await rm(mount, { recursive: true, force: true });
     }
+  });
+
+  it("keeps a tenth of the filesystem free, at least 256 MiB", () => {
+    assert.equal(snapshotDiskReserveBytes(1024 ** 3), 256 * 1024 ** 2);
+    assert.equal(snapshotDiskReserveBytes(100 * 1024 ** 3), 10 * 1024 ** 3);
   });
 
   it("refuses a key that is not a digest (it names a directory)", async () => {

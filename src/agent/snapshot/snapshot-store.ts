@@ -13,7 +13,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { link, mkdir, readdir, readFile, rename, rm, stat, statfs, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { retryableError, terminalError, type Clock, type Logger } from "../../shared/index.ts";
+import { describeError, retryableError, terminalError, type Clock, type Logger } from "../../shared/index.ts";
 
 const META = "meta.json";
 const META_VERSION = 1;
@@ -66,10 +66,25 @@ export interface SnapshotRoom {
   readonly maxBytes: number;
 }
 
-/** Free space a template build always leaves on the state directory's filesystem. */
-export const SNAPSHOT_DISK_RESERVE_BYTES = 1024 * 1024 * 1024;
+/**
+ * Free space a template build always leaves on the state directory's filesystem: a tenth of it, at
+ * least 256 MiB (the headroom kubelet's image GC keeps by default, 15 %, is of the same order).
+ */
+export function snapshotDiskReserveBytes(filesystemBytes: number): number {
+  return Math.max(256 * 1024 * 1024, Math.floor(filesystemBytes / 10));
+}
 
 const mib = (bytes: number): number => Math.floor(bytes / (1024 * 1024));
+
+/** Whether `err` or one of its causes says the disk was full. */
+function isNoSpace(err: unknown): boolean {
+  let current: unknown = err;
+  for (let depth = 0; current instanceof Error && depth < 5; depth++) {
+    if ((current as NodeJS.ErrnoException).code === "ENOSPC" || /No space left on device|os error 28\b/.test(current.message)) return true;
+    current = current.cause;
+  }
+  return false;
+}
 
 /** What a build must leave in `files`, and how long its parts took. */
 export type SnapshotBuilder = (files: SnapshotFiles, signal: AbortSignal) => Promise<{ readonly bootMs: number; readonly saveMs: number }>;
@@ -214,8 +229,9 @@ export class SnapshotStore {
     // (their scratch copies, their image layers) more than a template does.
     const fs = await statfs(this.#o.root);
     const freeBytes = fs.bavail * fs.bsize;
-    if (freeBytes < room.maxBytes + SNAPSHOT_DISK_RESERVE_BYTES) {
-      throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${mib(freeBytes)} MiB free in ${this.#o.root}, and a snapshot may take ${mib(room.maxBytes)} MiB with ${mib(SNAPSHOT_DISK_RESERVE_BYTES)} MiB left for the node's VMs; free disk space or lower snapshotCacheMaxBytes`, { context: { key, freeBytes, needBytes: room.maxBytes } });
+    const reserve = snapshotDiskReserveBytes(fs.blocks * fs.bsize);
+    if (freeBytes < room.maxBytes + reserve) {
+      throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${mib(freeBytes)} MiB free in ${this.#o.root}, and a snapshot may take ${mib(room.maxBytes)} MiB with ${mib(reserve)} MiB left for the node's VMs; free disk space or lower snapshotCacheMaxBytes`, { context: { key, freeBytes, needBytes: room.maxBytes + reserve } });
     }
     const work = join(this.#o.root, `.building-${key}.${randomBytes(4).toString("hex")}`);
     await mkdir(work, { mode: 0o700 });
@@ -250,9 +266,12 @@ export class SnapshotStore {
       this.#o.logger.info({ key, memoryBytes: meta.memoryBytes, stateBytes: meta.stateBytes, bootMs: meta.bootMs, saveMs: meta.saveMs }, "memory snapshot created");
       return snapshot;
     } catch (err) {
+      // The disk filled while the build wrote (another writer took the room the check saw). The VMM
+      // reports that in its own words (Firecracker: "os error 28"; QEMU's file-backed RAM: a SIGBUS
+      // exit), so besides the error's own words, a filesystem left below its reserve says it too.
+      const full = isNoSpace(err) || (await statfs(this.#o.root).then((f) => f.bavail * f.bsize < reserve, () => false));
       await rm(work, { recursive: true, force: true });
-      // The disk filled while the build wrote (another writer took the room the check saw).
-      if ((err as NodeJS.ErrnoException).code === "ENOSPC") throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${this.#o.root} ran out of space while it was written; nothing of it was kept`, { cause: err, context: { key } });
+      if (full) throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${this.#o.root} ran out of space while it was written (${describeError(err)}); nothing of it was kept`, { cause: err, context: { key } });
       throw err;
     }
   }

@@ -287,7 +287,8 @@ export class VmRuntime {
         // tried again: the next VM gets a fresh template. Other failures (a CID, a tap, a launcher,
         // the deadline under load) say nothing about the snapshot.
         const code = err.cause instanceof ImpError ? err.cause.code : undefined;
-        const blamed = !deadline.signal.aborted && ((err.step === "vmm" && code === "SnapshotLoadFailed") || err.step === "guest" || err.step === "configure");
+        // A vsock backend that failed is the backend's fault, never the snapshot's.
+        const blamed = !deadline.signal.aborted && code !== "VsockBackendFailed" && ((err.step === "vmm" && code === "SnapshotLoadFailed") || err.step === "guest" || err.step === "configure");
         if (restoringFrom !== undefined && blamed) {
           // Not awaited: the boot must not wait for the store. The key waits before it is built again.
           void snapshots.store.remove(restoringFrom.key, restoringFrom).catch(() => undefined);

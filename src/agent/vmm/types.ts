@@ -192,8 +192,8 @@ export interface VmmDriver {
   readonly memorySnapshots: boolean;
   /**
    * Whether a restored VM's VMM opens the snapshot's memory file read-only (Firecracker): restored
-   * VMs then map the one file, which none of them can write. QEMU 7.2 opens it read-write even when
-   * it maps it privately, so each restored VM gets its own copy.
+   * VMs then map the one file, and none holds a descriptor that could write it. QEMU 7.2 opens it
+   * read-write even when it maps it privately, so each restored VM gets its own copy.
    */
   readonly restoreMapsMemoryReadOnly?: boolean;
   /**

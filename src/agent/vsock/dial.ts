@@ -23,7 +23,9 @@ export interface HybridVsockDialOptions {
    * given up while its request may still reach the guest: vhost-device-vsock 0.3.0 answers a
    * connection the host abandoned with `OK` written through `unwrap()`, gets EPIPE, and its
    * vring worker thread panics — from then on no connection to that VM is ever answered. Before
-   * the guest's driver is up, and when nothing listens, the VMM closes the connection at once.
+   * the guest's driver is up, and when nothing listens, the VMM closes the connection at once. A
+   * dial still gives up its last CONNECT at the deadline; that ends its VM anyway (a boot times
+   * out, a reconnect that fails fails the VM), so a backend it kills takes nothing else with it.
    */
   readonly ackTimeoutMs?: number;
   /** The whole dial, all attempts included. */

@@ -10,7 +10,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, readlinkSync, statSync } from "node:fs";
-import { copyFile, mkdtemp, open, rm, truncate } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, open, rm, truncate } from "node:fs/promises";
 import { join } from "node:path";
 import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
@@ -41,6 +41,17 @@ function openFiles(pid: number): Map<string, { readOnly: boolean }> {
     files.set(target, { readOnly: (Number.parseInt(flags, 8) & 3) === 0 });
   }
   return files;
+}
+
+/**
+ * VM files laid out as the node agent lays them out: the VMM's own directory (`spec.dir`, where
+ * Firecracker runs) inside the VM's, the disks beside it.
+ */
+async function agentLayoutFiles(options: { readonly tap?: string } = {}): Promise<VmFiles> {
+  const files = await vmFiles(options);
+  const vmmDir = join(files.dir, "vmm");
+  await mkdir(vmmDir);
+  return { ...files, spec: { ...files.spec, dir: vmmDir } };
 }
 
 interface VmConfig {
@@ -76,14 +87,14 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
     const files: VmFiles[] = [];
     try {
       for (const tap of taps) await createTap(tap);
-      const templateFiles = await vmFiles({ tap: taps[0]! });
+      const templateFiles = await agentLayoutFiles({ tap: taps[0]! });
       files.push(templateFiles);
       const template = await driver.start({ ...templateFiles.spec, memorySnapshot: { role: "template", memoryFile } }, context);
       vms.push(template);
       const templateConfig = await vmConfig(template);
-      assert.deepEqual(templateConfig.drives.map((d) => d.path_on_host).sort(), ["./root.ext4", "./scratch.ext4"], "the template names its own disks relative to its directory");
+      assert.deepEqual(templateConfig.drives.map((d) => d.path_on_host).sort(), ["../root.ext4", "../scratch.ext4"], "the template names its own disks relative to its directory");
       assert.equal(templateConfig.vsock.uds_path, "./vsock.sock");
-      assert.ok(isSocket(join(templateFiles.dir, "vsock.sock")));
+      assert.ok(isSocket(join(templateFiles.spec.dir, "vsock.sock")));
 
       const saved = await template.saveSnapshot(statePath, { timeoutMs: 30_000 });
       t.diagnostic(`save (pause + full snapshot of ${templateFiles.spec.memoryMiB} MiB): ${saved.ms.toFixed(0)} ms; state ${saved.stateBytes} bytes`);
@@ -101,7 +112,7 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
       const stateDigest = sha256(statePath);
 
       const clones = await Promise.all(taps.slice(1).map(async (tap) => {
-        const f = await vmFiles({ tap });
+        const f = await agentLayoutFiles({ tap });
         files.push(f);
         const spec: VmSpec = { ...f.spec, memorySnapshot: { role: "restore", memoryFile, statePath } };
         const started = performance.now();
@@ -116,7 +127,7 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
         const config = await vmConfig(vm);
         assert.equal(config["network-interfaces"][0]?.host_dev_name, tap, "the snapshot's tap was replaced by this VM's");
         assert.equal(await tapState(tap), "held", "this VM's Firecracker holds its own tap");
-        assert.ok(isSocket(join(f.dir, "vsock.sock")), "its guest channel's socket is in its own directory");
+        assert.ok(isSocket(join(f.spec.dir, "vsock.sock")), "its guest channel's socket is in its own directory");
         const held = openFiles(vm.pid);
         assert.ok(held.has(join(f.dir, "root.ext4")) && held.has(join(f.dir, "scratch.ext4")), `its own disks: ${[...held.keys()].join(", ")}`);
         assert.ok(![...held.keys()].some((p) => p.startsWith(templateFiles.dir)), "nothing of the template's directory");
@@ -128,7 +139,7 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
       for (const { vm, files: f } of clones) {
         await vm.stop(500);
         assert.equal(processAlive(vm.pid), false);
-        assert.equal(isSocket(join(f.dir, "vsock.sock")), false, "its sockets are removed");
+        assert.equal(isSocket(join(f.spec.dir, "vsock.sock")), false, "its sockets are removed");
       }
       assert.equal(sha256(memoryFile), memoryDigest, "the restored VMs left the memory file as it was saved");
       assert.equal(sha256(statePath), stateDigest);
@@ -140,7 +151,7 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
     }
   });
 
-  it("a damaged snapshot is refused with a terminal SnapshotLoadFailed in Firecracker's words, leaving no process or socket", async (t) => {
+  it("a damaged snapshot is refused with a terminal SnapshotLoadFailed in Firecracker's words; a missing disk is not blamed on the snapshot; neither leaves a process or socket", async (t) => {
     const bins = binariesOrSkip(t);
     if (bins === undefined) return;
     if (kvmSituation() === "no-kvm") {
@@ -151,37 +162,51 @@ describe("Firecracker memory snapshots with the real binary", { timeout: 180_000
     const snapshotDir = await mkdtemp("/tmp/imp-fcsnap-");
     const memoryFile = join(snapshotDir, "memory");
     const statePath = join(snapshotDir, "state");
-    const template = await vmFiles();
-    const clone = await vmFiles();
+    const template = await agentLayoutFiles();
+    const clones = [await agentLayoutFiles(), await agentLayoutFiles()];
+    const firecrackerOf = (apiSocket: string): boolean =>
+      readdirSync("/proc").filter((p) => /^\d+$/.test(p)).some((p) => {
+        try {
+          return readFileSync(`/proc/${p}/cmdline`, "utf8").includes(apiSocket);
+        } catch {
+          return false;
+        }
+      });
     try {
       const vm = await driver.start({ ...template.spec, memorySnapshot: { role: "template", memoryFile } }, context);
       await vm.saveSnapshot(statePath, { timeoutMs: 30_000 });
+
       const damaged = join(snapshotDir, "state-damaged");
       await copyFile(statePath, damaged);
       await truncate(damaged, Math.floor(statSync(statePath).size / 2));
-      const spec: VmSpec = { ...clone.spec, memorySnapshot: { role: "restore", memoryFile, statePath: damaged } };
+      const spec: VmSpec = { ...clones[0]!.spec, memorySnapshot: { role: "restore", memoryFile, statePath: damaged } };
       const layout = driver.layoutOf(spec);
       await assert.rejects(driver.start(spec, context), (err: unknown) => {
         assert.ok(err instanceof ImpError, String(err));
         assert.equal(err.code, "SnapshotLoadFailed");
         assert.equal(err.errorClass, "terminal");
-        // v1.12.1 refuses a truncated state file by exiting ("BuildMicroVmError(Restore)"), not with a 400.
-        assert.match(err.message, /Firecracker exited .*BuildMicroVmError\(Restore\)/);
+        assert.match(err.message, /Firecracker answered 400: Load snapshot error: .*Failed to get snapshot state from file.*CRC64 validation failed/);
         t.diagnostic(err.message);
         return true;
       });
-      assert.equal(readdirSync("/proc").filter((p) => /^\d+$/.test(p)).some((p) => {
-        try {
-          return readFileSync(`/proc/${p}/cmdline`, "utf8").includes(layout.host.apiSocket);
-        } catch {
-          return false;
-        }
-      }), false, "no Firecracker of the clone left");
+      assert.equal(firecrackerOf(layout.host.apiSocket), false, "no Firecracker of the clone left");
       assert.equal(isSocket(layout.host.apiSocket), false, "no API socket left");
       assert.equal(isSocket(layout.host.vsockUds), false, "no vsock socket left");
+
+      // The same good snapshot, but this VM's scratch disk is missing: the host's fault.
+      await rm(join(clones[1]!.dir, "scratch.ext4"));
+      const missing: VmSpec = { ...clones[1]!.spec, memorySnapshot: { role: "restore", memoryFile, statePath } };
+      await assert.rejects(driver.start(missing, context), (err: unknown) => {
+        assert.ok(err instanceof ImpError, String(err));
+        assert.notEqual(err.code, "SnapshotLoadFailed", "a good snapshot is not blamed for a missing disk");
+        assert.match(`${err.message} ${String((err.cause as Error | undefined)?.message ?? "")}`, /scratch\.ext4|BuildMicroVmError/);
+        t.diagnostic(`missing disk: ${err.code}: ${err.message}`);
+        return true;
+      });
+      assert.equal(firecrackerOf(driver.layoutOf(missing).host.apiSocket), false);
     } finally {
       await template.remove();
-      await clone.remove();
+      for (const c of clones) await c.remove();
       await rm(snapshotDir, { recursive: true, force: true });
     }
   });

@@ -176,7 +176,12 @@ describe("configRequests()", () => {
     const template: VmSpec = { ...fullSpec, memorySnapshot: { role: "template", memoryFile: "/var/lib/imp/snapshots/.building-k/memory" } };
     const paths = unjailedLayout(template).vmm;
     assert.equal(paths.drives.get("scratch"), "./scratch.ext4");
-    assert.equal(paths.drives.get("root"), "/var/lib/imp/images/abc.ext4", "a file outside the VM directory keeps its path");
+    assert.equal(paths.drives.get("root"), "/var/lib/imp/images/abc.ext4", "a file further away keeps its path");
+    // The node agent's layout: the VMM directory inside the VM's, the disks beside it.
+    const agentLayout: VmSpec = { ...template, dir: "/var/lib/imp/vms/u1/vmm", drives: [{ id: "root", path: "/var/lib/imp/vms/u1/base.ext4", readOnly: true, isRoot: true }, { id: "scratch", path: "/var/lib/imp/vms/u1/scratch.ext4", readOnly: false, isRoot: false }] };
+    assert.deepEqual([...unjailedLayout(agentLayout).vmm.drives.values()], ["../base.ext4", "../scratch.ext4"]);
+    assert.equal(unjailedLayout(agentLayout).vmm.vsockUds, "./vsock.sock");
+    assert.equal(unjailedLayout({ ...agentLayout, drives: [{ id: "root", path: "/var/lib/imp/vms/other/base.ext4", readOnly: true, isRoot: true }] }).vmm.drives.get("root"), "/var/lib/imp/vms/other/base.ext4", "another VM's file is never named relatively");
     assert.equal(paths.vsockUds, "./vsock.sock");
     assert.equal(paths.logFile, "/var/lib/imp/vms/ci-job-42/firecracker.log", "the logger is configured per process, never in a snapshot");
     assert.equal(unjailedLayout(fullSpec).vmm.drives.get("scratch"), "/var/lib/imp/vms/ci-job-42/scratch.ext4", "a booted VM keeps host paths");

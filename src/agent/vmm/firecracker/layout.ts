@@ -1,4 +1,4 @@
-import { basename, isAbsolute, join, relative } from "node:path";
+import { basename, isAbsolute, join, relative, sep } from "node:path";
 import type { VmSpec } from "../types.ts";
 import type { FirecrackerPaths } from "./api-requests.ts";
 import { terminalError } from "../../../shared/index.ts";
@@ -59,9 +59,10 @@ export function firecrackerId(name: string): string {
 
 /**
  * Unjailed, Firecracker sees host paths — except in a VM of a memory snapshot (template or restored),
- * where the files in its own directory are named relative to it (Firecracker runs there). A snapshot
- * keeps the drive and vsock paths it was taken with (v1.12 cannot override them), so relative names
- * make every restored VM open its own disks and bind its own socket instead of the template's.
+ * where its drives and vsock socket are named relative to its directory (Firecracker runs there). A
+ * snapshot keeps the drive and vsock paths it was taken with (v1.12 cannot override them), so
+ * relative names make every restored VM open its own disks and bind its own socket instead of the
+ * template's.
  */
 export function unjailedLayout(spec: VmSpec): FirecrackerLayout {
   const host = hostFiles(spec.dir);
@@ -120,10 +121,19 @@ export function jailedLayout(spec: VmSpec, options: { readonly chrootBaseDir: st
   };
 }
 
-/** `path` relative to `dir` when it lies inside it (`./name`, so Firecracker never reads it as anything else), else unchanged. */
+/**
+ * `path` relative to `dir`, Firecracker's working directory, when it lies in `dir` or beside it
+ * (`./vsock.sock`, `../scratch.ext4`): a VM's disks sit beside its VMM directory
+ * (`<vms>/<id>/scratch.ext4` for `<vms>/<id>/vmm`) and every VM's files are laid out alike, so the
+ * same relative path names the template's file in the template and the restored VM's own in the
+ * restored VM. Anything further away (a shared file) keeps its absolute path.
+ */
 function inVmDir(dir: string, path: string): string {
   const rel = relative(dir, path);
-  return rel === "" || rel.startsWith("..") || isAbsolute(rel) ? path : `./${rel}`;
+  if (rel === "" || isAbsolute(rel)) return path;
+  const ups = rel.split(sep).filter((part) => part === "..").length;
+  if (ups > 1 || (ups === 1 && !rel.startsWith(`..${sep}`))) return path;
+  return ups === 1 ? rel : `./${rel}`;
 }
 
 /** Host path of a file inside the chroot. */

@@ -40,6 +40,14 @@ const CONFIGURE_LOGGING: Step<BootState, FirecrackerStepName> = {
   },
 };
 
+/**
+ * What Firecracker v1.12 says when the snapshot's own files are at fault (measured: a truncated or
+ * overwritten state fails its CRC64, a memory file shorter than the state's memory cannot be mapped,
+ * a state of another version cannot be read). A drive, tap or socket it cannot open is the host's
+ * business, not the snapshot's: that error passes through, so a good snapshot is not discarded.
+ */
+const SNAPSHOT_FILE_FAULT = /Failed to get snapshot state from file|Failed to load guest memory|Invalid snapshot|snapshot version/i;
+
 const LOAD_SNAPSHOT: Step<BootState, FirecrackerStepName> = {
   name: "load-snapshot",
   run: async (s, c) => {
@@ -47,14 +55,14 @@ const LOAD_SNAPSHOT: Step<BootState, FirecrackerStepName> = {
     if (snapshot?.role !== "restore") throw new Error("load-snapshot runs for a restored VM only");
     const request = snapshotLoadRequest({ statePath: snapshot.statePath, memoryFile: snapshot.memoryFile, ...(s.spec.network === undefined ? {} : { tap: s.spec.network.tap }) });
     try {
-      await explainIfExited(s, () => s.api.put(request, { timeoutMs: s.options.instanceStartTimeoutMs, signal: c.signal }));
+      await s.api.put(request, { timeoutMs: s.options.instanceStartTimeoutMs, signal: c.signal });
     } catch (err) {
-      // Firecracker refused these files (damaged, of another version, another machine): the snapshot's fault, not the host's.
-      // So is a Firecracker that died reading them.
-      if (err instanceof ImpError && ((err.code === "FirecrackerApiError" && err.errorClass === "terminal") || err.code === "FirecrackerStartFailed")) {
-        throw terminalError("SnapshotLoadFailed", `Cannot restore VM ${s.spec.name} from ${snapshot.statePath}: ${err.message}`, { cause: err, context: { vm: s.spec.name, statePath: snapshot.statePath } });
+      // Firecracker answers a refused load with a 400 and then exits: its answer says why, so it is read before its exit.
+      const fault = err instanceof ImpError ? err.context.faultMessage : undefined;
+      if (typeof fault === "string" && SNAPSHOT_FILE_FAULT.test(fault)) {
+        throw terminalError("SnapshotLoadFailed", `Cannot restore VM ${s.spec.name} from ${snapshot.statePath}: ${err instanceof Error ? err.message : String(err)}`, { cause: err, context: { vm: s.spec.name, statePath: snapshot.statePath } });
       }
-      throw err;
+      await explainIfExited(s, () => Promise.reject(err));
     }
   },
 };

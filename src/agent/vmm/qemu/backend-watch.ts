@@ -28,6 +28,11 @@ export function watchBackendLog(path: string, onPanic: (line: string) => void): 
       const file = await open(path, "r").catch(() => undefined);
       if (file === undefined) return;
       try {
+        // A log emptied or replaced under the watch is read again from its start.
+        if ((await file.stat()).size < offset) {
+          offset = 0;
+          carry = "";
+        }
         const { bytesRead, buffer } = await file.read(Buffer.alloc(CHUNK_BYTES), 0, CHUNK_BYTES, offset);
         offset += bytesRead;
         const text = carry + buffer.subarray(0, bytesRead).toString("utf8");

@@ -156,8 +156,9 @@ export const BOOT_STEPS: readonly Step<Boot, QemuStepName>[] = [
       // Stale sockets of an earlier boot would make the backend's bind fail or a dial reach nothing.
       await removeSockets(dir);
       step.onCleanup("remove sockets", () => removeSockets(dir));
-      // The console follower reads from the start: this boot's console only.
+      // The console follower and the backend's log watch read from the start: this boot's lines only.
       await writeFile(dir.serialLog(), "");
+      await writeFile(dir.backendLog(), "");
       // What a restarted agent needs to adopt this VM; gone with the VM (a stale one would mislead).
       if (cfg.channel === "none") return;
       step.onCleanup("remove vm record", () => removeVmRecord(dir.root));
