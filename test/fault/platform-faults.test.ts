@@ -173,11 +173,12 @@ const cases: FaultCase[] = [
     pool: { minIdle: 1, maxConcurrent: 2, snapshot: true },
     async arm(ctx) {
       await clearSnapshots(ctx);
-      // Room for VMs to boot (their image is cached, their disks sparse), not for a template: a
-      // snapshot may take the class's 384 MiB of memory, and a tenth of the disk stays free.
+      // Room for VMs to pull and boot (a busybox base, sparse disks), not for a template: a snapshot
+      // may take the class's 384 MiB of memory, and a tenth of the disk stays free. 128 MiB short of
+      // that, so space freed later (an earlier case's VM directories) does not make room for one.
       for (const node of ctx.world.nodes) {
         const fs = await statfs(node.stateDir);
-        undoFills.push(await ctx.world.fillDisk(node, snapshotDiskReserveBytes(fs.blocks * fs.bsize) + 384 * 2 ** 20 - 64 * 2 ** 20));
+        undoFills.push(await ctx.world.fillDisk(node, snapshotDiskReserveBytes(fs.blocks * fs.bsize) + 384 * 2 ** 20 - 128 * 2 ** 20));
       }
       ctx.faultNow();
     },
@@ -198,7 +199,7 @@ const cases: FaultCase[] = [
         const free = await Promise.all(ctx.world.nodes.map((n) => freeOn(n.stateDir)));
         while (undoFills.length > 0) await undoFills.pop()?.();
         const restored = await untilRestored(ctx, "after-disk-freed", 300_000);
-        return `with ${free.map((x) => `${(x / 2 ** 20).toFixed(0)} MiB`).join(" / ")} free, no node built a template (SnapshotNoSpace) and nothing of one was left; the jobs were served by booted VMs (${served.join(", ")}); once the disks were freed a template was built (after its 30 s backoff) and a job ran restored: ${restored}`;
+        return `with ${free.map((x) => `${(x / 2 ** 20).toFixed(0)} MiB`).join(" / ")} free, no node built a template (SnapshotNoSpace) and nothing of one was left; the jobs were served by booted VMs (${served.join(", ")}); once the disks were freed a template was built (after its backoff: 30 s, doubled by each refused build) and a job ran restored: ${restored}`;
       } finally {
         while (undoFills.length > 0) await undoFills.pop()?.();
       }

@@ -76,6 +76,9 @@ export function snapshotDiskReserveBytes(filesystemBytes: number): number {
 
 const mib = (bytes: number): number => Math.floor(bytes / (1024 * 1024));
 
+/** Free space below which a failed build is taken for one the disk stopped. */
+const NEARLY_FULL_BYTES = 64 * 1024 * 1024;
+
 /** Whether `err` or one of its causes says the disk was full. */
 function isNoSpace(err: unknown): boolean {
   let current: unknown = err;
@@ -231,7 +234,7 @@ export class SnapshotStore {
     const freeBytes = fs.bavail * fs.bsize;
     const reserve = snapshotDiskReserveBytes(fs.blocks * fs.bsize);
     if (freeBytes < room.maxBytes + reserve) {
-      throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${mib(freeBytes)} MiB free in ${this.#o.root}, and a snapshot may take ${mib(room.maxBytes)} MiB with ${mib(reserve)} MiB left for the node's VMs; free disk space or lower snapshotCacheMaxBytes`, { context: { key, freeBytes, needBytes: room.maxBytes + reserve } });
+      throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${mib(freeBytes)} MiB free in ${this.#o.root}, and a snapshot may take ${mib(room.maxBytes)} MiB with ${mib(reserve)} MiB left for the node's VMs; VMs of its class boot until there is room`, { context: { key, freeBytes, needBytes: room.maxBytes + reserve } });
     }
     const work = join(this.#o.root, `.building-${key}.${randomBytes(4).toString("hex")}`);
     await mkdir(work, { mode: 0o700 });
@@ -268,8 +271,8 @@ export class SnapshotStore {
     } catch (err) {
       // The disk filled while the build wrote (another writer took the room the check saw). The VMM
       // reports that in its own words (Firecracker: "os error 28"; QEMU's file-backed RAM: a SIGBUS
-      // exit), so besides the error's own words, a filesystem left below its reserve says it too.
-      const full = isNoSpace(err) || (await statfs(this.#o.root).then((f) => f.bavail * f.bsize < reserve, () => false));
+      // exit), so besides the error's own words, a filesystem found (nearly) full says it too.
+      const full = isNoSpace(err) || (await statfs(this.#o.root).then((f) => f.bavail * f.bsize < Math.min(reserve, NEARLY_FULL_BYTES), () => false));
       await rm(work, { recursive: true, force: true });
       if (full) throw retryableError("SnapshotNoSpace", `Cannot build the memory snapshot ${key}: ${this.#o.root} ran out of space while it was written (${describeError(err)}); nothing of it was kept`, { cause: err, context: { key } });
       throw err;

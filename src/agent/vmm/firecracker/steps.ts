@@ -59,7 +59,8 @@ const LOAD_SNAPSHOT: Step<BootState, FirecrackerStepName> = {
     } catch (err) {
       // Firecracker answers a refused load with a 400 and then exits: its answer says why, so it is read before its exit.
       const fault = err instanceof ImpError ? err.context.faultMessage : undefined;
-      if (typeof fault === "string" && SNAPSHOT_FILE_FAULT.test(fault)) {
+      // A terminal answer only: a host short of memory for the mapping (retryable) is not the snapshot's fault.
+      if (typeof fault === "string" && SNAPSHOT_FILE_FAULT.test(fault) && err instanceof ImpError && err.errorClass === "terminal") {
         throw terminalError("SnapshotLoadFailed", `Cannot restore VM ${s.spec.name} from ${snapshot.statePath}: ${err instanceof Error ? err.message : String(err)}`, { cause: err, context: { vm: s.spec.name, statePath: snapshot.statePath } });
       }
       await explainIfExited(s, () => Promise.reject(err));
