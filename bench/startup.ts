@@ -209,8 +209,8 @@ table(
   rows,
 );
 const coldSteps: TimelinePointName[] = ["vm_created", "vm_bound", "setup_minted", "disk_ready", "booted", "setup_delivered", "job_started"];
-for (const mode of ["webhook-cold", "scaleset-cold"] as const) {
-  const cold = samples.filter((s) => s.mode === mode);
+for (const mode of ["webhook-cold", "webhook-snapshot", "scaleset-cold"] as const) {
+  const cold = samplesOf(mode);
   table(
     `Cold start by step, ${mode} (time since the previous point of the job's timeline)`,
     ["step", "p50 ms", "p95 ms"],
