@@ -18,7 +18,7 @@ import { RunnerWorld, worldUnavailable, nameOf } from "../e2e/runner-path/world.
 import type { ImpVM } from "../../src/api/index.ts";
 import type { TestJob } from "../github/server.ts";
 import { jobReached, runFaultCase, type CaseContext, type FaultCase } from "./fault-case.ts";
-import { clearSnapshots, snapshotsOn, templateLeftovers, untilRestored } from "./snapshots.ts";
+import { clearSnapshots, serveJob, snapshotsOn, templateLeftovers, untilRestored } from "./snapshots.ts";
 import { snapshotDiskReserveBytes } from "../../src/agent/snapshot/index.ts";
 
 const unavailable = await worldUnavailable();
@@ -186,12 +186,9 @@ const cases: FaultCase[] = [
       try {
         const served: string[] = [];
         for (let i = 1; i <= 2; i++) {
-          const job = ctx.world.queueJob(`${ctx.pool}-disk-full-${i}`, [{ name: "hi", run: "echo hi" }], ctx.labels);
-          await ctx.world.waitForJob(job, "completed", 300_000);
-          assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
-          const vm = ctx.world.history(job.runnerName ?? "")?.last;
-          assert.equal(vm?.status?.startedFrom, "Boot", `${job.name} ran in a VM that was not booted`);
-          served.push(`${job.name} on ${job.runnerName ?? "?"}`);
+          const one = await serveJob(ctx, `disk-full-${i}`);
+          assert.equal(one.startedFrom, "Boot", `${one.job} ran in a VM that was not booted`);
+          served.push(`${one.job} on ${one.runner}`);
         }
         const snapshots = (await Promise.all(ctx.world.nodes.map((n) => snapshotsOn(n)))).flat();
         assert.deepEqual(snapshots, [], "no template was built on a disk without room for it");

@@ -36,6 +36,15 @@ export async function clearSnapshots(ctx: CaseContext): Promise<void> {
   }
 }
 
+/** One job of the case's pool, served successfully; the runner it ran on and how that VM started. */
+export async function serveJob(ctx: CaseContext, name: string): Promise<{ job: string; runner: string; startedFrom?: "Boot" | "Snapshot" }> {
+  const job = ctx.world.queueJob(`${ctx.pool}-${name}`, [{ name: "step", run: "echo hi" }], ctx.labels);
+  await ctx.world.waitForJob(job, "completed", 300_000);
+  assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
+  const startedFrom = ctx.world.history(job.runnerName ?? "")?.last.status?.startedFrom;
+  return { job: job.name, runner: job.runnerName ?? "?", ...(startedFrom === undefined ? {} : { startedFrom }) };
+}
+
 /**
  * Jobs one after another until one ran in a restored VM (each node boots once and builds its
  * template; a failed build waits 30 s before it is tried again), for at most `maxMs`; what each ran on.
@@ -44,12 +53,9 @@ export async function untilRestored(ctx: CaseContext, name: string, maxMs = 240_
   const seen: string[] = [];
   const until = Date.now() + maxMs;
   for (let i = 1; Date.now() < until; i++) {
-    const job = ctx.world.queueJob(`${ctx.pool}-${name}-${i}`, [{ name: "step", run: "echo hi" }], ctx.labels);
-    await ctx.world.waitForJob(job, "completed", 300_000);
-    assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
-    const vm = ctx.world.history(job.runnerName ?? "")?.last;
-    seen.push(`${job.name} on ${job.runnerName ?? "?"} (${vm?.status?.startedFrom ?? "?"})`);
-    if (vm?.status?.startedFrom === "Snapshot") return `${seen.length} job(s): ${seen.join(", ")}`;
+    const served = await serveJob(ctx, `${name}-${i}`);
+    seen.push(`${served.job} on ${served.runner} (${served.startedFrom ?? "?"})`);
+    if (served.startedFrom === "Snapshot") return `${seen.length} job(s): ${seen.join(", ")}`;
   }
   throw new Error(`no job in ${maxMs / 1000} s ran in a restored VM: ${seen.join(", ")}`);
 }
