@@ -15,8 +15,8 @@ export const FATAL_CONSOLE_PATTERNS: readonly RegExp[] = [
  * The first complete fatal console line in `text`, if any. Pure. A line counts only once its
  * newline has arrived: the console delivers lines in pieces, and a half line would hide the reason.
  */
-export function findFatalConsoleLine(text: string): string | undefined {
-  for (const pattern of FATAL_CONSOLE_PATTERNS) {
+export function findFatalConsoleLine(text: string, patterns: readonly RegExp[] = FATAL_CONSOLE_PATTERNS): string | undefined {
+  for (const pattern of patterns) {
     const global = new RegExp(pattern.source, "g");
     for (const match of text.matchAll(global)) {
       const end = text.indexOf("\n", match.index);
@@ -56,6 +56,7 @@ export class ConsoleLog {
   readonly #tailBytes: number;
   readonly #pollMs: number;
   readonly #onFatal: (line: string) => void;
+  readonly #fatalPatterns: readonly RegExp[];
   readonly #maxBytes: number;
   readonly #onOverflow: (bytes: number) => void;
   #overflowed = false;
@@ -70,12 +71,14 @@ export class ConsoleLog {
   #timer: NodeJS.Timeout | undefined;
   #closed: Promise<void> | undefined;
 
-  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void; maxBytes?: number; onOverflow?: (bytes: number) => void; armed?: boolean } = {}) {
+  /** `fatalPatterns`: what counts as fatal (default the guest console's); another log the VMM writes can be followed alike. */
+  constructor(path: string, options: { tailBytes?: number; pollMs?: number; onFatal?: (line: string) => void; fatalPatterns?: readonly RegExp[]; maxBytes?: number; onOverflow?: (bytes: number) => void; armed?: boolean } = {}) {
     this.path = path;
     this.#armed = options.armed ?? true;
     this.#tailBytes = options.tailBytes ?? 64 * 1024;
     this.#pollMs = options.pollMs ?? 50;
     this.#onFatal = options.onFatal ?? (() => undefined);
+    this.#fatalPatterns = options.fatalPatterns ?? FATAL_CONSOLE_PATTERNS;
     this.#maxBytes = options.maxBytes ?? DEFAULT_MAX_CONSOLE_BYTES;
     this.#onOverflow = options.onOverflow ?? (() => undefined);
   }
@@ -124,7 +127,7 @@ export class ConsoleLog {
     // Look for fatal lines across read boundaries by scanning the tail, which holds the previous bytes.
     this.#tail = (this.#tail + text).slice(-this.#tailBytes);
     if (this.#armed && this.#fatal === undefined) {
-      const line = findFatalConsoleLine(this.#tail);
+      const line = findFatalConsoleLine(this.#tail, this.#fatalPatterns);
       if (line !== undefined) {
         this.#fatal = line;
         this.#onFatal(line);

@@ -1,6 +1,5 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { classOf, runSteps, terminalError } from "../../../shared/index.ts";
+import { vmmVersion } from "../vmm-version.ts";
 import type { DriverContext, KernelCmdlineParts, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import { FirecrackerApi } from "./api-client.ts";
 import { assertFirecrackerSpec } from "./api-requests.ts";
@@ -9,8 +8,6 @@ import type { JailerOptions } from "./jailer.ts";
 import { jailedLayout, unjailedLayout, type FirecrackerLayout } from "./layout.ts";
 import { ADOPT_STEPS, BOOT_STEPS, RESTORE_STEPS, mustHave, type BootState, type ResolvedOptions } from "./steps.ts";
 import { FirecrackerVm } from "./vm.ts";
-
-const run = promisify(execFile);
 
 export interface FirecrackerDriverOptions {
   readonly firecrackerBinary: string;
@@ -53,23 +50,17 @@ export class FirecrackerDriver implements VmmDriver {
   /** Firecracker opens a snapshot's memory file read-only and maps it privately: restored VMs share one file. */
   readonly restoreMapsMemoryReadOnly = true;
   readonly #options: ResolvedOptions;
-  #identity: Promise<string> | undefined;
+  readonly #version: () => Promise<string>;
 
   constructor(options: FirecrackerDriverOptions) {
     this.#options = { ...defaultFirecrackerDriverConfig(), ...definedOnly(options), firecrackerBinary: options.firecrackerBinary };
+    this.#version = vmmVersion("Firecracker", options.firecrackerBinary);
     this.memorySnapshots = options.jailer === undefined;
   }
 
   /** Firecracker's version: a snapshot is loaded only by the version that wrote it (its state format is versioned). */
-  snapshotIdentity(): Promise<string> {
-    this.#identity ??= run(this.#options.firecrackerBinary, ["--version"], { timeout: 10_000 }).then(
-      ({ stdout }) => `firecracker ${stdout.split("\n")[0]?.trim() ?? "?"} kvm`,
-      (err: unknown) => {
-        this.#identity = undefined;
-        throw terminalError("SnapshotUnsupported", `Cannot ask Firecracker its version: ${(err as Error).message}`, { cause: err });
-      },
-    );
-    return this.#identity;
+  async snapshotIdentity(): Promise<string> {
+    return `firecracker ${await this.#version()} kvm`;
   }
 
   cmdline(parts: KernelCmdlineParts): string {

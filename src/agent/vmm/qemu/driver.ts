@@ -1,14 +1,12 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { terminalError } from "../../../shared/index.ts";
 import type { Accel } from "../kvm-probe.ts";
+import { vmmVersion } from "../vmm-version.ts";
 import type { DriverContext, KernelCmdlineParts, VmDrive, VmmDriver, VmmProcess, VmSpec } from "../types.ts";
 import type { QemuDrive } from "./argv.ts";
 import { QemuVmDir } from "./layout.ts";
 import type { QemuChannelKind, QemuVmOptions } from "./steps.ts";
 import { QemuVm } from "./vm.ts";
 
-const run = promisify(execFile);
 
 /**
  * QEMU's memory beyond guest RAM, measured on busybox and a JIT-like workload that rewrites 1 MiB of
@@ -48,23 +46,17 @@ export class QemuDriver implements VmmDriver {
 
   constructor(options: QemuDriverOptions = {}) {
     this.#options = options;
+    this.#version = vmmVersion("QEMU", options.qemuBinary ?? "qemu-system-x86_64");
     this.memoryOverheadMiB = (options.accel ?? "tcg") === "tcg" ? QEMU_TCG_MEMORY_OVERHEAD_MIB : QEMU_KVM_MEMORY_OVERHEAD_MIB;
   }
 
   /** Templates and restored VMs: their RAM in a file, their state saved and loaded over QMP. */
   readonly memorySnapshots = true;
-  #identity: Promise<string> | undefined;
+  readonly #version: () => Promise<string>;
 
-  /** `qemu --version`'s first line and the accelerator, asked once. */
-  snapshotIdentity(): Promise<string> {
-    this.#identity ??= run(this.#options.qemuBinary ?? "qemu-system-x86_64", ["--version"], { timeout: 10_000 }).then(
-      ({ stdout }) => `qemu ${stdout.split("\n")[0]?.trim() ?? "?"} ${this.#options.accel ?? "tcg"}`,
-      (err: unknown) => {
-        this.#identity = undefined;
-        throw terminalError("SnapshotUnsupported", `Cannot ask QEMU its version: ${(err as Error).message}`, { cause: err });
-      },
-    );
-    return this.#identity;
+  /** `qemu --version`'s first line and the accelerator. */
+  async snapshotIdentity(): Promise<string> {
+    return `qemu ${await this.#version()} ${this.#options.accel ?? "tcg"}`;
   }
 
   /** The guest channel VMs of this driver get (but snapshots': see #vmOptions). */

@@ -4,16 +4,18 @@ import { basename } from "node:path";
 import { describeError, runSteps, terminalError, withDeadline, type Clock, type ImpError, type Logger, type StepRun } from "../../../shared/index.ts";
 import { dialHybridVsock } from "../../vsock/index.ts";
 import { connectUnix } from "../unix-socket.ts";
-import type { ConsoleLog } from "../console-log.ts";
+import { ConsoleLog } from "../console-log.ts";
 import { DirectLauncher } from "../direct-launcher.ts";
 import { climbStopLadder, VM_STOP_GRACE_MS, type VmStopReport } from "../stop-ladder.ts";
 import type { ConnectGuestOptions, RunningVm, VmmProcess, VmSpec } from "../types.ts";
-import { watchBackendLog, type BackendWatch } from "./backend-watch.ts";
 import { describeExit } from "./child.ts";
 import { QemuVmDir } from "./layout.ts";
 import { saveMemorySnapshot, type MemorySnapshotTimings } from "./memory-snapshot.ts";
 import { QmpClient } from "./qmp.ts";
 import { ADOPT_STEPS, BOOT_STEPS, DEFAULT_GUEST_VSOCK_PORT, RESTORE_STEPS, defaultQemuVmConfig, type Boot, type BootConfig, type QemuChannelKind, type QemuExit, type QemuVmOptions } from "./steps.ts";
+
+/** The line a panicking Rust thread of vhost-device-vsock writes first. */
+const VSOCK_BACKEND_PANIC = /thread '.*' .*panicked/;
 
 /**
  * One QEMU microvm process (plus its vhost-device-vsock backend for the vsock channel), started
@@ -42,7 +44,12 @@ export class QemuVm implements RunningVm {
   #stopping: Promise<QemuExit> | undefined;
   #stopped: VmStopReport | undefined;
   #snapshotRole: "template" | "restore" | undefined;
-  readonly #backendWatch: BackendWatch | undefined;
+  /**
+   * vhost-device-vsock's log, followed until the guest answers: a panicked vring worker leaves the
+   * backend process running and accepting host connections, but nothing answers them any more
+   * (docs/boot-kit.md says how 0.3.0 gets there), so without it a boot would wait out its timeout.
+   */
+  readonly #backendLog: ConsoleLog | undefined;
 
   private constructor(spec: VmSpec, boot: Required<Boot>, run: StepRun) {
     this.spec = spec;
@@ -66,10 +73,14 @@ export class QemuVm implements RunningVm {
     void this.#exited.then(() => this.#teardown());
     // Until the guest answers, a vsock backend that failed for good ends the boot at once.
     if (this.channel === "vsock") {
-      this.#backendWatch = watchBackendLog(this.dir.backendLog(), (line) =>
-        this.#markDown(terminalError("VsockBackendFailed", `Cannot reach guest of VM ${spec.name}: its vsock backend (vhost-device-vsock) failed and answers no connection any more: ${line}`, { context: { backendLog: this.dir.backendLog() } })),
-      );
-      void this.#exited.then(() => this.#backendWatch?.stop());
+      const backendLog = new ConsoleLog(this.dir.backendLog(), {
+        fatalPatterns: [VSOCK_BACKEND_PANIC],
+        pollMs: 500,
+        tailBytes: 16 * 1024,
+        onFatal: (line) => this.#markDown(terminalError("VsockBackendFailed", `Cannot reach guest of VM ${spec.name}: its vsock backend (vhost-device-vsock) failed and answers no connection any more: ${line}`, { context: { backendLog: this.dir.backendLog() } })),
+      }).start();
+      this.#backendLog = backendLog;
+      void this.#exited.then(() => backendLog.close());
     }
   }
 
@@ -150,7 +161,8 @@ export class QemuVm implements RunningVm {
   /** The guest agent answered: from now on the console is the workload's, and no line of it is fatal. */
   guestReady(): void {
     this.serial.disarm();
-    this.#backendWatch?.stop();
+    this.#backendLog?.disarm();
+    void this.#backendLog?.close();
   }
 
   /** Aborts once the VM can no longer come up (QEMU exited, kernel panic, initramfs failure); its reason says why. */
