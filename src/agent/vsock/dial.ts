@@ -19,8 +19,8 @@ export interface HybridVsockDialOptions {
   /** One Unix-socket connect. */
   readonly connectTimeoutMs?: number;
   /**
-   * From `CONNECT` written to `OK` read; by default the dial's whole deadline. An attempt is never
-   * given up while its request may still reach the guest: vhost-device-vsock 0.3.0 answers a
+   * From `CONNECT` written to `OK` read; by default {@link DEFAULT_ACK_TIMEOUT_MS} (or the dial's
+   * deadline, if shorter). An attempt is given up late, because its request may still reach the guest: vhost-device-vsock 0.3.0 answers a
    * connection the host abandoned with `OK` written through `unwrap()`, gets EPIPE, and its
    * vring worker thread panics — from then on no connection to that VM is ever answered. Before
    * the guest's driver is up, and when nothing listens, the VMM closes the connection at once. A
@@ -37,6 +37,14 @@ export interface HybridVsockDialOptions {
   /** Called after each failed attempt (all attempt failures are temporary), e.g. for debug logs. */
   readonly onAttemptFailed?: (err: ImpError, attempt: number) => void;
 }
+
+/**
+ * How long one CONNECT waits for its OK unless told otherwise. Long, because vhost-device-vsock 0.3.0
+ * panics on an OK for a CONNECT the host gave up (see `ackTimeoutMs`); bounded, because a CONNECT
+ * sent before the guest's driver was up was seen (loaded CI) to stay unanswered for a whole 120 s
+ * boot while a new one would have been answered.
+ */
+export const DEFAULT_ACK_TIMEOUT_MS = 15_000;
 
 /** Attempts stay frequent (≤ 250 ms apart): a booting guest's listener appears within seconds, and an attempt costs one Unix connect. */
 export const VSOCK_DIAL_BACKOFF: BackoffPolicy = { baseMs: 50, factor: 1.5, capMs: 250, jitter: 0.2, maxAttempts: Infinity };
@@ -57,7 +65,7 @@ export function defaultDialConfig(): Required<Omit<HybridVsockDialOptions, "udsP
  */
 export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<Socket> {
   const given = { ...defaultDialConfig(), ...definedOnly(options) };
-  const cfg = { ...given, ackTimeoutMs: options.ackTimeoutMs ?? given.totalTimeoutMs };
+  const cfg = { ...given, ackTimeoutMs: options.ackTimeoutMs ?? Math.min(given.totalTimeoutMs, DEFAULT_ACK_TIMEOUT_MS) };
   const total = timeoutSignal(cfg.clock, cfg.totalTimeoutMs, options.signal);
   try {
     let lastError: ImpError | undefined;
