@@ -9,19 +9,48 @@ import { ImpError, waitFor } from "../../shared/index.ts";
 import { dialHybridVsock } from "./dial.ts";
 
 /** How the fake VMM answers the Nth connection (1-based): like Firecracker / vhost-device-vsock. */
-type Behaviour = "ok" | "ok-with-data" | "close" | "silent" | "garbage" | "ok-after-3s";
+type Behaviour = "ok" | "ok-with-data" | "close" | "silent" | "garbage" | "ok-after-1s" | "ok-after-3s";
+
+/** What one connection saw: whether the VMM answered it, and whether the host closed it before that. */
+interface ConnectionRecord {
+  answered: boolean;
+  closed: boolean;
+  closedUnanswered: boolean;
+  /** Answers a silent connection now. */
+  answer: () => void;
+}
 
 /** Every fake VMM and connection, closed after the suite even when a test failed half-way (else the file never ends). */
 const servers = new Set<Server>();
 const connections = new Set<Socket>();
 
 /** A hybrid-vsock Unix socket whose "guest" echoes after OK; records the CONNECT lines it got. */
-async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promise<{ server: Server; lines: string[] }> {
+async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promise<{ server: Server; lines: string[]; records: ConnectionRecord[] }> {
   const lines: string[] = [];
+  const records: ConnectionRecord[] = [];
   let n = 0;
   const server = createServer((socket: Socket) => {
     connections.add(socket);
-    socket.once("close", () => connections.delete(socket));
+    const record: ConnectionRecord = {
+      answered: false,
+      closed: false,
+      closedUnanswered: false,
+      answer: () => {
+        record.answered = true;
+        if (!socket.destroyed) socket.write("OK 5\n");
+      },
+    };
+    records.push(record);
+    const write = socket.write.bind(socket) as (chunk: string) => boolean;
+    socket.write = ((chunk: string) => {
+      record.answered = true;
+      return write(chunk);
+    }) as typeof socket.write;
+    socket.once("close", () => {
+      connections.delete(socket);
+      record.closed = true;
+      if (!record.answered) record.closedUnanswered = true;
+    });
     const mine = behaviour(++n);
     let buf = "";
     const onData = (chunk: Buffer): void => {
@@ -40,12 +69,16 @@ async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promi
           socket.pipe(socket);
           break;
         case "close":
+          record.answered = true;
           socket.destroy();
           break;
         case "silent":
           break;
+        case "ok-after-1s":
+          setTimeout(() => record.answer(), 1_000);
+          break;
         case "ok-after-3s":
-          setTimeout(() => socket.write("OK 9\n"), 3_000);
+          setTimeout(() => record.answer(), 3_000);
           break;
         case "garbage":
           socket.write("NOPE\n");
@@ -58,7 +91,7 @@ async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promi
   servers.add(server);
   server.listen(path);
   await once(server, "listening");
-  return { server, lines };
+  return { server, lines, records };
 }
 
 const dir = mkdtempSync(join(tmpdir(), "imp-vsock-test-"));
@@ -115,10 +148,46 @@ describe("dialHybridVsock()", () => {
     const order: Behaviour[] = ["close", "silent", "garbage", "ok"];
     const vmm = await fakeVmm(path, (n) => order[n - 1] ?? "ok");
     const failures: string[] = [];
-    const socket = await dialHybridVsock({ udsPath: path, port: 10700, ...fast, onAttemptFailed: (err) => failures.push(err.code) });
-    assert.deepEqual(failures, ["VsockHandshakeFailed", "VsockHandshakeTimeout", "VsockHandshakeInvalid"]);
+    const waiting: number[] = [];
+    const socket = await dialHybridVsock({ udsPath: path, port: 10700, ...fast, onAttemptFailed: (err) => failures.push(err.code), onAttemptWaiting: (n) => waiting.push(n) });
+    assert.deepEqual(failures, ["VsockHandshakeFailed", "VsockHandshakeInvalid"]);
+    assert.deepEqual(waiting, [2], "the silent one is kept waiting while the next is asked");
     assert.equal(vmm.lines.length, 4);
+    assert.equal(vmm.records[1]?.closedUnanswered, false, "the unanswered CONNECT was not closed");
     socket.destroy();
+    vmm.server.close();
+  });
+
+  it("asks again beside a CONNECT left unanswered, takes the first OK, and closes the other only once it is answered", async () => {
+    const path = sockPath();
+    const vmm = await fakeVmm(path, (n) => (n === 1 ? "ok-after-1s" : "ok"));
+    const socket = await dialHybridVsock({ udsPath: path, port: 10700, ...fast });
+    assert.equal(vmm.lines.length, 2, "a second CONNECT beside the first");
+    assert.equal(vmm.records[1]?.answered, true, "the second one won");
+    await waitFor("the late-answered first connection closed by the host", async () => (vmm.records[0]?.closed === true ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+    assert.equal(vmm.records[0]?.closedUnanswered, false, "closed only after its OK");
+    socket.write("ping");
+    assert.equal(await readSome(socket), "ping");
+    socket.destroy();
+    vmm.server.close();
+  });
+
+  it("at its deadline leaves unanswered CONNECTs open and closes each once it is answered", async () => {
+    const path = sockPath();
+    const vmm = await fakeVmm(path, () => "silent");
+    const waiting: number[] = [];
+    await assert.rejects(dialHybridVsock({ udsPath: path, port: 10700, ...fast, ackTimeoutMs: 50, totalTimeoutMs: 400, onAttemptWaiting: (n) => waiting.push(n) }), (err: unknown) => {
+      assert.ok(err instanceof ImpError);
+      assert.equal(err.code, "VsockDialTimeout");
+      assert.match(err.message, /still unanswered/);
+      return true;
+    });
+    assert.ok(vmm.records.length >= 2, `asked more than once beside the first (${vmm.records.length})`);
+    assert.ok(vmm.records.length <= 17, `a bounded number of CONNECTs wait at once (${vmm.records.length})`);
+    assert.deepEqual(vmm.records.map((r) => r.closed), vmm.records.map(() => false), "none closed unanswered by the host");
+    for (const record of vmm.records) record.answer();
+    await waitFor("every late-answered connection closed by the host", async () => (vmm.records.every((r) => r.closed) ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+    assert.ok(vmm.records.every((r) => !r.closedUnanswered));
     vmm.server.close();
   });
 
@@ -129,8 +198,10 @@ describe("dialHybridVsock()", () => {
     const started = performance.now();
     const socket = await dialHybridVsock({ udsPath: path, port: 10700, totalTimeoutMs: 20_000, onAttemptFailed: (err) => failures.push(err.code) });
     assert.deepEqual(failures, [], "no attempt was given up");
-    assert.equal(vmm.lines.length, 1, "one CONNECT");
+    assert.equal(vmm.lines.length, 2, "one CONNECT, and after 2 s one more beside it");
     assert.ok(performance.now() - started >= 2_900, "the answer came late");
+    await waitFor("the loser closed after its OK", async () => (vmm.records.every((r) => r.answered) && vmm.records.filter((r) => r.closed).length >= 1 ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });
+    assert.ok(vmm.records.every((r) => !r.closedUnanswered));
     socket.destroy();
     vmm.server.close();
   });
