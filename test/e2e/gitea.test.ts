@@ -51,7 +51,7 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       const live = (await world.listVms("cold")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
       return pool.status?.queuedJobs === 0 && pool.status.desired === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("cold-")) : undefined;
     }, 180_000, 250);
-    assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => `${n} (${world.seenVms.get(n)?.phases.join(" → ") ?? "?"})`).join(", ")}`);
 
     // Re-run on the pool scaled to zero, with no webhook: Gitea's queue listing alone must find it.
     await gitea.api("POST", `/repos/acme/cold/actions/runs/${job.run_id}/rerun`);
@@ -83,7 +83,7 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       const live = (await world.listVms("pushed")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
       return pool.status?.queuedJobs === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-")) : undefined;
     }, 180_000, 250);
-    assert.equal(vms.length, 1, `one VM for one job: ${vms.join(", ")}`);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => `${n} (${world.seenVms.get(n)?.phases.join(" → ") ?? "?"})`).join(", ")}`);
 
     // The job re-run on the pool scaled to zero (the stall ARC fleets hit: a re-run's demand taken
     // for a replay of the finished job). Gitea 1.27 re-runs it as a new job, attempt 2 of the run.

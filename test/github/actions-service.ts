@@ -143,6 +143,7 @@ export class ActionsService {
   #nextMessageId = 1;
   /** Sessions dropped server-side: their queue answers 401. */
   readonly #dropped = new Set<string>();
+  readonly #pinned = new Set<number>();
   /** Faults: 5xx on every Actions-service request until then (Date.now()). */
   failUntil = 0;
 
@@ -166,6 +167,16 @@ export class ActionsService {
     const s = this.scaleSets.get(scaleSetId);
     if (s?.session !== undefined) this.#dropped.add(s.session.id);
     if (s !== undefined) s.session = undefined;
+  }
+
+  /**
+   * Keeps a scale set's session from going stale while pinned — a dead listener's session that
+   * GitHub has not expired yet, however slowly the test's next step comes — and lets it expire on
+   * the next tick once unpinned (its last poll is long past).
+   */
+  pinSession(scaleSetId: number, pinned: boolean): void {
+    if (pinned) this.#pinned.add(scaleSetId);
+    else this.#pinned.delete(scaleSetId);
   }
 
   /** Deletes a scale set server-side, as an admin in the GitHub UI. */
@@ -253,7 +264,7 @@ export class ActionsService {
   /** Called on a timer: assigned jobs no runner took in time are offered again; stale sessions end. */
   tick(now: number): void {
     for (const s of this.scaleSets.values()) {
-      if (s.session !== undefined && now - s.session.seenAt > this.#o.sessionIdleMs) s.session = undefined;
+      if (s.session !== undefined && !this.#pinned.has(s.id) && now - s.session.seenAt > this.#o.sessionIdleMs) s.session = undefined;
     }
     for (const job of this.#host.jobs()) {
       if (job.status !== "queued" || job.scaleSetId === undefined || job.acquiredAt === undefined || now - job.acquiredAt < this.#o.reassignAfterMs) continue;

@@ -14,6 +14,8 @@ const base: NodeLossInput = {
   nowMs: renewedAt,
   watchingSinceMs: renewedAt - 3_600_000,
   lostAfterMs: 40_000,
+  kubeNodeReady: false,
+  agentRestartGraceMs: 180_000,
 };
 
 describe("decideNodeLoss", () => {
@@ -59,6 +61,17 @@ describe("decideNodeLoss", () => {
     assert.equal(gone("unwatched"), false);
     const missing = decideNodeLoss({ ...base, kubeNode: "never", lease: undefined, leaseMissingSinceMs: renewedAt, nowMs: renewedAt + 40_000 });
     assert.equal(missing.lost && missing.machineGone, true);
+  });
+
+  it("a node whose Node is Ready (kubelet alive, agent restarting) gets the restart grace on top; NotReady, the plain bound again", () => {
+    const now = renewedAt + 65_000; // an agent Pod that took 65 s to start on a starved machine
+    assert.equal(decideNodeLoss({ ...base, nowMs: now, kubeNode: "present" }).lost, true);
+    assert.deepEqual(decideNodeLoss({ ...base, nowMs: now, kubeNode: "present", kubeNodeReady: true }), { lost: false, recheckInMs: 155_000 });
+    const late = decideNodeLoss({ ...base, nowMs: renewedAt + 220_000, kubeNode: "present", kubeNodeReady: true });
+    assert.equal(late.lost, true);
+    assert.match(late.lost ? late.message : "", /last renewed 220 s ago \(limit 220 s, its Node being Ready\)/);
+    const missing = decideNodeLoss({ ...base, lease: undefined, leaseMissingSinceMs: renewedAt, nowMs: renewedAt + 100_000, kubeNode: "present", kubeNodeReady: true });
+    assert.deepEqual(missing, { lost: false, recheckInMs: 120_000 });
   });
 
   it("a Lease without renewTime is lost", () => {

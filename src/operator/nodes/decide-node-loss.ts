@@ -11,6 +11,13 @@
  * restarted operator would find every node lost and fail every running job. (The node lifecycle
  * controller of Kubernetes measures from its own first observation for the same reason.)
  *
+ * A node whose core/v1 Node is Ready (its kubelet heartbeats) while its agent's Lease is stale has a
+ * live machine whose agent is restarting — an upgrade's rolling restart, a crash, a slow start on a
+ * starved CPU (a loaded machine took 65 s from container start to the agent's first log line). Its
+ * VMs run on under their supervisors and the new agent adopts them, so failing them would fail jobs
+ * that are fine: such a node gets `agentRestartGraceMs` more. A machine that really goes loses its
+ * kubelet too, and the Node turns NotReady/Unknown, so the shorter bound applies again.
+ *
  * A lost node whose machine has no Node in the cluster (deleted, or never there once Nodes are
  * listed: an operator that restarted after the deletion never saw it) will never run its agent
  * again under that name, so nothing will tear its VMs down: `machineGone` lets the controller take
@@ -23,6 +30,8 @@ import type { KubeNodeState } from "../scheduler/kube-nodes.ts";
 
 /** Pass the same value to the scheduler (nodeLostAfterMs), so a lost node is not chosen either. */
 export const DEFAULT_NODE_LOST_AFTER_MS = DEFAULT_LEASE_MAX_AGE_MS;
+/** Added to the bound while the node's Node is Ready: room for an agent Pod to restart on a busy machine. */
+export const DEFAULT_AGENT_RESTART_GRACE_MS = 180_000;
 
 
 export interface NodeLossInput {
@@ -31,10 +40,14 @@ export interface NodeLossInput {
   /** When this process first saw the Lease missing (its clock); undefined while it exists. */
   readonly leaseMissingSinceMs: number | undefined;
   readonly kubeNode: KubeNodeState;
+  /** The machine's Node is Ready=True (its kubelet is alive). */
+  readonly kubeNodeReady: boolean;
   readonly nowMs: number;
   /** When this process began watching Leases (its clock): every node gets the full bound from then. */
   readonly watchingSinceMs: number;
   readonly lostAfterMs: number;
+  /** Added to `lostAfterMs` while `kubeNodeReady`. */
+  readonly agentRestartGraceMs: number;
 }
 
 export type NodeLossDecision =
@@ -47,19 +60,21 @@ export function machineGone(kubeNode: KubeNodeState): boolean {
 }
 
 export function decideNodeLoss(input: NodeLossInput): NodeLossDecision {
-  const { nodeName, nowMs, lostAfterMs } = input;
+  const { nodeName, nowMs } = input;
+  const lostAfterMs = input.kubeNodeReady ? input.lostAfterMs + input.agentRestartGraceMs : input.lostAfterMs;
+  const limit = `limit ${Math.round(lostAfterMs / 1000)} s${input.kubeNodeReady ? ", its Node being Ready" : ""}`;
   if (input.kubeNode === "deleted") return { lost: true, message: `Node ${nodeName} was deleted`, machineGone: true };
   const gone = machineGone(input.kubeNode);
   if (input.lease === undefined) {
     const since = input.leaseMissingSinceMs ?? nowMs;
     const lostAt = since + lostAfterMs;
     return nowMs >= lostAt
-      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s`, machineGone: gone }
+      ? { lost: true, message: `Node ${nodeName}: its agent Lease has been missing for ${Math.round((nowMs - since) / 1000)} s (${limit})`, machineGone: gone }
       : { lost: false, recheckInMs: lostAt - nowMs };
   }
   const renewed = renewTimeMs(input.lease);
   if (renewed === undefined) return { lost: true, message: `Node ${nodeName}: its agent Lease has no renewTime`, machineGone: gone };
   const lostAt = Math.max(renewed, input.watchingSinceMs) + lostAfterMs;
-  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (limit ${Math.round(lostAfterMs / 1000)} s)`, machineGone: gone };
+  if (nowMs >= lostAt) return { lost: true, message: `Node ${nodeName}: its agent Lease was last renewed ${Math.round((nowMs - renewed) / 1000)} s ago (${limit})`, machineGone: gone };
   return { lost: false, recheckInMs: lostAt - nowMs };
 }

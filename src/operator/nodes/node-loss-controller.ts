@@ -33,7 +33,7 @@ import { silentLogger, systemClock, type Clock, type Logger } from "../../shared
 import { agentLeaseName, nodeOfLease } from "../scheduler/agent-lease.ts";
 import { addVmIndexes, isTerminalVM, VMS_BY_NODE } from "../scheduler/indexes.ts";
 import { KubeNodeTracker } from "../scheduler/kube-nodes.ts";
-import { DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, machineGone } from "./decide-node-loss.ts";
+import { DEFAULT_AGENT_RESTART_GRACE_MS, DEFAULT_NODE_LOST_AFTER_MS, decideNodeLoss, machineGone } from "./decide-node-loss.ts";
 
 export interface NodeLossControllerOptions {
   readonly vms: ResourceClient<ImpVM>;
@@ -46,6 +46,8 @@ export interface NodeLossControllerOptions {
   readonly kubeNodes?: KubeNodeTracker | undefined;
   /** A Lease older than this past its renewTime means the node is lost (default 40 s). */
   readonly lostAfterMs?: number | undefined;
+  /** More time while the node's Node is Ready (decide-node-loss.ts); default {@link DEFAULT_AGENT_RESTART_GRACE_MS}. */
+  readonly agentRestartGraceMs?: number | undefined;
   readonly registry: Registry;
   readonly recorder?: EventRecorder;
   readonly clock?: Clock;
@@ -59,6 +61,7 @@ export class NodeLossController {
   readonly #clock: Clock;
   readonly #controller: Controller;
   readonly #lostAfterMs: number;
+  readonly #agentRestartGraceMs: number;
   readonly #leaseMissingSince = new Map<string, number>();
   readonly #kubeNodes: KubeNodeTracker;
   /** When start() was called: no node is lost sooner than the bound after it (decide-node-loss.ts says why). */
@@ -68,6 +71,7 @@ export class NodeLossController {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#lostAfterMs = options.lostAfterMs ?? DEFAULT_NODE_LOST_AFTER_MS;
+    this.#agentRestartGraceMs = options.agentRestartGraceMs ?? DEFAULT_AGENT_RESTART_GRACE_MS;
     this.#watchingSinceMs = this.#clock.now();
     const logger = (options.logger ?? silentLogger).child({ part: "node-loss" });
     addVmIndexes(options.vmInformer);
@@ -77,6 +81,7 @@ export class NodeLossController {
     this.#controller.watch(options.leaseInformer, { toKeys: (lease) => { const n = nodeOfLease(lease); return n === undefined ? [] : [n]; } });
     this.#kubeNodes = options.kubeNodes ?? new KubeNodeTracker();
     this.#kubeNodes.onDeleted((name) => this.#controller.enqueue(name));
+    this.#kubeNodes.onReadyChanged((name) => this.#controller.enqueue(name));
   }
 
   async start(signal: AbortSignal): Promise<void> {
@@ -89,7 +94,7 @@ export class NodeLossController {
     if (lease === undefined) {
       if (!this.#leaseMissingSince.has(nodeName)) this.#leaseMissingSince.set(nodeName, now);
     } else this.#leaseMissingSince.delete(nodeName);
-    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodes.state(nodeName), nowMs: now, watchingSinceMs: this.#watchingSinceMs, lostAfterMs: this.#lostAfterMs });
+    return decideNodeLoss({ nodeName, lease, leaseMissingSinceMs: this.#leaseMissingSince.get(nodeName), kubeNode: this.#kubeNodes.state(nodeName), kubeNodeReady: this.#kubeNodes.isReady(nodeName), nowMs: now, watchingSinceMs: this.#watchingSinceMs, lostAfterMs: this.#lostAfterMs, agentRestartGraceMs: this.#agentRestartGraceMs });
   }
 
   async #reconcile(ctx: ReconcileContext): Promise<ReconcileResult> {

@@ -17,6 +17,7 @@ export class KubeNodeTracker {
   readonly #seen = new Set<string>();
   readonly #onDeleted: Array<(name: string) => void> = [];
   readonly #onCordonChanged: Array<(name: string, cordoned: boolean) => void> = [];
+  readonly #onReadyChanged: Array<(name: string) => void> = [];
 
   /** Without an informer every node is `unwatched`. */
   constructor(informer?: Informer<KubeObject>) {
@@ -26,6 +27,7 @@ export class KubeNodeTracker {
       onUpdate: (old, n) => {
         this.#seen.add(n.metadata.name);
         if (isCordoned(old) !== isCordoned(n)) for (const f of this.#onCordonChanged) f(n.metadata.name, isCordoned(n));
+        if (isReady(old) !== isReady(n)) for (const f of this.#onReadyChanged) f(n.metadata.name);
       },
       onDelete: (n) => {
         const name = n.metadata.name;
@@ -41,6 +43,14 @@ export class KubeNodeTracker {
     // Before the first full list, absence says nothing.
     if (!this.#informer.hasSynced()) return "unwatched";
     return this.#seen.has(nodeName) ? "deleted" : "never";
+  }
+
+  /**
+   * Whether the machine's Node is `Ready=True`: its kubelet heartbeats, as the node lifecycle
+   * controller judges (it turns the condition Unknown once they stop). False when not watched.
+   */
+  isReady(nodeName: string): boolean {
+    return isReady(this.#informer?.get(nodeName));
   }
 
   /** Those of `names` whose Node was deleted. */
@@ -59,6 +69,11 @@ export class KubeNodeTracker {
     this.#onDeleted.push(f);
   }
 
+  /** Called when a Node's Ready condition turns True or stops being True. */
+  onReadyChanged(f: (name: string) => void): void {
+    this.#onReadyChanged.push(f);
+  }
+
   /** Called when a Node is cordoned (`kubectl cordon`, `drain`) or uncordoned. */
   onCordonChanged(f: (name: string, cordoned: boolean) => void): void {
     this.#onCordonChanged.push(f);
@@ -72,4 +87,9 @@ export function nodeCordoned(impNode: { readonly spec?: { readonly unschedulable
 
 function isCordoned(node: unknown): boolean {
   return (node as { spec?: { unschedulable?: boolean } } | undefined)?.spec?.unschedulable === true;
+}
+
+function isReady(node: unknown): boolean {
+  const conditions = (node as { status?: { conditions?: ReadonlyArray<{ type?: string; status?: string }> } } | undefined)?.status?.conditions;
+  return conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
 }

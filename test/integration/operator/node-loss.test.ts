@@ -27,6 +27,7 @@ const LEASE_NS = "imp-system";
 const NS = "default";
 /** Short so the test is quick; the shipped default is 40 s. */
 const LOST_AFTER_MS = 3_000;
+const RESTART_GRACE_MS = 15_000;
 const RENEW_EVERY_MS = 500;
 const SETTLE_MS = 90_000;
 
@@ -68,7 +69,7 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     const caches = [vmInformer, nodeInformer, leaseInformer, kubeNodeInformer, classInformer, templateInformer, poolInformer];
     const recorder = new EventRecorder({ client: createResourceClient<CoreEvent>(kc, EVENT_RESOURCE), component: "imp-operator", instance: "test" });
     const kubeNodeTracker = new KubeNodeTracker(kubeNodeInformer);
-    const nodeLoss = new NodeLossController({ vms, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, registry, recorder });
+    const nodeLoss = new NodeLossController({ vms, leases, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, kubeNodes: kubeNodeTracker, lostAfterMs: LOST_AFTER_MS, agentRestartGraceMs: RESTART_GRACE_MS, registry, recorder });
     const scheduler = new SchedulerController({ vms, nodes, vmInformer, nodeInformer, leaseInformer, leaseNamespace: LEASE_NS, classInformer, templateInformer, registry, recorder, nodeLostAfterMs: LOST_AFTER_MS, kubeNodes: kubeNodeTracker });
     const drain = new DrainController({ vms, nodes, vmInformer, nodeInformer, poolInformer, kubeNodes: kubeNodeTracker, registry, recorder });
     for (const c of caches) running.push(c.start(ac.signal));
@@ -177,6 +178,32 @@ describe("node loss against a real API server", { timeout: 600_000 }, () => {
     assert.equal((await get("d-run")).status?.phase, "Failed");
     for (const n of ["l-run", "after-1", "after-2"]) await setPhase(n, { phase: "Succeeded", exitCode: 0 });
     await vms.delete({ namespace: NS, name: "after-3" });
+  });
+
+  it("a node whose Node is Ready (its kubelet alive: the agent is restarting) is lost only after the restart grace too; once its Node turns NotReady, after the plain bound", async () => {
+    const ready = (name: string, status: "True" | "False"): Promise<KubeObject> =>
+      kubeNodes.patchStatus({ name }, { status: { conditions: [{ type: "Ready", status, reason: status === "True" ? "KubeletReady" : "NodeStatusUnknown", lastHeartbeatTime: new Date().toISOString(), lastTransitionTime: new Date().toISOString() }] } });
+    for (const name of ["rdy-1", "rdy-2"]) {
+      await kubeNodes.create({ metadata: { name } });
+      await ready(name, "True");
+      await startAgent(name, 1);
+      assert.equal(await boundVm(`${name}-vm`, name), name);
+      await heldByAgent(`${name}-vm`);
+      await setPhase(`${name}-vm`, { phase: "Running" });
+    }
+    const stoppedBoth = await Promise.all([stopAgent("rdy-1"), stopAgent("rdy-2")]);
+    // rdy-2's machine really goes: the node lifecycle controller turns its Node NotReady.
+    await ready("rdy-2", "False");
+    const gone = await waitFailed("rdy-2-vm");
+    const goneMs = Date.now() - (stoppedBoth[1] ?? 0);
+    assert.match(gone.status?.message ?? "", /last renewed \d+ s ago \(limit 3 s\)$/);
+    assert.ok(goneMs < LOST_AFTER_MS + RESTART_GRACE_MS, `NotReady: lost without the grace (${goneMs} ms)`);
+    const restarting = await waitFailed("rdy-1-vm");
+    const restartingMs = Date.now() - (stoppedBoth[0] ?? 0);
+    assert.equal(restarting.status?.reason, VM_REASONS.NodeLost);
+    assert.match(restarting.status?.message ?? "", /last renewed \d+ s ago \(limit 18 s, its Node being Ready\)$/);
+    assert.ok(restartingMs >= LOST_AFTER_MS + RESTART_GRACE_MS, `Ready: not lost before bound + grace (${restartingMs} ms)`);
+    console.log(`# node loss: Lease stale, Node NotReady → NodeLost in ${goneMs} ms; Node Ready (agent restarting) → NodeLost in ${restartingMs} ms (bound ${LOST_AFTER_MS} + grace ${RESTART_GRACE_MS} ms)`);
   });
 
   it("a deleted Node fails its VMs at once; a node that never had a Node object is not affected", async () => {
