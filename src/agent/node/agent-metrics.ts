@@ -34,7 +34,7 @@ export class AgentMetrics {
     this.sweepRemoved = new Counter({ name: "imp_agent_sweep_removed_total", help: "Leftovers the sweep removed, by kind (process, socket, tap, cgroup, disk, dir, snapshot).", labelNames: ["kind"], registers });
     this.exitDetection = new Histogram({ name: "imp_agent_exit_detection_seconds", help: "VMM exit → agent knew of it.", buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5], registers });
     this.snapshots = new Counter({ name: "imp_agent_memory_snapshot_events_total", help: "VMs of startFrom: Snapshot classes restored or booted instead (fallback: no snapshot yet, or it failed to restore), and templates created or failed.", labelNames: ["result"], registers });
-    for (const result of ["restored", "fallback", "created", "build-failed"]) this.snapshots.inc({ result }, 0);
+    for (const result of ["restored", "fallback", "created", "build-failed", "build-deferred"]) this.snapshots.inc({ result }, 0);
     this.snapshotCreate = new Histogram({ name: "imp_agent_memory_snapshot_create_seconds", help: "A template VM's boot, save and digests, for one memory snapshot.", buckets: SECONDS, registers });
     if (stateDir !== undefined) {
       // Read at scrape time, as node_exporter's filesystem gauges are: VM disks, the image cache and

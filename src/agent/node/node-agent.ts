@@ -42,6 +42,7 @@ import { NodeReporter, type DecommissionOutcome, type NodeFacts } from "./node-r
 import { NodeSweeper, type LiveSet } from "./node-sweeper.ts";
 import { apiSituation, decideVm, statusFromLocal, type AgentAction } from "./vm-decision.ts";
 import { bootRequestOf, planVm, withImageCredentials, type KernelFiles, type VmPlan } from "./vm-plan.ts";
+import { fitsBeside } from "./node-room.ts";
 
 export interface NodeAgentOptions {
   readonly kubeConfig: KubeConfig;
@@ -133,6 +134,7 @@ export class NodeAgent {
       notify: (vm) => this.#controller.enqueue(`${vm.namespace}/${vm.name}`),
       observe: (event) => this.metrics.onRuntimeEvent(event, event.kind === "ended" ? (this.#vms.get(`${event.vm.namespace}/${event.vm.name}`)?.seen.metadata.labels?.[LABELS.pool] ?? "") : ""),
       faults: this.faults,
+      templateRoom: (want) => fitsBeside(options.facts.capacity, this.#allocated(), want),
     });
     this.#controller = new Controller({ name: "imp-agent-vm", registry: this.registry, workers: 4, logger: this.#log, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx), reconcileTimeoutMs: 120_000 });
     this.#controller.watch(this.#cache);
@@ -144,6 +146,7 @@ export class NodeAgent {
       facts: options.facts,
       key: options.key,
       allocated: () => this.#allocated(),
+      heldByTemplates: () => this.runtime.templatesHeld(),
       imageCache: options.imageCache,
       clock: this.#clock,
       logger: this.#log,

@@ -47,3 +47,32 @@ test("a node asked to decommission keeps reporting while its agent waits, then d
   await reporter.reportOnce();
   assert.deepEqual([(await nodes.list()).items.length, leases.calls.patch, leases.calls.create, asked.length], [0, renewals, 1, 2], "no renewal in the retiring round, nothing written or asked after it");
 });
+
+test("while a template VM is built the node reports that much less capacity, and its full capacity again after", async () => {
+  const clock = new FakeClock();
+  const nodes = new FakeResourceClient<ImpNode>(IMP_NODES, { clock });
+  const leases = new FakeResourceClient<Lease>(LEASE_RESOURCE, { clock });
+  let templates = { vcpu: 0, memoryMiB: 0, vmSlots: 0 };
+  const reporter = new NodeReporter({
+    nodeName: "n1",
+    nodes,
+    leases,
+    leaseNamespace: "imp",
+    facts: { arch: "amd64", kvm: false, accel: "tcg", kvmReason: "none", vmms: ["qemu"], kernels: ["default"], capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 4 }, versions: { agent: "0" } },
+    key: await generateNodeKeyPair(),
+    allocated: () => ({ vcpu: 1, memoryMiB: 512, vmSlots: 1 }),
+    heldByTemplates: () => templates,
+    imageCache: async () => ({ images: 0, usedBytes: 0 }),
+    clock,
+    logger: silentLogger,
+  });
+  await reporter.reportOnce();
+  assert.deepEqual((await nodes.get({ name: "n1" })).status?.capacity, { vcpu: 4, memoryMiB: 4096, vmSlots: 4 });
+  templates = { vcpu: 2, memoryMiB: 1024, vmSlots: 1 };
+  await reporter.reportOnce();
+  assert.deepEqual((await nodes.get({ name: "n1" })).status?.capacity, { vcpu: 2, memoryMiB: 3072, vmSlots: 3 });
+  assert.deepEqual((await nodes.get({ name: "n1" })).status?.allocated, { vcpu: 1, memoryMiB: 512, vmSlots: 1 }, "job VMs are counted as before");
+  templates = { vcpu: 0, memoryMiB: 0, vmSlots: 0 };
+  await reporter.reportOnce();
+  assert.deepEqual((await nodes.get({ name: "n1" })).status?.capacity, { vcpu: 4, memoryMiB: 4096, vmSlots: 4 });
+});

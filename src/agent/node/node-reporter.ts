@@ -7,6 +7,7 @@ import { API_VERSION, IMP_NODE, SETUP_SEAL_SUITE, type ImpNode, type ImpNodeStat
 import { isAlreadyExists, isNotFound, microTime, mutateWithRetry, type Lease, type ResourceClient } from "../../kube/index.ts";
 import { describeError, type Clock, type Logger } from "../../shared/index.ts";
 import { decommissionRequestOf, type DecommissionRequest } from "./decide-decommission.ts";
+import { capacityForJobs } from "./node-room.ts";
 
 /** What the agent did with a decommission request: ignored it (stale), is waiting for its VMs, or has retired the node. */
 export type DecommissionOutcome = "ignored" | "waiting" | "retired";
@@ -32,6 +33,8 @@ export interface NodeReporterOptions {
   readonly leaseNamespace: string;
   readonly facts: NodeFacts;
   readonly key: NodeKeyPair;
+  /** What the node's own template VMs (memory snapshots) hold now; reported capacity leaves it out. Default none. */
+  readonly heldByTemplates?: () => { readonly vcpu: number; readonly memoryMiB: number; readonly vmSlots: number };
   /** What the node holds now (VMs bound here and not released). */
   readonly allocated: () => { readonly vcpu: number; readonly memoryMiB: number; readonly vmSlots: number };
   readonly imageCache: () => Promise<{ readonly images: number; readonly usedBytes: number; readonly limitBytes?: number }>;
@@ -109,7 +112,7 @@ export class NodeReporter {
       kvmReason: f.kvmReason.slice(0, 1024),
       vmms: [...f.vmms],
       kernels: [...f.kernels],
-      capacity: { ...f.capacity },
+      capacity: this.#o.heldByTemplates === undefined ? { ...f.capacity } : capacityForJobs(f.capacity, this.#o.heldByTemplates()),
       allocated: { ...this.#o.allocated() },
       versions: { ...f.versions },
       imageCache: { images: cache.images, usedBytes: cache.usedBytes, ...(cache.limitBytes === undefined ? {} : { limitBytes: cache.limitBytes }) },

@@ -24,7 +24,7 @@ import { VmDir } from "./vm-dir.ts";
 export type RuntimeEvent =
   | { readonly kind: "prepared"; readonly ms: number }
   /** How a VM of a `startFrom: Snapshot` class started, and a template built (or not) for its key. */
-  | { readonly kind: "snapshot"; readonly result: "restored" | "fallback" | "created" | "build-failed"; readonly ms?: number }
+  | { readonly kind: "snapshot"; readonly result: "restored" | "fallback" | "created" | "build-failed" | "build-deferred"; readonly ms?: number }
   | { readonly kind: "booted"; readonly ms: number; readonly vmm: VmmKind }
   | { readonly kind: "setup-delivered" }
   | { readonly kind: "ended"; readonly vm: VmRef; readonly outcome: VmOutcome; readonly runMs?: number }
@@ -50,6 +50,18 @@ export interface VmRuntimeOptions {
   readonly faults?: FaultPoints;
   /** The node's memory snapshots; absent: every VM boots, whatever its class says. */
   readonly snapshots?: SnapshotDeps | undefined;
+  /**
+   * Whether the node has room for a template VM of this size beside its job VMs now; a build
+   * without room waits for the next VM that misses the snapshot. Default: always.
+   */
+  readonly templateRoom?: (want: HeldResources) => boolean;
+}
+
+/** What a VM holds of its node, as the scheduler counts it. */
+export interface HeldResources {
+  readonly vcpu: number;
+  readonly memoryMiB: number;
+  readonly vmSlots: number;
 }
 
 /** Thrown out of a restore's `failed` hook: the restore failed before anything was sent, so the VM boots. */
@@ -101,7 +113,8 @@ export class VmRuntime {
   readonly #faults: FaultPoints;
   readonly #deps: BootDeps;
   /** Template VMs being built (their directories and ports are live for the sweep). */
-  readonly #templates = new Set<string>();
+  /** Template VMs being built, by id, with what each holds of the node. */
+  readonly #templates = new Map<string, HeldResources>();
   /** Keys whose template build failed: when to try again, and the last wait. */
   readonly #templateBackoff = new Map<string, { readonly delayMs: number; readonly retryAt: number }>();
 
@@ -149,7 +162,18 @@ export class VmRuntime {
 
   /** VMs this runtime holds (for capacity accounting and the sweep). */
   liveUids(): string[] {
-    return [...this.#tasks.keys(), ...this.#templates];
+    return [...this.#tasks.keys(), ...this.#templates.keys()];
+  }
+
+  /** What template VMs being built hold of the node now: not job VMs, so the node's reported capacity leaves it out. */
+  templatesHeld(): HeldResources {
+    let vcpu = 0;
+    let memoryMiB = 0;
+    for (const held of this.#templates.values()) {
+      vcpu += held.vcpu;
+      memoryMiB += held.memoryMiB;
+    }
+    return { vcpu, memoryMiB, vmSlots: this.#templates.size };
   }
 
   /** Starts booting the VM. Returns at once; progress arrives through `notify`. */
@@ -308,9 +332,10 @@ export class VmRuntime {
 
   /**
    * Builds the template snapshot of `key` in the background; failures are logged and counted, never
-   * a VM's. One template VM on the node at a time (it is not in the node's capacity, and under TCG
-   * each adds to the load that times the next one out); a key whose build failed waits, doubling
-   * from 30 s to 10 min, before it is tried again.
+   * a VM's. Only with room for it beside the node's job VMs (`templateRoom`); while it runs the node
+   * reports that much less capacity (`templatesHeld`), so the scheduler does not fill it. One template
+   * VM on the node at a time (under TCG each adds to the load that times the next one out); a key
+   * whose build failed waits, doubling from 30 s to 10 min, before it is tried again.
    */
   #buildTemplate(request: VmBootRequest, key: string, why: string, log: Logger): void {
     const snapshots = this.#o.snapshots;
@@ -318,8 +343,14 @@ export class VmRuntime {
     const backoff = this.#templateBackoff.get(key);
     if (backoff !== undefined && this.#o.clock.now() < backoff.retryAt) return;
     const template = templateRequestOf(request, key);
+    const held: HeldResources = { vcpu: template.vcpus, memoryMiB: template.memoryMiB, vmSlots: 1 };
+    if (this.#o.templateRoom !== undefined && !this.#o.templateRoom(held)) {
+      log.info({ key, why }, "no room on the node for a template VM now; the next VM of this class that misses it tries again");
+      this.#o.observe?.({ kind: "snapshot", result: "build-deferred" });
+      return;
+    }
     log.info({ key, why, template: template.id }, "building a memory snapshot template");
-    this.#templates.add(template.id);
+    this.#templates.set(template.id, held);
     const started = this.#o.clock.now();
     void snapshots.store
       .create(key, async (files, signal) => {
