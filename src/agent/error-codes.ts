@@ -166,7 +166,6 @@ export const AGENT_ERROR_CODES = [
   "VsockDialTimeout",
   "VsockHandshakeFailed",
   "VsockHandshakeInvalid",
-  "VsockHandshakeTimeout",
   "VsockPortInvalid",
   "WorkloadStartFailed",
 ] as const;
