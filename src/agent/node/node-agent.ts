@@ -8,7 +8,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Registry } from "prom-client";
-import { canTransitionVM, FINALIZERS, LABELS, openSetup, parseSealedSetup, parseVmInputs, secretKeysNeeded, templateOf, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
+import { canTransitionVM, isTerminalVMPhase, FINALIZERS, LABELS, openSetup, parseSealedSetup, parseVmInputs, secretKeysNeeded, templateOf, VM_REASONS, type ImpNode, type ImpVM, type ImpVMClass, type ImpVMStatus, type ImpVMTemplate, type NodeKeyPair, IMP_VMS, IMP_VM_TEMPLATES, IMP_VM_CLASSES, IMP_NODES } from "../../api/index.ts";
 import {
   Controller,
   createResourceClient,
@@ -133,8 +133,15 @@ export class NodeAgent {
       setups: this.#setups,
       notify: (vm) => this.#controller.enqueue(`${vm.namespace}/${vm.name}`),
       observe: (event) => this.metrics.onRuntimeEvent(event, event.kind === "ended" ? (this.#vms.get(`${event.vm.namespace}/${event.vm.name}`)?.seen.metadata.labels?.[LABELS.pool] ?? "") : ""),
+      // Reported at once, not at the next round: the scheduler counts the template's room sooner.
+      onTemplatesChanged: () => void this.reporter.writeStatus().catch(() => undefined),
       faults: this.faults,
-      templateRoom: (want) => fitsBeside(options.facts.capacity, this.#allocated(), want),
+      templateRoom: (want) => {
+        // VMs bound here and not started yet hold room too (their size is not known before their
+        // plan: counted as the template's, usually the class that missed it).
+        const waiting = [...this.#vms.values()].filter(({ seen }) => this.runtime.local(seen.metadata.uid) === undefined && !isTerminalVMPhase(seen.status?.phase ?? "Scheduled")).length;
+        return fitsBeside(options.facts.capacity, this.#allocated(), { vcpu: want.vcpu * (1 + waiting), memoryMiB: want.memoryMiB * (1 + waiting), vmSlots: 1 + waiting });
+      },
     });
     this.#controller = new Controller({ name: "imp-agent-vm", registry: this.registry, workers: 4, logger: this.#log, clock: this.#clock, reconcile: (ctx) => this.#reconcile(ctx), reconcileTimeoutMs: 120_000 });
     this.#controller.watch(this.#cache);
@@ -244,8 +251,10 @@ export class NodeAgent {
     for (const { seen, plan } of this.#vms.values()) {
       const local = this.runtime.local(seen.metadata.uid);
       if (local === undefined || local.stage === "released" || local.stage === "ended") continue;
-      vcpu += plan?.vcpus ?? 0;
-      memoryMiB += plan?.memoryMiB ?? 0;
+      // A VM re-adopted after an agent restart has no plan in this run: its record says its size.
+      const held = this.runtime.held(seen.metadata.uid);
+      vcpu += plan?.vcpus ?? held?.vcpu ?? 0;
+      memoryMiB += plan?.memoryMiB ?? held?.memoryMiB ?? 0;
       vmSlots += 1;
     }
     return { vcpu, memoryMiB, vmSlots };

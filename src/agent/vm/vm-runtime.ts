@@ -55,6 +55,8 @@ export interface VmRuntimeOptions {
    * without room waits for the next VM that misses the snapshot. Default: always.
    */
   readonly templateRoom?: (want: HeldResources) => boolean;
+  /** Called when a template VM starts or stops holding room (`templatesHeld` changed). */
+  readonly onTemplatesChanged?: () => void;
 }
 
 /** What a VM holds of its node, as the scheduler counts it. */
@@ -99,6 +101,8 @@ class VmTask {
   setupGate: SetupGate | undefined;
   /** The workload carries a one-time setup (its handoff is tracked in `local.setup`). */
   requiresSetup = false;
+  /** What the VM holds of the node (from its boot request, or an adopted VM's record); unknown for one only recorded as ended. */
+  held: HeldResources | undefined;
 
   constructor(ref: VmRef, local: LocalVm) {
     this.ref = ref;
@@ -160,6 +164,11 @@ export class VmRuntime {
     return this.#tasks.get(uid)?.local;
   }
 
+  /** What a VM this runtime started or adopted holds of the node (capacity accounting). */
+  held(uid: string): HeldResources | undefined {
+    return this.#tasks.get(uid)?.held;
+  }
+
   /** VMs this runtime holds (for capacity accounting and the sweep). */
   liveUids(): string[] {
     return [...this.#tasks.keys(), ...this.#templates.keys()];
@@ -181,6 +190,7 @@ export class VmRuntime {
     if (this.#tasks.has(ref.uid)) return;
     const task = new VmTask(ref, { ...newLocalVm(ref.uid), at: { preparing: this.#o.clock.now() } });
     task.requiresSetup = request.requiresSetup;
+    task.held = { vcpu: request.vcpus, memoryMiB: request.memoryMiB, vmSlots: 1 };
     this.#tasks.set(ref.uid, task);
     task.done = this.#boot(task, request);
     this.#o.notify(ref); // so Preparing reaches the API now, not at the next step
@@ -263,6 +273,7 @@ export class VmRuntime {
     const facts = await readAdoptionFacts(dir, this.#o.launch.drivers).catch(() => undefined);
     if (facts === undefined) return false;
     const task = new VmTask(ref, { ...newLocalVm(ref.uid), stage: "running", vmm: facts.record.driver, setup, at: {} });
+    task.held = { vcpu: facts.record.spec.vcpus, memoryMiB: facts.record.spec.memoryMiB, vmSlots: 1 };
     this.#tasks.set(ref.uid, task);
     task.done = this.#adopt(task, dir, facts);
     return true;
@@ -351,6 +362,7 @@ export class VmRuntime {
     }
     log.info({ key, why, template: template.id }, "building a memory snapshot template");
     this.#templates.set(template.id, held);
+    this.#o.onTemplatesChanged?.();
     const started = this.#o.clock.now();
     void snapshots.store
       .create(key, async (files, signal) => {
@@ -370,7 +382,10 @@ export class VmRuntime {
           this.#o.observe?.({ kind: "snapshot", result: "build-failed" });
         },
       )
-      .finally(() => this.#templates.delete(template.id));
+      .finally(() => {
+        this.#templates.delete(template.id);
+        this.#o.onTemplatesChanged?.();
+      });
   }
 
   /** A key whose template failed to build or whose snapshot failed to restore waits longer each time before it is built again. */

@@ -14,8 +14,8 @@ import { connectLine, parseAck } from "./handshake.ts";
 export interface AskedAttempt {
   /** Resolves with the stream (guest bytes after `OK` put back) or rejects (socket destroyed) when the VMM answers; never on time. */
   readonly answered: Promise<Socket>;
-  /** For an attempt nobody waits for any more: close it once answered, or after `maxMs` at most (a last resort against leaking it). */
-  abandonWhenAnswered(clock: Clock, maxMs: number): void;
+  /** For an attempt nobody waits for any more: close it once answered, or after `maxMs` at most (a last resort against leaking it; the timer does not hold the process). */
+  abandonWhenAnswered(maxMs: number): void;
 }
 
 /**
@@ -42,13 +42,13 @@ export async function askGuestPort(udsPath: string, port: number, connectTimeout
   let abandoned = false;
   return {
     answered,
-    abandonWhenAnswered(timerClock, maxMs) {
+    abandonWhenAnswered(maxMs) {
       if (abandoned) return;
       abandoned = true;
       socket.unref();
-      const stop = new AbortController();
-      answered.then((s) => s.destroy(), () => undefined).finally(() => stop.abort());
-      timerClock.sleep(maxMs, stop.signal).then(() => socket.destroy(), () => undefined);
+      const lastResort = setTimeout(() => socket.destroy(), maxMs);
+      lastResort.unref();
+      answered.then((s) => s.destroy(), () => undefined).finally(() => clearTimeout(lastResort));
     },
   };
 }

@@ -1,6 +1,6 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Server, type Socket } from "node:net";
+import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -46,10 +46,16 @@ async function fakeVmm(path: string, behaviour: (n: number) => Behaviour): Promi
       record.answered = true;
       return write(chunk);
     }) as typeof socket.write;
-    socket.once("close", () => {
-      connections.delete(socket);
+    const hostClosed = (): void => {
+      if (record.closed) return;
       record.closed = true;
       if (!record.answered) record.closedUnanswered = true;
+    };
+    // The host's FIN ('end') is the close as it happens; 'close' follows later.
+    socket.once("end", hostClosed);
+    socket.once("close", () => {
+      connections.delete(socket);
+      hostClosed();
     });
     const mine = behaviour(++n);
     let buf = "";
@@ -104,6 +110,21 @@ let seq = 0;
 const sockPath = (): string => join(dir, `vm${++seq}.vsock`);
 const fast = { connectTimeoutMs: 200, ackTimeoutMs: 200, backoff: { baseMs: 10, factor: 1, capMs: 10, jitter: 0, maxAttempts: Infinity } };
 
+/**
+ * Lets every close the host already made reach the fake VMM: the host closes its sockets
+ * synchronously (the FIN is sent before the dial settles), so once a probe connection made after
+ * them is accepted, the server's poll has seen their EOF too. The probe's own record is dropped.
+ */
+async function closesDelivered(path: string, vmm: { records: ConnectionRecord[] }): Promise<void> {
+  const before = vmm.records.length;
+  const probe = createConnection({ path });
+  await once(probe, "connect");
+  await waitFor("the probe accepted", async () => (vmm.records.length > before ? true : undefined), { timeoutMs: 10_000, intervalMs: 1 });
+  await new Promise((resolve) => setImmediate(resolve));
+  vmm.records.splice(before, 1);
+  probe.destroy();
+}
+
 async function readSome(socket: Socket): Promise<string> {
   const [chunk] = (await once(socket, "data")) as [Buffer];
   return chunk.toString();
@@ -153,7 +174,8 @@ describe("dialHybridVsock()", () => {
     assert.deepEqual(failures, ["VsockHandshakeFailed", "VsockHandshakeInvalid"]);
     assert.deepEqual(waiting, [2], "the silent one is kept waiting while the next is asked");
     assert.equal(vmm.lines.length, 4);
-    assert.equal(vmm.records[1]?.closedUnanswered, false, "the unanswered CONNECT was not closed");
+    await closesDelivered(path, vmm);
+    assert.equal(vmm.records[1]?.closed, false, "the unanswered CONNECT was not closed");
     socket.destroy();
     vmm.server.close();
   });
@@ -184,6 +206,7 @@ describe("dialHybridVsock()", () => {
     });
     assert.ok(vmm.records.length >= 2, `asked more than once beside the first (${vmm.records.length})`);
     assert.ok(vmm.records.length <= 17, `a bounded number of CONNECTs wait at once (${vmm.records.length})`);
+    await closesDelivered(path, vmm);
     assert.deepEqual(vmm.records.map((r) => r.closed), vmm.records.map(() => false), "none closed unanswered by the host");
     for (const record of vmm.records) record.answer();
     await waitFor("every late-answered connection closed by the host", async () => (vmm.records.every((r) => r.closed) ? true : undefined), { timeoutMs: 10_000, intervalMs: 10 });

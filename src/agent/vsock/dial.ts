@@ -75,15 +75,17 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
   const total = timeoutSignal(cfg.clock, cfg.totalTimeoutMs, options.signal);
   const waiting = new Set<AskedAttempt>();
   let winner: Socket | undefined;
+  let returned = false;
   const won = deferred();
   const deadline = untilAborted(total.signal);
   try {
     let lastError: ImpError | undefined;
     for (let attempt = 1; ; attempt++) {
+      if (winner !== undefined) break;
       options.signal?.throwIfAborted();
-      if (total.signal.aborted || winner !== undefined) break;
+      if (total.signal.aborted) break;
       const outcome = await oneAttempt();
-      if (winner !== undefined) return winner;
+      if (winner !== undefined) break;
       if (outcome.kind === "patience-over") {
         options.onAttemptWaiting?.(attempt);
         if (attempt >= cfg.backoff.maxAttempts) break;
@@ -103,10 +105,11 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
       }
     }
     // The last attempts may still be answered while the deadline is checked: one that was, wins.
-    if (winner !== undefined) return winner;
-    options.signal?.throwIfAborted();
-    if (waiting.size > 0) await Promise.race([won.promise, deadline]);
-    if (winner !== undefined) return winner;
+    if (winner === undefined && !options.signal?.aborted && waiting.size > 0) await Promise.race([won.promise, deadline]);
+    if (winner !== undefined) {
+      returned = true;
+      return winner;
+    }
     options.signal?.throwIfAborted();
     throw retryableError(
       "VsockDialTimeout",
@@ -116,17 +119,23 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
     );
   } finally {
     total.dispose();
-    for (const attempt of waiting) attempt.abandonWhenAnswered(cfg.clock, ABANDONED_ATTEMPT_MAX_MS);
+    for (const attempt of waiting) attempt.abandonWhenAnswered(ABANDONED_ATTEMPT_MAX_MS);
+    // A winner answered as the dial gave up (aborted in the same tick): answered, so safe to close.
+    if (winner !== undefined && !returned) winner.destroy();
   }
 
   /** Asks once and waits for: any attempt's OK, this one's failure, its patience, or the deadline. */
   async function oneAttempt(): Promise<Outcome> {
-    let asked: AskedAttempt;
-    try {
-      asked = await askGuestPort(options.udsPath, options.port, cfg.connectTimeoutMs, cfg.clock, total.signal);
-    } catch (error) {
-      return { kind: "failed", error };
+    const asking = askGuestPort(options.udsPath, options.port, cfg.connectTimeoutMs, cfg.clock, total.signal);
+    // An earlier attempt may win while this one connects: the winner goes back at once (it has no
+    // 'error' listener until its caller adds one) and this one, if it asks, is closed once answered.
+    const first = await Promise.race([asking.then((a) => ({ asked: a }), (error: unknown) => ({ error })), won.promise.then(() => "won" as const)]);
+    if (first === "won") {
+      asking.then((a) => a.abandonWhenAnswered(ABANDONED_ATTEMPT_MAX_MS), () => undefined);
+      return { kind: "won" };
     }
+    if ("error" in first) return { kind: "failed", error: first.error };
+    const asked = first.asked;
     waiting.add(asked);
     const answer = asked.answered.then(
       (socket) => {
