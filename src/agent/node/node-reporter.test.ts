@@ -4,26 +4,34 @@ import { ANNOTATIONS, generateNodeKeyPair, IMP_NODES, type ImpNode } from "../..
 import { FakeResourceClient, LEASE_RESOURCE, type Lease } from "../../kube/index.ts";
 import { FakeClock, silentLogger } from "../../shared/index.ts";
 import type { DecommissionRequest } from "./decide-decommission.ts";
-import { NodeReporter, type DecommissionOutcome } from "./node-reporter.ts";
+import { NodeReporter, type DecommissionOutcome, type NodeReporterOptions } from "./node-reporter.ts";
 
-test("a node asked to decommission keeps reporting while its agent waits, then deletes its Lease and ImpNode and never registers again", async () => {
+/** A reporter of node n1 on fake clients; `options` override the defaults. */
+async function fakeReporter(capacity: { vcpu: number; memoryMiB: number; vmSlots: number }, options: Partial<NodeReporterOptions> & Pick<NodeReporterOptions, "allocated">): Promise<{ reporter: NodeReporter; nodes: FakeResourceClient<ImpNode>; leases: FakeResourceClient<Lease> }> {
   const clock = new FakeClock();
   const nodes = new FakeResourceClient<ImpNode>(IMP_NODES, { clock });
   const leases = new FakeResourceClient<Lease>(LEASE_RESOURCE, { clock });
-  const asked: DecommissionRequest[] = [];
-  let answer: DecommissionOutcome = "waiting";
-  let vms = 1;
   const reporter = new NodeReporter({
     nodeName: "n1",
     nodes,
     leases,
     leaseNamespace: "imp",
-    facts: { arch: "amd64", kvm: false, accel: "tcg", kvmReason: "none", vmms: ["qemu"], kernels: ["default"], capacity: { vcpu: 2, memoryMiB: 2048, vmSlots: 2 }, versions: { agent: "0" } },
+    facts: { arch: "amd64", kvm: false, accel: "tcg", kvmReason: "none", vmms: ["qemu"], kernels: ["default"], capacity, versions: { agent: "0" } },
     key: await generateNodeKeyPair(),
-    allocated: () => ({ vcpu: vms, memoryMiB: 0, vmSlots: vms }),
     imageCache: async () => ({ images: 0, usedBytes: 0 }),
     clock,
     logger: silentLogger,
+    ...options,
+  });
+  return { reporter, nodes, leases };
+}
+
+test("a node asked to decommission keeps reporting while its agent waits, then deletes its Lease and ImpNode and never registers again", async () => {
+  const asked: DecommissionRequest[] = [];
+  let answer: DecommissionOutcome = "waiting";
+  let vms = 1;
+  const { reporter, nodes, leases } = await fakeReporter({ vcpu: 2, memoryMiB: 2048, vmSlots: 2 }, {
+    allocated: () => ({ vcpu: vms, memoryMiB: 0, vmSlots: vms }),
     decommission: async (request) => {
       asked.push(request);
       return answer;
@@ -49,23 +57,8 @@ test("a node asked to decommission keeps reporting while its agent waits, then d
 });
 
 test("while a template VM is built the node reports that much less capacity, and its full capacity again after", async () => {
-  const clock = new FakeClock();
-  const nodes = new FakeResourceClient<ImpNode>(IMP_NODES, { clock });
-  const leases = new FakeResourceClient<Lease>(LEASE_RESOURCE, { clock });
   let templates = { vcpu: 0, memoryMiB: 0, vmSlots: 0 };
-  const reporter = new NodeReporter({
-    nodeName: "n1",
-    nodes,
-    leases,
-    leaseNamespace: "imp",
-    facts: { arch: "amd64", kvm: false, accel: "tcg", kvmReason: "none", vmms: ["qemu"], kernels: ["default"], capacity: { vcpu: 4, memoryMiB: 4096, vmSlots: 4 }, versions: { agent: "0" } },
-    key: await generateNodeKeyPair(),
-    allocated: () => ({ vcpu: 1, memoryMiB: 512, vmSlots: 1 }),
-    heldByTemplates: () => templates,
-    imageCache: async () => ({ images: 0, usedBytes: 0 }),
-    clock,
-    logger: silentLogger,
-  });
+  const { reporter, nodes } = await fakeReporter({ vcpu: 4, memoryMiB: 4096, vmSlots: 4 }, { allocated: () => ({ vcpu: 1, memoryMiB: 512, vmSlots: 1 }), heldByTemplates: () => templates });
   await reporter.reportOnce();
   assert.deepEqual((await nodes.get({ name: "n1" })).status?.capacity, { vcpu: 4, memoryMiB: 4096, vmSlots: 4 });
   templates = { vcpu: 2, memoryMiB: 1024, vmSlots: 1 };
