@@ -13,7 +13,7 @@ import { createResourceClient } from "../../src/kube/index.ts";
 import { IMP_VMS } from "../../src/operator/index.ts";
 import type { GitHubTestServer } from "../github/server.ts";
 import { JUDGES, SAFETY, type IsolationProbe, type NodeFirewall, type Observation, type VmObservation } from "./judge.ts";
-import { readNodeState, type SimulatedNode } from "./node-state.ts";
+import { buildingTemplates, readNodeState, type SimulatedNode } from "./node-state.ts";
 import type { InvariantId, InvariantOutcome } from "./report.ts";
 
 const exec = promisify(execFile);
@@ -50,9 +50,10 @@ export const DEFAULT_BOUNDS_MS: Readonly<Record<InvariantId, number>> = { I1: 0,
 
 export async function observe(world: FaultWorld, options: Pick<CheckOptions, "since" | "probes" | "runnerFilter"> = {}): Promise<Observation> {
   const vmClient = createResourceClient<ImpVM>(world.kubeConfig, IMP_VMS);
-  const [vmList, nodeResources, firewalls, probes, forgeRunners] = await Promise.all([
+  const [vmList, nodeResources, templates, firewalls, probes, forgeRunners] = await Promise.all([
     vmClient.list({ namespace: world.namespace }),
     Promise.all(world.nodes.map((n) => readNodeState(n))).then((lists) => lists.flat()),
+    Promise.all(world.nodes.map((n) => buildingTemplates(n))).then((lists) => lists.flat()),
     Promise.all(world.nodes.map((n) => readFirewall(n))),
     options.probes?.(),
     world.forgeRunners?.() ?? Promise.resolve([]),
@@ -69,6 +70,7 @@ export async function observe(world: FaultWorld, options: Pick<CheckOptions, "si
       staleSetups: sessions.filter((r) => r.status === 401).length,
     },
     nodeResources,
+    buildingTemplates: templates,
     firewalls,
     ...(probes === undefined ? {} : { probes }),
   };

@@ -95,6 +95,13 @@ describe("invariant judgments", () => {
     assert.equal(judgeI5(world({ nodeResources: [] })).held, true);
   });
 
+  it("I5 takes a template VM its node's agent is still building as the agent's own, and one no longer building as a leftover", () => {
+    const template = [res("process", "tpl-0123", "pid 7 qemu-system-x86: qemu …", "node-b"), res("vm-dir", "tpl-0123", undefined, "node-b")];
+    assert.equal(judgeI5(world({ nodeResources: template, buildingTemplates: ["node-b/tpl-0123"] })).held, true);
+    assert.equal(judgeI5(world({ nodeResources: template, buildingTemplates: [] })).held, false, "too old to be building: a leak");
+    assert.equal(judgeI5(world({ nodeResources: template, buildingTemplates: ["node-a/tpl-0123"] })).held, false, "building on another node");
+  });
+
   it("I6 fails when a probe reached a target or a node firewall lacks a required block or the drop rule", () => {
     assert.equal(judgeI6(world({ probes: [{ target: "169.254.169.254:80", reached: true }] })).held, false);
     assert.equal(judgeI6(world({ probes: [{ target: "169.254.169.254:80", reached: false }] })).held, true);

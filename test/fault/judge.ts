@@ -64,6 +64,11 @@ export interface Observation {
   readonly firewalls: readonly NodeFirewall[];
   /** Probes a case made from inside a VM (I6), when it made any. */
   readonly probes?: readonly IsolationProbe[];
+  /**
+   * `node/uid` of memory-snapshot template VMs the node's agent may still be building (their
+   * directory younger than a build may last): the agent's own VMs, not ImpVMs. An older one is a leak.
+   */
+  readonly buildingTemplates?: readonly string[];
 }
 
 export interface Judgment {
@@ -133,9 +138,9 @@ export function judgeI4(o: Observation): Judgment {
   return { held: true, detail: `${holding.length} VM(s) hold sealed material, each live` };
 }
 
-/** I5: every process, socket, tap, cgroup, disk and VM dir on a node belongs to a live VM bound to that node. */
+/** I5: every process, socket, tap, cgroup, disk and VM dir on a node belongs to a live VM bound to that node, or to a template VM its agent is building. */
 export function judgeI5(o: Observation): Judgment {
-  const liveOn = new Set(o.vms.filter((vm) => isLive(vm) && vm.nodeName !== undefined).map((vm) => `${vm.nodeName ?? ""}/${vm.uid}`));
+  const liveOn = new Set([...o.vms.filter((vm) => isLive(vm) && vm.nodeName !== undefined).map((vm) => `${vm.nodeName ?? ""}/${vm.uid}`), ...(o.buildingTemplates ?? [])]);
   const left = o.nodeResources.filter((r) => r.uid === undefined || !liveOn.has(`${r.node}/${r.uid}`));
   if (left.length > 0) return { held: false, detail: `${left.length} node resource(s) of no live VM: ${describeResources(left)}` };
   const kinds = new Map<string, number>();

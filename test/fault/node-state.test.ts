@@ -13,12 +13,25 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { waitFor } from "../../src/shared/index.ts";
-import { mentionsPath, readNodeState, uidInText, type NodeResource } from "./node-state.ts";
+import { buildingTemplates, mentionsPath, readNodeState, TEMPLATE_BUILD_MAX_MS, uidInText, type NodeResource } from "./node-state.ts";
 
 const UID = "0f3c2a9e-1111-4222-8333-944455556666";
 const kinds = (rs: readonly NodeResource[]): string[] => [...new Set(rs.map((r) => r.kind))].sort();
 
 describe("readNodeState", () => {
+  it("buildingTemplates names a node's template VM directories young enough to be building, and not job VMs' or old ones", async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), "imp-node-state-tpl-"));
+    try {
+      await mkdir(join(stateDir, "vms", "tpl-0123"), { recursive: true });
+      await mkdir(join(stateDir, "vms", "3f1c-uid"), { recursive: true });
+      const node = { nodeName: "node-b", stateDir } as Parameters<typeof buildingTemplates>[0];
+      assert.deepEqual(await buildingTemplates(node), ["node-b/tpl-0123"]);
+      assert.deepEqual(await buildingTemplates(node, Date.now() + TEMPLATE_BUILD_MAX_MS + 1_000), [], "past the longest build: a leftover");
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+
   it("uidInText finds the uid after <stateDir>/vms/", () => {
     assert.equal(uidInText("/s", `qemu -drive file=/s/vms/${UID}/base.ext4,ro`), UID);
     assert.equal(uidInText("/s", "qemu -drive file=/other/vms/x"), undefined);

@@ -92,6 +92,26 @@ async function processes(node: SimulatedNode, uid: string | undefined): Promise<
   return out;
 }
 
+/**
+ * The longest a template VM's build may hold its directory: the agent aborts a build after its boot
+ * timeout plus 120 s (vm-runtime.ts) and rolls it back; 300 s leaves that rollback time.
+ */
+export const TEMPLATE_BUILD_MAX_MS = 300_000;
+
+/** `node/uid` of template VMs (`<stateDir>/vms/tpl-*`) whose directory is younger than a build may last. */
+export async function buildingTemplates(node: SimulatedNode, now = Date.now()): Promise<string[]> {
+  const vmsDir = join(node.stateDir, "vms");
+  const dirs = await readdir(vmsDir, { withFileTypes: true }).catch(() => []);
+  const out: string[] = [];
+  for (const e of dirs) {
+    if (!e.isDirectory() || !e.name.startsWith("tpl-")) continue;
+    const st = await stat(join(vmsDir, e.name)).catch(() => undefined);
+    const born = st === undefined ? 0 : st.birthtimeMs > 0 ? st.birthtimeMs : st.ctimeMs;
+    if (now - born < TEMPLATE_BUILD_MAX_MS) out.push(`${node.nodeName}/${e.name}`);
+  }
+  return out;
+}
+
 /** VM directories, disks and unix sockets under `<stateDir>/vms`. */
 async function files(node: SimulatedNode): Promise<NodeResource[]> {
   const vmsDir = join(node.stateDir, "vms");
