@@ -198,7 +198,10 @@ while :; do echo "flooding the console while no agent watches, one line after an
       assert.ok(size > DEFAULT_MAX_CONSOLE_BYTES, `the job did flood: ${size} bytes`);
       const bound = supervisedConsoleBound(DEFAULT_MAX_CONSOLE_BYTES);
       assert.ok(size > bound && size <= bound + 2 * 1024 * 1024, `the console log stopped near its supervisor's bound with no agent: ${size} bytes, bound ${bound}`);
-      const exit = JSON.parse(await readFile(join(node.stateDir, "vms", uid, "supervised", "qemu", "exit.json"), "utf8")) as { signal?: string; fileBound?: { bytes: number; maxBytes: number } };
+      // The supervisor writes exit.json (atomically) after it reaped QEMU: on a loaded machine that
+      // is after QEMU's process is gone.
+      const exitPath = join(node.stateDir, "vms", uid, "supervised", "qemu", "exit.json");
+      const exit = await waitFor("QEMU's supervisor wrote exit.json", async () => readFile(exitPath, "utf8").then((text) => JSON.parse(text) as { signal?: string; fileBound?: { bytes: number; maxBytes: number } }, () => undefined), { timeoutMs: 60_000, intervalMs: 200 });
       assert.equal(exit.signal, "SIGKILL", `QEMU's supervisor recorded the kill: ${JSON.stringify(exit)}`);
       assert.equal(exit.fileBound?.maxBytes, bound, `for the console's bound: ${JSON.stringify(exit)}`);
       const floodMs = Date.now() - floodAt;
