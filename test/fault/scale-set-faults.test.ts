@@ -58,11 +58,20 @@ function queue(ctx: CaseContext, name: string): TestJob {
 
 /** Waits until a runner took `job` (bounded), then until it completed successfully; returns how long it waited. */
 async function takenWithin(ctx: CaseContext, job: TestJob, boundMs: number, from = job.queuedAt): Promise<number> {
-  await waitFor(`${job.name} taken by a runner within ${s(boundMs)}`, () => (job.status !== "queued" ? true : undefined), { timeoutMs: Math.max(1_000, from + boundMs - Date.now()), intervalMs: 200 });
+  await waitFor(`${job.name} taken by a runner within ${s(boundMs)}`, () => (job.status !== "queued" ? true : undefined), { timeoutMs: Math.max(1_000, from + boundMs - Date.now()), intervalMs: 200 }).catch(async (err: unknown) => Promise.reject(new Error(`${String(err)}\n${await whereItStuck(ctx, job)}`)));
   const waited = (job.startedAt ?? Date.now()) - job.queuedAt;
   await waitFor(`${job.name} completed`, () => (job.status === "completed" ? true : undefined), { timeoutMs: 300_000, intervalMs: 200 });
   assert.equal(job.conclusion, "success", `${job.name}: ${job.result?.log ?? ""}`);
   return waited;
+}
+
+/** What a job that was not taken in time is explained by: the pool's scale-set status and conditions, the case's VMs and their phases, the listener's requests since the job was queued. */
+async function whereItStuck(ctx: CaseContext, job: TestJob): Promise<string> {
+  const pool = await ctx.world.pools.get({ namespace: ctx.namespace, name: ctx.pool }).catch(() => undefined);
+  const conditions = (pool?.status?.conditions ?? []).map((c) => `${c.type}=${c.status} ${c.reason ?? ""}: ${c.message ?? ""}`).join("; ");
+  const vms = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name, h]) => `${name}@${h.last.status?.nodeName ?? "-"}: ${h.phases.join(" → ")}${h.last.status?.reason === undefined ? "" : ` (${h.last.status.reason}: ${h.last.status.message ?? ""})`}`);
+  const requests = ctx.world.github.requests.filter((r) => r.at >= job.queuedAt && /_apis|actions\/runner|scale|sessions|acquire/i.test(r.path)).map((r) => `${r.method} ${r.path.slice(0, 80)} ${r.status}`);
+  return [`pool status: ${JSON.stringify(pool?.status?.scaleSet ?? {})}; conditions: ${conditions}`, `VMs: ${vms.join(", ") || "none"}`, `GitHub requests since queued (${requests.length}): ${requests.slice(-30).join(" | ")}`].join("\n");
 }
 
 /** The case's VMs, every one ever seen. */
