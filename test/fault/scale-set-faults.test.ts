@@ -79,7 +79,8 @@ const vmsSeen = (ctx: CaseContext): string[] => [...ctx.world.seenVms].filter(([
 
 function oneVmPerJob(ctx: CaseContext, jobs: number): void {
   const seen = vmsSeen(ctx);
-  assert.equal(seen.length, jobs, `one VM per job (minIdle 0): ${seen.join(", ")}`);
+  const described = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name, h]) => `${name} (${h.phases.join(" → ")}${h.last.status?.reason === undefined ? "" : `, ${h.last.status.reason}: ${(h.last.status.message ?? "").slice(0, 200)}`})`);
+  assert.equal(seen.length, jobs, `one VM per job (minIdle 0): ${described.join(", ")}`);
 }
 
 /** A scale-set client of the world's GitHub for the case's repository (the test playing another listener). */
