@@ -248,13 +248,13 @@ export class NodeAgent {
     let vcpu = 0;
     let memoryMiB = 0;
     let vmSlots = 0;
-    for (const { seen, plan } of this.#vms.values()) {
+    for (const { seen } of this.#vms.values()) {
       const local = this.runtime.local(seen.metadata.uid);
       if (local === undefined || local.stage === "released" || local.stage === "ended") continue;
-      // A VM re-adopted after an agent restart has no plan in this run: its record says its size.
+      // Its boot request's size, or a re-adopted VM's record's.
       const held = this.runtime.held(seen.metadata.uid);
-      vcpu += plan?.vcpus ?? held?.vcpu ?? 0;
-      memoryMiB += plan?.memoryMiB ?? held?.memoryMiB ?? 0;
+      vcpu += held?.vcpu ?? 0;
+      memoryMiB += held?.memoryMiB ?? 0;
       vmSlots += 1;
     }
     return { vcpu, memoryMiB, vmSlots };
@@ -303,7 +303,6 @@ export class NodeAgent {
           this.#controller.enqueue(ctx.key);
           return;
         }
-        record.plan = plan;
         this.runtime.start(refOf(vm), bootRequestOf(plan, this.#o.chooseVmm(plan)));
         await this.#events.record(vm, { type: "Normal", reason: "Preparing", message: `Preparing disks from ${plan.image} on node ${this.#o.nodeName}` });
         return;
@@ -436,8 +435,6 @@ export class NodeAgent {
 interface NodeVm {
   /** The object as last seen, so a VM that vanished can still be released by uid, name and namespace. */
   seen: Readonly<Stored<ImpVM>>;
-  /** Its plan once started here (capacity accounting). */
-  plan?: VmPlan;
   /** Re-adoption was tried once in this agent run (a VM an earlier run booted). */
   adoptTried: boolean;
 }

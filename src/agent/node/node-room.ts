@@ -3,11 +3,7 @@
  * snapshots) is built by the agent, not bound by the operator, so the agent checks it fits beside the
  * job VMs it holds, and reports its capacity less what such VMs hold while they run.
  */
-export interface NodeResources {
-  readonly vcpu: number;
-  readonly memoryMiB: number;
-  readonly vmSlots: number;
-}
+import type { HeldResources as NodeResources } from "../vm/index.ts";
 
 /** Whether `want` fits in `capacity` beside `held`, on every dimension. */
 export function fitsBeside(capacity: NodeResources, held: NodeResources, want: NodeResources): boolean {

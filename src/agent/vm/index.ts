@@ -12,4 +12,4 @@ export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type S
 export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
 export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type SetupStore, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmRef, type VmWorkload, type WorkloadPorts } from "./ports.ts";
 export { MemorySetupStore } from "./memory-setup-store.ts";
-export { VmRuntime, type RuntimeEvent, type VmRuntimeOptions } from "./vm-runtime.ts";
+export { VmRuntime, type HeldResources, type RuntimeEvent, type VmRuntimeOptions } from "./vm-runtime.ts";
