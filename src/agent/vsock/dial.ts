@@ -76,7 +76,7 @@ export async function dialHybridVsock(options: HybridVsockDialOptions): Promise<
   const waiting = new Set<AskedAttempt>();
   let winner: Socket | undefined;
   let returned = false;
-  const won = deferred();
+  const won = Promise.withResolvers<void>();
   const deadline = untilAborted(total.signal);
   try {
     let lastError: ImpError | undefined;
@@ -190,10 +190,4 @@ function definedOnly<T extends object>(value: T): Partial<T> {
 function untilAborted(signal: AbortSignal): Promise<void> {
   if (signal.aborted) return Promise.resolve();
   return new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
-}
-
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
