@@ -29,6 +29,7 @@ export { hasFinalizer, addFinalizer, removeFinalizer } from "./finalizers.ts";
 export { Informer, DEFAULT_WATCH_TIMEOUT_SECONDS, labelIndex, type InformerOptions, type EventHandlers, type IndexFunc, type Cached } from "./informer.ts";
 export { deepFreeze, type DeepReadonly } from "./deep-readonly.ts";
 export { WorkQueue, DEFAULT_RECONCILE_BACKOFF, type WorkQueueOptions } from "./work-queue.ts";
+export { slowStartBatch, slowStartTimes, type BatchOutcome } from "./slow-start-batch.ts";
 export { TokenBucket, DEFAULT_QUEUE_RATE_LIMIT, type RateLimit } from "./token-bucket.ts";
 export {
   Controller,
