@@ -1,8 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { type ImpNode, type ImpVM, IMP_NODES, IMP_VMS } from "../../api/index.ts";
+import { type ImpNode, type ImpVM, IMP_NODES, IMP_VMS, LABELS } from "../../api/index.ts";
 import { FakeResourceClient, type Stored } from "../../kube/index.ts";
-import { bindVm, fateOf, markUnschedulable, release, RELEASABLE, reserve } from "./bind-protocol.ts";
+import { bindVm, fateOf, labelVm, markUnschedulable, release, RELEASABLE, reserve } from "./bind-protocol.ts";
 import { parseReservations } from "./reservations.ts";
 import type { VmRequest } from "./vm-request.ts";
 
@@ -66,13 +66,34 @@ describe("bind protocol", () => {
   it("binds once; a second bind to another node is refused and reports where the VM went", async () => {
     const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
     const created = await vms.create(vm("a"));
-    assert.equal(await bindVm(vms, { vm: created, nodeName: "n", nowMs: 0 }), "bound");
-    assert.equal(await bindVm(vms, { vm: created, nodeName: "m", nowMs: 0 }), "boundElsewhere");
-    assert.equal(await bindVm(vms, { vm: created, nodeName: "n", nowMs: 0 }), "alreadyBound");
+    assert.equal((await bindVm(vms, { vm: created, nodeName: "n", nowMs: 0 })).outcome, "bound");
+    assert.equal((await bindVm(vms, { vm: created, nodeName: "m", nowMs: 0 })).outcome, "boundElsewhere");
+    assert.equal((await bindVm(vms, { vm: created, nodeName: "n", nowMs: 0 })).outcome, "alreadyBound");
     const stored = await vms.get({ namespace: "ns", name: "a" });
     assert.equal(stored.status?.phase, "Scheduled");
     assert.equal(stored.status?.nodeName, "n");
     assert.equal(stored.status?.conditions?.[0]?.status, "True");
+  });
+
+  it("labels the VM from the copy its bind stored, without reading it again; a stale copy costs a read, not the label", async () => {
+    const vms = new FakeResourceClient<ImpVM>(IMP_VMS);
+    const created = await vms.create(vm("a"));
+    let gets = 0;
+    const counting = { get: (...a: Parameters<typeof vms.get>) => ((gets++), vms.get(...a)), patch: vms.patch.bind(vms), patchStatus: vms.patchStatus.bind(vms) };
+    const { outcome, stored } = await bindVm(counting, { vm: created, nodeName: "n", nowMs: 0 });
+    assert.equal(outcome, "bound");
+    assert.ok(stored !== undefined);
+    await labelVm(counting, created, "n", undefined, stored);
+    assert.equal(gets, 0, "bind and label from copies in hand: no GET");
+    assert.equal((await vms.get({ namespace: "ns", name: "a" })).metadata.labels?.[LABELS.node], "n");
+    const other = await vms.create(vm("b"));
+    const bound = (await bindVm(counting, { vm: other, nodeName: "n", nowMs: 0 })).stored;
+    await vms.patchStatus({ namespace: "ns", name: "b" }, { status: { phase: "Booting" } }); // someone wrote after the bind
+    await labelVm(counting, other, "n", undefined, bound);
+    assert.equal(gets, 1, "the stale copy's 409 cost one read");
+    const b = await vms.get({ namespace: "ns", name: "b" });
+    assert.equal(b.metadata.labels?.[LABELS.node], "n");
+    assert.equal(b.status?.phase, "Booting", "nothing lost");
   });
 
   it("writes the Unschedulable condition once per message", async () => {

@@ -30,7 +30,7 @@
  * as NodeLost) rather than placed elsewhere.
  */
 import { CONDITION_TYPES, LABELS, type Condition, type ImpNode, type ImpVM } from "../../api/index.ts";
-import { isNotFound, mutateWithRetry, type ResourceClient, type Cached } from "../../kube/index.ts";
+import { isNotFound, mutateWithRetry, type ResourceClient, type Cached, type Stored } from "../../kube/index.ts";
 import { isTerminalVM } from "./indexes.ts";
 import { nodeUsage, shortfall, type BoundVm } from "./decide-placement.ts";
 import { parseReservations, RESERVATIONS_ANNOTATION, serializeReservations, withoutReservations, withReservation } from "./reservations.ts";
@@ -137,6 +137,11 @@ export async function release(
 }
 
 export type BindOutcome = "bound" | "alreadyBound" | "boundElsewhere" | "terminal" | "deleting" | "gone";
+/** The outcome, and the VM as the API server stored it (or read it), so the next write needs no GET. */
+export interface BindResult {
+  readonly outcome: BindOutcome;
+  readonly stored?: Stored<ImpVM>;
+}
 
 /** Sets or replaces the Scheduled condition, keeping lastTransitionTime when the status did not change. */
 export function withScheduledCondition(conditions: readonly Condition[] | undefined, next: Omit<Condition, "lastTransitionTime">, now: string): Condition[] {
@@ -150,12 +155,12 @@ export function withScheduledCondition(conditions: readonly Condition[] | undefi
 export async function bindVm(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
   args: { readonly vm: Cached<ImpVM>; readonly nodeName: string; readonly nowMs: number; readonly signal?: AbortSignal },
-): Promise<BindOutcome> {
+): Promise<BindResult> {
   const uid = args.vm.metadata.uid;
   const now = new Date(args.nowMs).toISOString();
   let outcome: BindOutcome = "gone";
   try {
-    await mutateWithRetry(vms, {
+    const stored = await mutateWithRetry(vms, {
       ref: { namespace: args.vm.metadata.namespace ?? "", name: args.vm.metadata.name },
       subresource: "status",
       // The cached VM the placement decided on: current nearly always (nothing else writes a pending VM).
@@ -179,23 +184,29 @@ export async function bindVm(
         outcome = "bound";
       },
     });
+    return { outcome, stored };
   } catch (err) {
-    if (isNotFound(err)) return "gone";
+    if (isNotFound(err)) return { outcome: "gone" };
     throw err;
   }
-  return outcome;
 }
 
-/** Step 3: imp.dev/node on the VM's main resource, so `kubectl get -l imp.dev/node=N` works. */
+/**
+ * Step 3: imp.dev/node on the VM's main resource, so `kubectl get -l imp.dev/node=N` works.
+ * `fresh`: the VM as the bind just stored it — the write starts from it instead of a GET (a stale
+ * copy costs a 409 and a read, never a lost update).
+ */
 export async function labelVm(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
   vm: Cached<ImpVM>,
   nodeName: string,
   signal?: AbortSignal,
+  fresh?: Stored<ImpVM>,
 ): Promise<void> {
   try {
     await mutateWithRetry(vms, {
       ref: { namespace: vm.metadata.namespace ?? "", name: vm.metadata.name },
+      ...(fresh === undefined ? {} : { from: fresh }),
       ...(signal === undefined ? {} : { signal }),
       mutate: (draft) => {
         if (draft.metadata.uid !== vm.metadata.uid || draft.metadata.labels?.[LABELS.node] === nodeName) return false;

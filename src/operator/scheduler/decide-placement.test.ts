@@ -34,11 +34,27 @@ function input(nodes: Stored<ImpNode>[], over: Partial<PlacementInput> = {}): Pl
 }
 
 describe("decidePlacement", () => {
-  it("picks the least allocated fitting node, ties broken by name", () => {
+  it("picks the least allocated fitting node", () => {
     const nodes = [node("c"), node("b"), node("a")];
-    assert.deepEqual(decidePlacement(input(nodes)), { kind: "bind", nodeName: "a", rollForward: false });
-    const busy = new Map([["a", [bound("x", 4)]]]);
-    assert.deepEqual(decidePlacement(input(nodes, { bound: busy })), { kind: "bind", nodeName: "b", rollForward: false });
+    const busy = new Map([["a", [bound("x", 4)]], ["c", [bound("y", 4)]]]);
+    for (const vmUid of ["u1", "u2", "u3", "u4", "u5"]) assert.deepEqual(decidePlacement(input(nodes, { bound: busy, vmUid })), { kind: "bind", nodeName: "b", rollForward: false });
+  });
+
+  it("spreads VMs placed from one view over the nodes about as empty as the emptiest, each VM always to the same one", () => {
+    const nodes = ["a", "b", "c", "d", "e", "f"].map((n) => node(n, { cap: [64, 65536, 32] }));
+    // "f" is one VM fuller than the others: within the tolerance, still a candidate; "a" is far fuller.
+    const busy = new Map([["a", [bound("x", 32)]], ["f", [bound("y", 2)]]]);
+    const chosen = new Map<string, number>();
+    for (let i = 0; i < 200; i++) {
+      const d = decidePlacement(input(nodes, { bound: busy, vmUid: `vm-${i}` }));
+      assert.equal(d.kind, "bind");
+      if (d.kind !== "bind") continue;
+      chosen.set(d.nodeName, (chosen.get(d.nodeName) ?? 0) + 1);
+      assert.deepEqual(decidePlacement(input(nodes, { bound: busy, vmUid: `vm-${i}` })), d, "the same VM in the same state: the same node");
+    }
+    assert.equal(chosen.get("a"), undefined, "the far fuller node is not chosen");
+    assert.deepEqual([...chosen.keys()].sort(), ["b", "c", "d", "e", "f"]);
+    for (const [name, n] of chosen) assert.ok(n >= 20, `${name} got ${n} of 200: spread, not piled onto one node`);
   });
 
   it("never chooses a node whose Lease is stale or missing, and says so", () => {

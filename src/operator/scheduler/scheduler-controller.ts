@@ -279,14 +279,15 @@ export class SchedulerController {
     }
     // The node's record holds the reservation, the VM is not bound yet: a crash here leaves a reservation to prune.
     await (this.#o.faults ?? NO_FAULTS).hit("scheduler.before-bind", ctx.signal);
-    const outcome = await bindVm(this.#o.vms, { vm, nodeName, nowMs: this.#clock.now(), signal: ctx.signal });
+    const { outcome, stored } = await bindVm(this.#o.vms, { vm, nodeName, nowMs: this.#clock.now(), signal: ctx.signal });
     if (outcome === "bound" || outcome === "alreadyBound") {
       this.#unschedulableAttempts.delete(ctx.key);
-      await labelVm(this.#o.vms, vm, nodeName, ctx.signal);
-      if (outcome === "bound") {
-        ctx.logger.info({ node: nodeName, rollForward: placement.rollForward }, "bound VM to node");
-        await this.#o.recorder?.record(vm, { type: "Normal", reason: "Scheduled", message: `Bound to node ${nodeName} (${describeRequest(request)})`, signal: ctx.signal });
-      }
+      if (outcome === "bound") ctx.logger.info({ node: nodeName, rollForward: placement.rollForward }, "bound VM to node");
+      // The label and the Event depend on nothing but the bind: side by side, a bind costs one round trip less.
+      await Promise.all([
+        labelVm(this.#o.vms, vm, nodeName, ctx.signal, stored),
+        outcome === "bound" ? this.#o.recorder?.record(vm, { type: "Normal", reason: "Scheduled", message: `Bound to node ${nodeName} (${describeRequest(request)})`, signal: ctx.signal }) : undefined,
+      ]);
       return done;
     }
     // The VM can never be bound to this node now (see bind-protocol.ts): give the room back.
