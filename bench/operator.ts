@@ -23,6 +23,7 @@
  * Each alias gets its own limiter, as separate installations would; the table shows the limit.
  */
 import { fork } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { API_VERSION, GITHUB_APP_SECRET_KEYS, LABELS, SETUP_SEAL_SUITE, generateNodeKeyPair, type ImpNode, type ImpVM, type ImpVMRunnerPool, IMP_VM_CLASSES, IMP_VM_TEMPLATES, buildAllCrds } from "../src/api/index.ts";
 import { startControlPlane } from "../src/devcluster/index.ts";
@@ -58,6 +59,24 @@ if (Math.ceil(VMS / POOLS) > 1000) throw new Error("at most 1,000 VMs per pool (
 
 log(`${VMS} VMs, ${NODES} nodes (${SLOTS} slots each), ${POOLS} pools; starting the control plane`);
 const plane = await startControlPlane({ controllerManager: false });
+
+/** CPU seconds (user + system) the plane's processes and this one (simulated agents, GitHub test server) used so far. */
+function planeCpu(): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, pid] of Object.entries(plane.state().pids)) {
+    if (pid === undefined) continue;
+    try {
+      // /proc/<pid>/stat: utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100 on Linux).
+      const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      out[name] = (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      // not Linux, or the process is gone: no row for it
+    }
+  }
+  const own = process.cpuUsage();
+  out["bench (agents, GitHub server)"] = (own.user + own.system) / 1e6;
+  return out;
+}
 const keys = appKeyPair();
 const github = await new GitHubTestServer({ appId: APP_ID, installationId: INSTALLATION_ID, appPublicKey: keys.publicKey, host: "0.0.0.0" }).start();
 const githubPort = new URL(github.url).port;
@@ -210,6 +229,7 @@ try {
     });
   await waitFor("the operator's first sample", async () => (samples.length > 0 ? true : undefined), { timeoutMs: 60_000, intervalMs: 100 });
   const atStart = await sampleNow(true);
+  const cpuAtStart = planeCpu();
 
   // Pools: VMS idle runners in all, each pool in its own repository and behind its own GitHub host alias.
   const per = Math.floor(VMS / POOLS);
@@ -245,6 +265,7 @@ try {
   await phaseDone(`${VMS} VMs running`, () => count((s) => s.running !== undefined && s.terminal === undefined) >= VMS);
   const fillMs = performance.now() - fillStarted;
   const afterFill = await sampleNow(true);
+  const cpuAfterFill = planeCpu();
   log(`fill done in ${(fillMs / 1000).toFixed(1)} s`);
 
   // Churn: every VM of the fill ends its job, spread over CHURN_SPREAD_MS; the pools replace them.
@@ -258,6 +279,7 @@ try {
   });
   const churnMs = performance.now() - churnStarted;
   const afterChurn = await sampleNow(true);
+  const cpuAfterChurn = planeCpu();
   clearInterval(progress);
   child.send({ type: "stop" });
   await waitFor("the operator's report", async () => (report !== undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 100 });
@@ -296,20 +318,30 @@ try {
     return Number.isFinite(bound) ? `≤ ${bound * 1000} ms` : "> 60 s";
   };
 
-  const rows: string[][] = [["metric", "fill", "churn", "target (issue 8)"]];
+  // GitHub's pacing (one write a second per installation; a pool is an installation here): a fill
+  // mints each pool's runners one a second, a churn also removes each one (two writes).
+  const fillBoundS = Math.ceil(VMS / POOLS);
+  const churnBoundS = 2 * fillBoundS;
+  const rows: string[][] = [["metric", "fill", "churn", "target (issue 32), fill / churn"]];
   rows.push(["VMs", `${VMS} created`, `${firstWave.length} ended, ${createdInChurn} created`, ""]);
-  rows.push(["wall time", `${(fillMs / 1000).toFixed(1)} s`, `${(churnMs / 1000).toFixed(1)} s (ends spread over ${CHURN_SPREAD_MS / 1000} s)`, ""]);
-  rows.push(["bind latency p50 / p99", `${ms(pct(bindOf("fill"), 50))} / ${ms(pct(bindOf("fill"), 99))}`, `${ms(pct(bindOf("churn"), 50))} / ${ms(pct(bindOf("churn"), 99))}`, ""]);
-  rows.push(["created → Running p50 / p99", `${ms(pct(runOf("fill"), 50))} / ${ms(pct(runOf("fill"), 99))}`, `${ms(pct(runOf("churn"), 50))} / ${ms(pct(runOf("churn"), 99))}`, ""]);
+  rows.push(["wall time", `${(fillMs / 1000).toFixed(1)} s`, `${(churnMs / 1000).toFixed(1)} s (ends spread over ${CHURN_SPREAD_MS / 1000} s)`, `≤ ${2 * fillBoundS} / ${2 * churnBoundS} s (2× GitHub's pacing)`]);
+  rows.push(["bind latency p50 / p99", `${ms(pct(bindOf("fill"), 50))} / ${ms(pct(bindOf("fill"), 99))}`, `${ms(pct(bindOf("churn"), 50))} / ${ms(pct(bindOf("churn"), 99))}`, "p99 ≤ 5000 ms"]);
+  rows.push(["created → Running p50 / p99", `${ms(pct(runOf("fill"), 50))} / ${ms(pct(runOf("fill"), 99))}`, `${ms(pct(runOf("churn"), 50))} / ${ms(pct(runOf("churn"), 99))}`, `p99 ≤ ${2 * fillBoundS} / ${2 * churnBoundS} s`]);
   rows.push(["VM terminal → replacement bound p50 / p99", "", `${ms(pct(replacementMs, 50))} / ${ms(pct(replacementMs, 99))}`, ""]);
-  rows.push(["operator API writes", `${sum(kubeFill, isWrite)} (${(sum(kubeFill, isWrite) / VMS).toFixed(1)} per VM)`, `${sum(kubeChurn, isWrite)} (${(sum(kubeChurn, isWrite) / firstWave.length).toFixed(1)} per lifecycle)`, "≤ 15 per lifecycle"]);
+  rows.push(["operator API writes", `${sum(kubeFill, isWrite)} (${(sum(kubeFill, isWrite) / VMS).toFixed(1)} per VM)`, `${sum(kubeChurn, isWrite)} (${(sum(kubeChurn, isWrite) / firstWave.length).toFixed(1)} per lifecycle)`, "≤ 12 per lifecycle"]);
   rows.push(["operator API reads (GET, excluding watches)", `${sum(kubeFill, (k) => k.startsWith("GET "))}`, `${sum(kubeChurn, (k) => k.startsWith("GET "))}`, ""]);
   rows.push(["GitHub requests", `${sum(ghFill)} (${(sum(ghFill) / VMS).toFixed(1)} per VM)`, `${sum(ghChurn)} (${(sum(ghChurn) / firstWave.length).toFixed(1)} per lifecycle)`, ""]);
   rows.push(["simulated agent writes (not the operator's)", "", `${agentWrites} in all`, ""]);
-  rows.push(["operator RSS (at start: " + `${(atStart.rssBytes / 2 ** 20).toFixed(0)} MiB)`, `${(afterFill.rssBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.rssBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakRss / 2 ** 20).toFixed(0)} MiB)`, "≤ 250 MB"]);
+  rows.push(["operator RSS (at start: " + `${(atStart.rssBytes / 2 ** 20).toFixed(0)} MiB)`, `${(afterFill.rssBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.rssBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakRss / 2 ** 20).toFixed(0)} MiB)`, "≤ 250 MiB"]);
   rows.push(["operator JS heap used", `${(afterFill.heapUsedBytes / 2 ** 20).toFixed(0)} MiB`, `${(afterChurn.heapUsedBytes / 2 ** 20).toFixed(0)} MiB (peak ${(peakHeap / 2 ** 20).toFixed(0)} MiB)`, ""]);
   const cpuSeconds = (a: OperatorSample, b: OperatorSample): number => (b.cpuMicros - a.cpuMicros) / 1e6;
   rows.push(["operator CPU time", `${cpuSeconds(atStart, afterFill).toFixed(1)} s (${((cpuSeconds(atStart, afterFill) * 1000) / VMS).toFixed(0)} ms per VM)`, `${cpuSeconds(afterFill, afterChurn).toFixed(1)} s (${((cpuSeconds(afterFill, afterChurn) * 1000) / firstWave.length).toFixed(0)} ms per lifecycle)`, ""]);
+  // Who else used the 2 cores: a burst here waits for whichever process is short of CPU.
+  for (const [name, at] of Object.entries(cpuAtStart)) {
+    const fill = (cpuAfterFill[name] ?? at) - at;
+    const churn = (cpuAfterChurn[name] ?? at) - (cpuAfterFill[name] ?? at);
+    rows.push([`${name} CPU time (share of the wall time)`, `${fill.toFixed(1)} s (${((fill * 100_000) / fillMs).toFixed(0)} %)`, `${churn.toFixed(1)} s (${((churn * 100_000) / churnMs).toFixed(0)} %)`, ""]);
+  }
   const live = (m: OperatorSample): string => (m.liveHeapBytes === undefined ? "-" : `${(m.liveHeapBytes / 2 ** 20).toFixed(0)} MiB`);
   rows.push([`operator JS heap live after a full GC (at start: ${live(atStart)})`, live(afterFill), live(afterChurn), ""]);
   for (const [controller, buckets] of Object.entries(report!.reconcile).sort()) {
