@@ -137,10 +137,10 @@ export async function release(
 }
 
 export type BindOutcome = "bound" | "alreadyBound" | "boundElsewhere" | "terminal" | "deleting" | "gone";
-/** The outcome, and the VM as the API server stored it (or read it), so the next write needs no GET. */
+/** The outcome, and the VM as the API server last returned it (stored by the bind, or read; or the cached copy the bind skipped on), so the next write needs no GET. */
 export interface BindResult {
   readonly outcome: BindOutcome;
-  readonly stored?: Stored<ImpVM>;
+  readonly stored?: Stored<ImpVM> | Cached<ImpVM>;
 }
 
 /** Sets or replaces the Scheduled condition, keeping lastTransitionTime when the status did not change. */
@@ -193,15 +193,15 @@ export async function bindVm(
 
 /**
  * Step 3: imp.dev/node on the VM's main resource, so `kubectl get -l imp.dev/node=N` works.
- * `fresh`: the VM as the bind just stored it — the write starts from it instead of a GET (a stale
- * copy costs a 409 and a read, never a lost update).
+ * `fresh`: the VM as last stored or read (by the bind) — the write starts from it instead of a GET
+ * (a stale copy costs a 409 and a read, never a lost update).
  */
 export async function labelVm(
   vms: Pick<ResourceClient<ImpVM>, "get" | "patch" | "patchStatus">,
   vm: Cached<ImpVM>,
   nodeName: string,
   signal?: AbortSignal,
-  fresh?: Stored<ImpVM>,
+  fresh?: Stored<ImpVM> | Cached<ImpVM>,
 ): Promise<void> {
   try {
     await mutateWithRetry(vms, {

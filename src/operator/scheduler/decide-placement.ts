@@ -134,6 +134,18 @@ function fnv1a(text: string): number {
   return hash >>> 0;
 }
 
+/**
+ * The node a VM takes among those that fit (in name order, each with its freeScore): one within
+ * SPREAD_TOLERANCE of the emptiest, by a hash of the VM's uid. Shared with the room count
+ * (room.ts), which must place waiting VMs where the scheduler will.
+ */
+export function pickAmong(fitting: ReadonlyArray<{ readonly name: string; readonly score: number }>, vmUid: string): string | undefined {
+  if (fitting.length === 0) return undefined;
+  const top = Math.max(...fitting.map((f) => f.score));
+  const near = fitting.filter((f) => f.score >= top - SPREAD_TOLERANCE);
+  return near[fnv1a(vmUid) % near.length]!.name;
+}
+
 export function decidePlacement(input: PlacementInput): Placement {
   const { request, pinnedNode, nowMs } = input;
   const byName = [...input.nodes].sort((a, b) => (a.metadata.name).localeCompare(b.metadata.name));
@@ -163,11 +175,8 @@ export function decidePlacement(input: PlacementInput): Placement {
     }
     fitting.push({ name, score: verdict.score });
   }
-  if (fitting.length > 0) {
-    const top = Math.max(...fitting.map((f) => f.score));
-    const near = fitting.filter((f) => f.score >= top - SPREAD_TOLERANCE); // in name order
-    return { kind: "bind", nodeName: near[fnv1a(input.vmUid) % near.length]!.name, rollForward: false };
-  }
+  const chosen = pickAmong(fitting, input.vmUid);
+  if (chosen !== undefined) return { kind: "bind", nodeName: chosen, rollForward: false };
   const scope = pinnedNode === undefined ? `0/${candidates.length} nodes fit` : `pinned node does not fit`;
   return { kind: "unschedulable", message: `${scope} (VM needs ${describeRequest(request)}): ${reasons.join("; ")}` };
 }

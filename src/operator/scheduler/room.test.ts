@@ -5,7 +5,7 @@ import { microTime, type Lease, type Stored } from "../../kube/index.ts";
 import { FakeClock } from "../../shared/index.ts";
 import { decidePlacement, type BoundVm } from "./decide-placement.ts";
 import { RESERVATIONS_ANNOTATION, serializeReservations } from "./reservations.ts";
-import { copiesThatFit, roomFor, type RoomInput } from "./room.ts";
+import { copiesThatFit, nodeRooms, placeWaiting, roomFor, type RoomInput, type WaitingVm } from "./room.ts";
 import type { VmRequest } from "./vm-request.ts";
 
 const clock = new FakeClock();
@@ -23,6 +23,7 @@ function node(name: string, cap: [number, number, number] = [8, 8192, 4], over: 
 }
 const lease = (renewedAgoMs: number): Lease => ({ spec: { holderIdentity: "n", leaseDurationSeconds: 40, renewTime: microTime(clock.now() - renewedAgoMs) } });
 const bound = (uid: string, vcpu: number, phase: BoundVm["phase"] = "Running"): BoundVm => ({ uid, phase, resources: { vcpu, memoryMiB: 1024, vmSlots: 1 } });
+const w = (request: VmRequest, uid: string): WaitingVm => ({ request, uid });
 const input = (nodes: Stored<ImpNode>[], over: Partial<RoomInput> = {}): RoomInput => ({ nodes, leases: new Map(nodes.map((n) => [n.metadata.name, lease(1_000)])), bound: new Map(), nowMs: clock.now(), ...over });
 
 describe("roomFor: how many more VMs of a request the cluster can place now", () => {
@@ -63,12 +64,27 @@ describe("roomFor: how many more VMs of a request the cluster can place now", ()
     const nodes = [node("a", [8, 8192, 8]), node("b", [8, 8192, 8])];
     assert.equal(roomFor(request, input(nodes)), 8);
     const big: VmRequest = { ...request, vcpu: 8 };
-    assert.equal(roomFor(request, input(nodes), [big]), 4, "one waiting 8-vCPU VM fills a node: 4 of ours fewer, not 1");
+    assert.equal(roomFor(request, input(nodes), [w(big, "w1")]), 4, "one waiting 8-vCPU VM fills a node: 4 of ours fewer, not 1");
     const half: VmRequest = { ...request, vcpu: 4 };
-    assert.equal(roomFor(big, input(nodes), [half, half]), 0, "two 4-vCPU VMs go where the scheduler puts them, one per node (spread), leaving no node for an 8");
+    assert.equal(roomFor(big, input(nodes), [w(half, "w1"), w(half, "w2")]), 0, "two 4-vCPU VMs go where the scheduler puts them, one per node (spread), leaving no node for an 8");
     const arm: VmRequest = { ...request, arch: "arm64" };
     const huge: VmRequest = { ...request, vcpu: 64 };
-    assert.equal(roomFor(request, input(nodes), [arm, huge]), 8, "waiting VMs no node would take (another arch, too big) take nothing");
-    assert.equal(roomFor(request, input(nodes), [request, request, request]), 5, "three of our size take three");
+    assert.equal(roomFor(request, input(nodes), [w(arm, "w1"), w(huge, "w2")]), 8, "waiting VMs no node would take (another arch, too big) take nothing");
+    assert.equal(roomFor(request, input(nodes), [w(request, "w1"), w(request, "w2"), w(request, "w3")]), 5, "three of our size take three");
+  });
+
+  it("a waiting VM is counted on the node the scheduler will bind it to, also among nodes about equally empty", () => {
+    // Three big nodes, each a VM or two apart: all within the spread tolerance, so the uid decides.
+    const nodes = [node("a", [40, 40960, 40]), node("b", [40, 40960, 40]), node("c", [40, 40960, 40])];
+    const b = new Map([["a", [bound("x", 1)]], ["b", [bound("y", 2), bound("z", 1)]]]);
+    const picked = new Set<string>();
+    for (let i = 0; i < 40; i++) {
+      const uid = `vm-${i}`;
+      const placement = decidePlacement({ ...input(nodes, { bound: b }), vmUid: uid, pinnedNode: undefined, request });
+      const [counted] = placeWaiting(nodeRooms(input(nodes, { bound: b })), [w(request, uid)]);
+      assert.equal(placement.kind === "bind" ? placement.nodeName : undefined, counted, uid);
+      if (counted !== undefined) picked.add(counted);
+    }
+    assert.deepEqual([...picked].sort(), ["a", "b", "c"], "the uids spread over all three");
   });
 });

@@ -2,11 +2,11 @@
  * How many more VMs of one request the cluster can place now, by the same filters and arithmetic as
  * `decidePlacement` (a node the scheduler would refuse holds no room), for the pools that must not
  * take jobs they cannot place: a scale-set pool tells GitHub its capacity from this. VMs already
- * waiting to be placed take their room first, each where the scheduler would put it (the emptiest
- * node that takes it). Each node's reservation record is read once per look, whatever the number of
+ * waiting to be placed take their room first, each where the scheduler would put it (`pickAmong`:
+ * one of the nodes about as empty as the emptiest, by the VM's uid). Each node's reservation record is read once per look, whatever the number of
  * waiting VMs or pools asking: the scale-set listeners all ask at once when room changes.
  */
-import { freeScore, judgeNode, nodeUsage, shortfall, type PlacementInput } from "./decide-placement.ts";
+import { freeScore, judgeNode, nodeUsage, pickAmong, shortfall, type PlacementInput } from "./decide-placement.ts";
 import { parseReservations } from "./reservations.ts";
 import type { Resources, VmRequest } from "./vm-request.ts";
 
@@ -60,18 +60,25 @@ export function nodeRooms(input: RoomInput): NodeRoom[] {
     });
 }
 
-/** Places each waiting VM, in order, where the scheduler would (the emptiest node that takes it, ties by name); returns each one's node, or undefined where none takes it. */
-export function placeWaiting(rooms: readonly NodeRoom[], waiting: readonly VmRequest[]): Array<string | undefined> {
-  return waiting.map((r) => {
-    let best: { room: NodeRoom; score: number } | undefined;
+/** A VM waiting to be placed: what it asks for, and its uid (which picks its node among equals). */
+export interface WaitingVm {
+  readonly request: VmRequest;
+  readonly uid: string;
+}
+
+/** Places each waiting VM, in order, where the scheduler would (pickAmong over the nodes that take it); returns each one's node, or undefined where none takes it. */
+export function placeWaiting(rooms: readonly NodeRoom[], waiting: readonly WaitingVm[]): Array<string | undefined> {
+  return waiting.map(({ request: r, uid }) => {
+    const fitting: Array<{ name: string; score: number; room: NodeRoom }> = [];
     for (const room of rooms) {
       if (room.capacity === undefined || !room.takes(r) || shortfall(r, room.capacity, room.used).length > 0) continue;
-      const score = freeScore(r, room.capacity, room.used);
-      if (best === undefined || score > best.score) best = { room, score };
+      fitting.push({ name: room.name, score: freeScore(r, room.capacity, room.used), room });
     }
-    if (best === undefined) return undefined;
-    best.room.used = add(best.room.used, r, 1);
-    return best.room.name;
+    const name = pickAmong(fitting, uid);
+    const chosen = fitting.find((f) => f.name === name)?.room;
+    if (chosen === undefined) return undefined;
+    chosen.used = add(chosen.used, r, 1);
+    return chosen.name;
   });
 }
 
@@ -83,7 +90,7 @@ export function copiesIn(rooms: readonly NodeRoom[], request: VmRequest): number
 }
 
 /** The VMs of `request` the cluster's nodes have room for now, after `waiting` took theirs. */
-export function roomFor(request: VmRequest, input: RoomInput, waiting: readonly VmRequest[] = []): number {
+export function roomFor(request: VmRequest, input: RoomInput, waiting: readonly WaitingVm[] = []): number {
   const rooms = nodeRooms(input);
   placeWaiting(rooms, waiting);
   return copiesIn(rooms, request);

@@ -40,7 +40,7 @@ interface RoomSnapshot {
   /** Per pool (`namespace/name`): its VMs placed on a node or reserved on one, not ended, not being deleted. */
   readonly placed: ReadonlyMap<string, number>;
   /** VMs waiting to be placed, without a reservation, oldest first: their pool key and request. */
-  readonly waiting: ReadonlyArray<{ readonly pool: string; readonly request: VmRequest }>;
+  readonly waiting: ReadonlyArray<{ readonly pool: string; readonly request: VmRequest; readonly uid: string }>;
   /** The node each waiting VM went to (placeWaiting), undefined where none takes it. */
   readonly placements: ReadonlyArray<string | undefined>;
   /** Each pool's capacity once counted in this look. */
@@ -243,10 +243,10 @@ export class SchedulerController {
     pending.sort((a, b) => (a.metadata.creationTimestamp ?? "").localeCompare(b.metadata.creationTimestamp ?? ""));
     for (const vm of pending) {
       const r = resolveRequest(vm, this.#lookups);
-      if (r.ok) waiting.push({ pool: `${vm.metadata.namespace ?? ""}/${vm.metadata.labels?.[LABELS.pool] ?? ""}`, request: r.request });
+      if (r.ok) waiting.push({ pool: `${vm.metadata.namespace ?? ""}/${vm.metadata.labels?.[LABELS.pool] ?? ""}`, request: r.request, uid: vm.metadata.uid });
     }
     const rooms = nodeRooms(cluster);
-    const placements = placeWaiting(rooms, waiting.map((w) => w.request));
+    const placements = placeWaiting(rooms, waiting);
     this.#snapshot = { at: now, rooms, placed, waiting, placements, capacity: new Map() };
     return this.#snapshot;
   }
