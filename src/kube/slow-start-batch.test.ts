@@ -60,3 +60,14 @@ test("nothing to do calls nothing", async () => {
   );
   assert.equal(calls, 0);
 });
+
+test("a call that throws at once fails its batch like a rejection; a cap below one is refused", async () => {
+  const outcome = await slowStartTimes(3, 2, (i) => {
+    if (i === 1) throw new Error("thrown, not rejected");
+    return Promise.resolve();
+  });
+  assert.equal(outcome.succeeded, 2);
+  assert.match(String(outcome.error), /thrown, not rejected/);
+  await assert.rejects(slowStartTimes(3, Number.NaN, () => Promise.resolve()), RangeError);
+  await assert.rejects(slowStartTimes(3, 0, () => Promise.resolve()), RangeError);
+});

@@ -16,16 +16,18 @@ export interface BatchOutcome {
 }
 
 export async function slowStartBatch<T>(items: readonly T[], maxBatch: number, call: (item: T) => Promise<void>): Promise<BatchOutcome> {
+  if (!(maxBatch >= 1)) throw new RangeError(`slowStartBatch: maxBatch must be at least 1, not ${maxBatch}`);
   let succeeded = 0;
   let size = 1;
   for (let next = 0; next < items.length; ) {
     const batch = items.slice(next, next + size);
     next += batch.length;
-    const settled = await Promise.allSettled(batch.map((item) => call(item)));
+    // A call that throws before returning its promise fails like one that rejects.
+    const settled = await Promise.allSettled(batch.map(async (item) => call(item)));
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected");
     succeeded += settled.length - settled.filter((s) => s.status === "rejected").length;
     if (failed !== undefined) return { succeeded, error: failed.reason };
-    size = Math.min(Math.max(1, maxBatch), size * 2);
+    size = Math.min(Math.floor(maxBatch), size * 2);
   }
   return { succeeded };
 }
