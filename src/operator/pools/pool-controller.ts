@@ -226,8 +226,9 @@ export class PoolController {
       const vm = await this.#o.vms.create(newRunnerVm(pool), ctx.signal);
       this.expectations.expectCreated(ctx.key, vm.metadata.name);
     });
-    if (error !== undefined) throw error;
+    // Said also when a create failed: the VMs created before it exist all the same.
     if (created > 0) await this.#event(ctx, pool, "Normal", "ScaledUp", `Created ${created} runner VM(s); desired ${d.counts.desired}, idle ${d.counts.idle}, busy ${d.counts.busy}, starting ${d.counts.starting}`);
+    if (error !== undefined) throw error;
     if (d.failures.consecutive > failuresBefore) {
       const wait = d.holdUntil === undefined ? 0 : Math.round((d.holdUntil - this.#clock.now()) / 1000);
       await this.#event(ctx, pool, "Warning", d.budgetExhausted ? "FailureBudgetExhausted" : "StartFailureBackoff", `${d.failures.consecutive} VM(s) in a row failed before their runner started; next VM in ${wait} s`);

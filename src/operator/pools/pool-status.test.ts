@@ -15,6 +15,7 @@ test("counts written lately wait for the interval; then, or with no write of our
   assert.deepEqual(decideStatusWrite(old, busier, 1_000, 1_500, 3_000), { kind: "later", inMs: 2_500 });
   assert.deepEqual(decideStatusWrite(old, busier, 1_000, 4_000, 3_000), { kind: "now" });
   assert.deepEqual(decideStatusWrite(old, busier, undefined, 1_500, 3_000), { kind: "now" }, "a restarted operator writes at once");
+  assert.deepEqual(decideStatusWrite(old, busier, 90_000, 1_500, 3_000), { kind: "now" }, "the clock stepped back: no wait for a write 'in the future'");
 });
 
 test("anything but the counts is written at once", () => {

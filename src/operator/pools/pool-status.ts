@@ -74,7 +74,11 @@ function scaleSetStatus(pool: Readonly<Stored<ImpVMRunnerPool>>, view: ScaleSetP
  * burst they change on every reconcile, and writing each change cost a pool-status write per VM
  * (bench:operator: 1.9 per lifecycle with 8 pool workers). Nothing decides from them — the pool
  * reads its VMs from the cache — so they are written at most once per `COUNTS_WRITE_INTERVAL_MS`
- * per pool; anything else (a condition, the failure budget, the scale set, observedGeneration) at once.
+ * per pool; anything else (a condition, the failure budget, the scale set, observedGeneration) at once,
+ * and the counts with it. Some of those change with the counts — a condition's message that names
+ * them (`ScalingLimited`, `CredentialsValid`'s "Listed N runners"), a scale-set pool's statistics — and
+ * are written at once: the bound saves writes for pools whose conditions hold still (bench:operator's
+ * GitHub JIT pools), not for a scale-set pool or one short of node capacity.
  */
 const COUNT_FIELDS = ["desired", "current", "idle", "busy", "starting", "failed", "queuedJobs", "lastScaleTime"] as const;
 export const COUNTS_WRITE_INTERVAL_MS = 5_000;
@@ -90,7 +94,8 @@ export function decideStatusWrite(
   intervalMs = COUNTS_WRITE_INTERVAL_MS,
 ): StatusWrite {
   if (jsonEqual(next, old)) return { kind: "none" };
-  if (lastWriteAt === undefined || !jsonEqual(withoutCounts(next), withoutCounts(old))) return { kind: "now" };
+  // A write "in the future" means the clock stepped back: write now rather than wait for it.
+  if (lastWriteAt === undefined || lastWriteAt > now || !jsonEqual(withoutCounts(next), withoutCounts(old))) return { kind: "now" };
   const due = lastWriteAt + intervalMs;
   return now >= due ? { kind: "now" } : { kind: "later", inMs: due - now };
 }

@@ -197,10 +197,13 @@ describe("operator: runner pools", { timeout: 600_000 }, () => {
       assert.ok(!JSON.stringify(minted).includes(runner.secret), "the setup is not in the VM's status");
     }
     assertNamesUnique(gh);
-    const status = (await pools.get({ namespace: NS, name: "alpha" })).status;
-    assert.equal(status?.desired, 2);
-    assert.equal(status?.current, 2);
-    assert.equal(status?.conditions?.find((c) => c.type === "CredentialsValid")?.status, "True");
+    // The counts are written at most every 5 s (decideStatusWrite): wait for them.
+    const status = await waitFor("alpha's status counts its 2 VMs", async () => {
+      const s = (await pools.get({ namespace: NS, name: "alpha" })).status;
+      return s?.current === 2 ? s : undefined;
+    }, WAIT);
+    assert.equal(status.desired, 2);
+    assert.equal(status.conditions?.find((c) => c.type === "CredentialsValid")?.status, "True");
     await deletePool("alpha", gh);
   });
 
