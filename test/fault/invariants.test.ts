@@ -72,7 +72,7 @@ describe("checkInvariants on a real API server, GitHub test server and node", { 
       rounds.push(Math.round(performance.now() - started));
     }
     console.log(`# one observation (API lists, GitHub state, /proc scan, node files, ip link, nft): ${rounds.join(", ")} ms`);
-    const broken = new Map((await checkInvariants(world, { boundsMs: { I2: 1_500, I3: 1_500, I4: 1_500, I5: 1_500 }, intervalMs: 200 })).map((o) => [o.id, o]));
+    const broken = new Map((await checkInvariants(world, { boundsMs: { I2: 1_500, I3: 1_500, I4: 1_500, I5: 1_500 }, minWatchMs: 1_500, intervalMs: 200 })).map((o) => [o.id, o]));
     assert.equal(broken.get("I1")?.held, false, broken.get("I1")?.detail);
     assert.match(broken.get("I1")?.detail ?? "", /409/);
     assert.equal(broken.get("I2")?.held, true, `the live VM is Running with its runner online: ${broken.get("I2")?.detail ?? ""}`);

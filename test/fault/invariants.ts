@@ -2,8 +2,13 @@
  * The invariant checker of the failure-proof suite: after a fault case, observes the world (the API
  * server, the GitHub test server, every simulated node's host state) over and over and judges
  * I1–I6 (judge.ts) until each has settled: a bounded invariant (I2–I5) settles when it holds, or
- * fails when its bound after the fault passes first; a safety invariant (I1, I6) must hold in every
- * observation until the others have settled. One observation per round serves all six.
+ * fails when its bound after the fault passes first — but never before the checker itself has
+ * watched for `minWatchMs`: a case whose own scenario (a job run through after the fault) outlasts
+ * the bound on a loaded machine would otherwise be judged on its first observation, taken while
+ * the agent releases the VM whose job just ended (seen: I4/I5 failed at +131 s on a VM Succeeded a
+ * moment before). A leak still fails — it never clears — and `withinMs` still counts from the fault.
+ * A safety invariant (I1, I6) must hold in every observation until the others have settled. One
+ * observation per round serves all six.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -36,6 +41,8 @@ export interface CheckOptions {
   /** Per-invariant bound in ms after the fault (defaults: DEFAULT_BOUNDS_MS). */
   readonly boundsMs?: Partial<Record<InvariantId, number>>;
   readonly intervalMs?: number;
+  /** A bounded invariant is not failed before the checker has watched this long (default MIN_WATCH_MS). */
+  readonly minWatchMs?: number;
   /** I6 evidence from inside a VM, made by the case; polled once per observation when given. */
   readonly probes?: () => Promise<readonly IsolationProbe[]>;
   /** Only these runners count (default: all runners of the GitHub test server). */
@@ -47,6 +54,8 @@ export interface CheckOptions {
 
 /** Bounds after the fault. VMs boot under TCG on a loaded 2-core machine: tens of seconds each. */
 export const DEFAULT_BOUNDS_MS: Readonly<Record<InvariantId, number>> = { I1: 0, I2: 300_000, I3: 120_000, I4: 120_000, I5: 120_000, I6: 0 };
+/** The least the checker watches before failing a bounded invariant: an agent's release of a VM that just ended takes seconds, tens under load. */
+export const MIN_WATCH_MS = 60_000;
 
 export async function observe(world: FaultWorld, options: Pick<CheckOptions, "since" | "probes" | "runnerFilter"> = {}): Promise<Observation> {
   const vmClient = createResourceClient<ImpVM>(world.kubeConfig, IMP_VMS);
@@ -118,6 +127,8 @@ export async function checkInvariants(world: FaultWorld, options: CheckOptions =
   const faultAt = options.faultAt ?? Date.now();
   const bounds = { ...DEFAULT_BOUNDS_MS, ...options.boundsMs };
   const interval = options.intervalMs ?? 500;
+  const minWatch = options.minWatchMs ?? MIN_WATCH_MS;
+  let watchFrom: number | undefined;
   const ids = Object.keys(JUDGES) as InvariantId[];
   const settled = new Map<InvariantId, InvariantOutcome>();
   const safetyBroken = new Map<InvariantId, InvariantOutcome>();
@@ -125,6 +136,7 @@ export async function checkInvariants(world: FaultWorld, options: CheckOptions =
   const observeOptions = { since: options.since ?? faultAt - 600_000, ...(options.probes === undefined ? {} : { probes: options.probes }), ...(options.runnerFilter === undefined ? {} : { runnerFilter: options.runnerFilter }) };
   for (;;) {
     const o = await (options.observeWith ?? (() => observe(world, observeOptions)))();
+    watchFrom ??= o.at;
     for (const id of ids) {
       const { held, detail } = JUDGES[id](o);
       if (SAFETY.has(id)) {
@@ -134,7 +146,7 @@ export async function checkInvariants(world: FaultWorld, options: CheckOptions =
       }
       if (settled.has(id)) continue;
       if (held) settled.set(id, { id, held: true, detail, withinMs: Math.max(0, o.at - faultAt) });
-      else if (o.at - faultAt >= bounds[id]) settled.set(id, { id, held: false, detail: `still not holding ${secs(o.at - faultAt)} after the fault (bound ${secs(bounds[id])}): ${detail}` });
+      else if (o.at - faultAt >= bounds[id] && o.at - watchFrom >= minWatch) settled.set(id, { id, held: false, detail: `still not holding ${secs(o.at - faultAt)} after the fault (bound ${secs(bounds[id])}): ${detail}` });
     }
     const bounded = ids.filter((id) => !SAFETY.has(id));
     if (bounded.every((id) => settled.has(id)) || options.signal?.aborted === true) break;

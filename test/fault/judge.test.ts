@@ -132,6 +132,7 @@ describe("checkInvariants polling", () => {
     const outcomes = await checkInvariants(fakeWorld, {
       faultAt: t0,
       intervalMs: 1,
+      minWatchMs: 40,
       boundsMs: { I4: 60 },
       observeWith: () => {
         i++;
@@ -147,5 +148,35 @@ describe("checkInvariants polling", () => {
     assert.match(byId.get("I1")?.detail ?? "", /^at \+40 ms/);
     assert.equal(byId.get("I2")?.held, true);
     assert.ok(i >= 3, "kept observing until I4's bound passed");
+  });
+
+  it("a check that starts past the bound still watches minWatchMs: a release finishing then holds; a leak still fails", async () => {
+    const t0 = Date.now();
+    const faultAt = t0 - 200_000; // the case's own scenario outlasted the 120 s bound
+    const run = async (clears: boolean) => {
+      let i = 0;
+      return new Map(
+        (
+          await checkInvariants(fakeWorld, {
+            faultAt,
+            intervalMs: 1,
+            minWatchMs: 100,
+            observeWith: () => {
+              i++;
+              const at = t0 + i * 20;
+              // The VM whose job just ended is being released: its sealed setup is there for the first two looks.
+              const ended = vm("pool-bbbbb", "Succeeded", clears && i > 2 ? {} : { sealed: ["setup"] });
+              return Promise.resolve(world({ at, vms: [vm("pool-aaaaa", "Running", { setupState: "Delivered" }), ended] }));
+            },
+          })
+        ).map((o) => [o.id, o]),
+      );
+    };
+    const released = await run(true);
+    assert.equal(released.get("I4")?.held, true, "not failed on the first look past the bound");
+    assert.ok((released.get("I4")?.withinMs ?? 0) >= 200_000, "withinMs still counts from the fault");
+    const leak = await run(false);
+    assert.equal(leak.get("I4")?.held, false, "a leak fails once the checker has watched minWatchMs");
+    assert.match(leak.get("I4")?.detail ?? "", /still not holding/);
   });
 });
