@@ -165,7 +165,7 @@ export class PoolController {
     const before = failures.consecutive;
     this.#failures.set(ctx.key, decision.failures);
     await this.#act(ctx, pool, vms, decision, before);
-    const untilStatus = (await this.#writeStatus(ctx, pool, decision, queuedJobs)) ?? Infinity;
+    const untilStatus = await this.#writeStatus(ctx, pool, decision, queuedJobs);
 
     const untilList = this.#registrations.nextListInMs(ctx.key, now);
     const untilHold = decision.holdUntil === undefined ? Infinity : Math.max(100, decision.holdUntil - now);
@@ -199,9 +199,7 @@ export class PoolController {
 
   async #act(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[], d: PoolDecision, failuresBefore: number): Promise<void> {
     const byName = new Map(vms.map((vm) => [vm.metadata.name, vm]));
-    const ended = d.removeTerminal.flatMap((name) => byName.get(name) ?? []);
-    const removed = await slowStartBatch(ended, API_CALLS_AT_ONCE, (vm) => this.#deleteVm(ctx, vm));
-    if (removed.error !== undefined) throw removed.error;
+    await this.#deleteVms(ctx, d.removeTerminal.flatMap((name) => byName.get(name) ?? []));
     let scaledDown = 0;
     for (const name of d.scaleDown) {
       const vm = byName.get(name);
@@ -235,6 +233,12 @@ export class PoolController {
     }
   }
 
+  /** Deletes `vms` in slow-start batches; the first failure is thrown once its batch settled (the others' expectations recorded). */
+  async #deleteVms(ctx: ReconcileContext, vms: readonly Readonly<Stored<ImpVM>>[]): Promise<void> {
+    const { error } = await slowStartBatch(vms, API_CALLS_AT_ONCE, (vm) => this.#deleteVm(ctx, vm));
+    if (error !== undefined) throw error;
+  }
+
   async #deleteVm(ctx: ReconcileContext, vm: Readonly<Stored<ImpVM>>): Promise<void> {
     const pool = vm.metadata.labels?.[LABELS.pool] ?? "";
     try {
@@ -246,12 +250,7 @@ export class PoolController {
   }
 
   async #finalizePool(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, vms: readonly Readonly<Stored<ImpVM>>[]): Promise<ReconcileResult> {
-    const deleted = await slowStartBatch(
-      vms.filter((vm) => vm.metadata.deletionTimestamp === undefined),
-      API_CALLS_AT_ONCE,
-      (vm) => this.#deleteVm(ctx, vm),
-    );
-    if (deleted.error !== undefined) throw deleted.error;
+    await this.#deleteVms(ctx, vms.filter((vm) => vm.metadata.deletionTimestamp === undefined));
     if (vms.length > 0) return requeueAfter(5_000);
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);
@@ -265,8 +264,8 @@ export class PoolController {
     return done;
   }
 
-  /** Writes the pool's status if it changed; returns in how many ms a change held back (counts only, decideStatusWrite) is due. */
-  async #writeStatus(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, decision: PoolDecision, queuedJobs: number): Promise<number | undefined> {
+  /** Writes the pool's status if it changed; returns in how many ms a change held back (counts only, decideStatusWrite) is due, Infinity if none is. */
+  async #writeStatus(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, decision: PoolDecision, queuedJobs: number): Promise<number> {
     const facts = {
       pool,
       decision,
@@ -281,7 +280,7 @@ export class PoolController {
     // stale cache only delays a write to the reconcile its own update triggers.
     const cached = (pool.status ?? {}) as Readonly<ImpVMRunnerPoolStatus>;
     const write = decideStatusWrite(cached, poolStatus(facts, cached, pool.metadata.generation), this.#statusWrittenAt.get(ctx.key), facts.now);
-    if (write.kind === "none") return undefined;
+    if (write.kind === "none") return Infinity;
     if (write.kind === "later") return write.inMs;
     await mutateWithRetry(this.#o.pools, {
       ref: { namespace: pool.metadata.namespace, name: pool.metadata.name },
@@ -297,7 +296,7 @@ export class PoolController {
       },
     });
     this.#statusWrittenAt.set(ctx.key, facts.now);
-    return undefined;
+    return Infinity;
   }
 
   async #event(ctx: ReconcileContext, pool: Readonly<Stored<ImpVMRunnerPool>>, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
