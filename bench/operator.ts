@@ -67,7 +67,8 @@ function planeCpu(): Record<string, number> {
     if (pid === undefined) continue;
     try {
       // /proc/<pid>/stat: utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100 on Linux).
-      const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = text.slice(text.lastIndexOf(")") + 1).trim().split(/\s+/); // the name may hold ") "; it ends at the last one
       out[name] = (Number(fields[11]) + Number(fields[12])) / 100;
     } catch {
       // not Linux, or the process is gone: no row for it
