@@ -1,4 +1,4 @@
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readdir, readFile, rm, statfs, truncate, utimes, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
@@ -14,8 +14,17 @@ const run = (cmd: string, args: string[]): void => void execFileSync(cmd, args, 
 const KEY_INPUT: SnapshotKeyInput = { imageKey: "img", kernelDigest: "sha256:k", cmdline: "ro root=/dev/vda", vcpus: 1, memoryMiB: 512, scratchBytes: 1 << 30, network: true, vmm: "qemu" };
 const key = (n: number): string => snapshotKey({ ...KEY_INPUT, vcpus: n });
 
+// Every store's directory is removed when the file's tests end: CI machines are shared, and a
+// run of this file used to leave a dozen directories in /tmp.
+const madeDirs: string[] = [];
+after(async () => {
+  await Promise.all(madeDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
 async function store(maxBytes = 1 << 30): Promise<{ store: SnapshotStore; root: string }> {
-  const root = join(await mkdtemp(join(tmpdir(), "imp-snapshots-")), "snapshots");
+  const dir = await mkdtemp(join(tmpdir(), "imp-snapshots-"));
+  madeDirs.push(dir);
+  const root = join(dir, "snapshots");
   return { store: new SnapshotStore({ root, maxBytes, clock: systemClock, logger: silentLogger }), root };
 }
 
