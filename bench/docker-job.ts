@@ -7,7 +7,10 @@
  *   - VMM boot (spawn → guest hello), and for the Docker image dockerd ready, counted from the
  *     kernel's start (the job reads what the image's entry point wrote);
  *   - job startup, queued → running, with the image cache cold (first VM) and warm;
- *   - memory: the QEMU process's resident set of an idle runner VM of each image.
+ *   - memory: the QEMU process's resident set of an idle runner VM of each image;
+ *   - the Docker image again in a class that starts from a memory snapshot (`docker-snap`): its
+ *     first job boots while the node builds the template (dockerd started by the image's warm-up
+ *     before the save), later jobs run in restored VMs that find dockerd answering.
  *
  *   node bench/docker-job.ts [--rounds 3]
  */
@@ -27,7 +30,8 @@ if (why !== undefined) {
   process.exit(1);
 }
 
-type Image = "small" | "docker";
+type Image = "small" | "docker" | "docker-snap";
+const IMAGES: readonly Image[] = ["small", "docker", "docker-snap"];
 interface Sample {
   readonly image: Image;
   readonly round: number;
@@ -35,34 +39,37 @@ interface Sample {
   readonly bootMs: number;
   readonly startupMs: number;
   readonly dockerReadyS: number | undefined;
+  readonly startedFrom: string;
 }
 const samples: Sample[] = [];
-const rss: Record<Image, number[]> = { small: [], docker: [] };
-const LABELS: Record<Image, string[]> = { small: ["self-hosted", "imp", "small"], docker: ["self-hosted", "imp", "docker"] };
-const STEP: Record<Image, string> = { small: "echo hi", docker: "cat /run/imp-docker-ready; docker info --format '{{.Driver}}'" };
+const rss: Record<Image, number[]> = { small: [], docker: [], "docker-snap": [] };
+const LABELS: Record<Image, string[]> = { small: ["self-hosted", "imp", "small"], docker: ["self-hosted", "imp", "docker"], "docker-snap": ["self-hosted", "imp", "docker-snap"] };
+const DOCKER_STEP = "cat /run/imp-docker-ready; docker info --format '{{.Driver}}'";
+const STEP: Record<Image, string> = { small: "echo hi", docker: DOCKER_STEP, "docker-snap": DOCKER_STEP };
+const shape = (image: Image, minIdle: number) => ({ minIdle, maxConcurrent: 1, labels: LABELS[image], docker: image !== "small", snapshot: image === "docker-snap" });
 
 const world = await RunnerWorld.start({ nodes: 1, docker: true, say: (line) => process.stdout.write(`  ${line}\n`) });
 const onSignal = (): void => void world.dispose().finally(() => process.exit(130));
 process.once("SIGINT", onSignal).once("SIGTERM", onSignal);
 const ofPool = (vms: ImpVM[], pool: string): ImpVM[] => vms.filter((vm) => vm.metadata.labels?.["imp.dev/pool"] === pool);
 try {
-  for (const image of ["small", "docker"] as const) await world.applyPool(image, { minIdle: 0, maxConcurrent: 1, labels: LABELS[image], docker: image === "docker" });
+  for (const image of IMAGES) await world.applyPool(image, shape(image, 0));
   for (let round = 1; round <= rounds; round++) {
-    for (const image of ["small", "docker"] as const) {
+    for (const image of IMAGES) {
       await waitFor(`no VM of ${image}`, async () => (ofPool(await world.listVms(), image).length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 200 });
       const job = world.queueJob(`${image}-${round}`, [{ name: "step", run: STEP[image] }], LABELS[image]);
       await world.waitForJob(job, "completed", 900_000);
       if (job.conclusion !== "success") throw new Error(`${job.name}: ${job.conclusion ?? "?"}: ${job.result?.log ?? ""}`);
       const vm = world.history(job.runnerName ?? "")?.last;
       const ready = /dockerd ready in \d+ ms; ([\d.]+) s after the kernel started/.exec(job.result?.log ?? "")?.[1];
-      samples.push({ image, round, prepareMs: vm?.status?.prepareDurationMs ?? Number.NaN, bootMs: vm?.status?.bootDurationMs ?? Number.NaN, startupMs: (job.startedAt ?? Number.NaN) - job.queuedAt, dockerReadyS: ready === undefined ? undefined : Number(ready) });
+      samples.push({ image, round, prepareMs: vm?.status?.prepareDurationMs ?? Number.NaN, bootMs: vm?.status?.bootDurationMs ?? Number.NaN, startupMs: (job.startedAt ?? Number.NaN) - job.queuedAt, dockerReadyS: ready === undefined ? undefined : Number(ready), startedFrom: vm?.status?.startedFrom ?? "?" });
       const s = samples.at(-1);
-      process.stdout.write(`  ${job.name}: prepare ${s?.prepareMs} ms, boot ${s?.bootMs} ms, startup ${s?.startupMs} ms${s?.dockerReadyS === undefined ? "" : `, dockerd ready ${s.dockerReadyS} s after the kernel started`}\n`);
+      process.stdout.write(`  ${job.name}: ${s?.startedFrom}, prepare ${s?.prepareMs} ms, boot ${s?.bootMs} ms, startup ${s?.startupMs} ms${s?.dockerReadyS === undefined ? "" : `, dockerd ready ${s.dockerReadyS} s after the kernel started`}\n`);
     }
   }
   // An idle runner VM of each image: the QEMU process's resident memory once its runner waits.
-  for (const image of ["small", "docker"] as const) {
-    await world.applyPool(image, { minIdle: 1, maxConcurrent: 1, labels: LABELS[image], docker: image === "docker" });
+  for (const image of IMAGES) {
+    await world.applyPool(image, shape(image, 1));
     const vm = await world.waitForVm(`an idle ${image} runner`, (vms) => ofPool(vms, image).find((v) => v.status?.phase === "Running" && world.github.runnerNamed(nameOf(v))?.status === "online"), 900_000);
     for (let i = 0; i < 3; i++) {
       await new Promise((r) => setTimeout(r, 2_000)); // sampling interval, not a wait for an event
@@ -71,20 +78,20 @@ try {
         if (Number.isFinite(kb)) rss[image].push(kb / 1024);
       }
     }
-    await world.applyPool(image, { minIdle: 0, maxConcurrent: 1, labels: LABELS[image], docker: image === "docker" });
+    await world.applyPool(image, shape(image, 0));
   }
 } finally {
   await world.dispose();
 }
 
-const rows = (["small", "docker"] as const).map((image) => {
+const rows = IMAGES.map((image) => {
   const of = samples.filter((s) => s.image === image);
   const first = of.find((s) => s.round === 1);
   const later = of.filter((s) => s.round > 1);
   const ready = of.map((s) => s.dockerReadyS).filter((x): x is number => x !== undefined);
   return [
     image,
-    of.length,
+    `${of.length} (${of.filter((s) => s.startedFrom === "Snapshot").length} restored)`,
     first?.prepareMs ?? Number.NaN,
     median(later.map((s) => s.prepareMs)),
     median(of.map((s) => s.bootMs)),
@@ -100,4 +107,5 @@ table(
   rows,
 );
 const m = (image: Image, f: (s: Sample) => number): number => median(samples.filter((s) => s.image === image && s.round > 1).map(f));
-process.stdout.write(`\ndocker/small ratios (warm cache, medians): startup ${(m("docker", (s) => s.startupMs) / m("small", (s) => s.startupMs)).toFixed(2)}×, prepare ${(m("docker", (s) => s.prepareMs) / m("small", (s) => s.prepareMs)).toFixed(2)}×, idle RSS ${(median(rss.docker) / median(rss.small)).toFixed(2)}×\n`);
+process.stdout.write(`\ndocker-snap/docker (warm cache, medians): startup ${(m("docker-snap", (s) => s.startupMs) / m("docker", (s) => s.startupMs)).toFixed(2)}×, idle RSS ${(median(rss["docker-snap"]) / median(rss.docker)).toFixed(2)}×\n`);
+process.stdout.write(`docker/small ratios (warm cache, medians): startup ${(m("docker", (s) => s.startupMs) / m("small", (s) => s.startupMs)).toFixed(2)}×, prepare ${(m("docker", (s) => s.prepareMs) / m("small", (s) => s.prepareMs)).toFixed(2)}×, idle RSS ${(median(rss.docker) / median(rss.small)).toFixed(2)}×\n`);

@@ -138,6 +138,7 @@ export const AGENT_ERROR_CODES = [
   "SupervisorStartFailed",
   "SupervisorStartTimeout",
   "SupervisorUnreachable",
+  "TemplateWarmUpFailed",
   "Timeout",
   "ToolFailed",
   "Unauthorized",

@@ -7,7 +7,10 @@
  * sees the other's containers, images or networks. From inside a container, and one on the VM's
  * network with NET_ADMIN and SYS_ADMIN, the node's services, the API server and cloud metadata stay
  * unreachable (I6); containers run on the VM's own kernel. `--privileged` is refused (a known limit:
- * docs/workloads.md). Afterwards nothing of either VM is left on the node.
+ * docs/workloads.md). Afterwards nothing of either VM is left on the node. Then a pool whose class
+ * starts from a memory snapshot: jobs go on until one runs in a VM restored from the node's template,
+ * where the image's warm-up started dockerd before the save; the job finds it answering, with the
+ * pool's registry applied by a reload, and builds, runs and pulls.
  */
 import assert from "node:assert/strict";
 import { release } from "node:os";
@@ -116,6 +119,7 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     }
     const node = world.nodes[0];
     assert.ok(node !== undefined);
+    await world.applyPool("docker", { minIdle: 0, maxConcurrent: 2, labels: LABELS, docker: true });
     assert.equal(new Set(vms).size, 2, `two VMs: ${vms.join(", ")}`);
     assert.ok(vms.every((n) => world.history(n)?.last.status?.nodeName === node.name), "both on the one node");
     for (const name of vms) {
@@ -124,5 +128,42 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
       const left: string[] = await world.waitUntil(`nothing of ${name} on the node`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? ([] as string[]) : undefined), 120_000, 500).catch(async () => world.leftoversOf(node, uid));
       assert.deepEqual(left, [], `nothing of ${name} is left on the node`);
     }
+  });
+
+  /** Jobs one after another (the first boots, and its node builds the template beside it) until one runs in a restored VM. */
+  const UNTIL_RESTORED = 5;
+
+  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry, and builds, runs and pulls", async () => {
+    const registry = world.registryForVms ?? "";
+    const labels = ["self-hosted", "imp", "docker-snap"];
+    await world.applyPool("docker-snap", { minIdle: 0, maxConcurrent: 1, labels, docker: true, snapshot: true });
+    const seen: string[] = [];
+    let restored: { vm: string; log: string } | undefined;
+    for (let i = 1; i <= UNTIL_RESTORED && restored === undefined; i++) {
+      const me = `dks${i}`;
+      const step = `set -e
+cat /run/imp-docker-ready
+printf 'FROM scratch\\nCOPY busybox /bin/busybox\\n' > Dockerfile && cp /bin/busybox .
+docker build -q -t ${me}/app . >/dev/null
+docker run --rm ${me}/app /bin/busybox echo "built and ran in ${me}"
+docker pull -q ${registry}/ci/base:1 >/dev/null
+docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registry in ${me}"
+`;
+      const job = world.queueJob(me, [{ name: "docker", run: step }], labels);
+      await world.waitForJob(job, "completed", 900_000);
+      const log = job.result?.log ?? "";
+      assert.equal(job.conclusion, "success", log);
+      assert.match(log, new RegExp(`built and ran in ${me}`), "docker build and run");
+      assert.match(log, new RegExp(`pulled from the registry in ${me}`), "a pull from the pool's insecure registry");
+      const vm = world.history(job.runnerName ?? "")?.last;
+      assert.ok(vm !== undefined, `job ${me} ran on no VM this test saw`);
+      const from = vm.status?.startedFrom ?? "?";
+      seen.push(`${me}: ${vm.metadata.name}, ${from}, guest ready ${vm.status?.bootDurationMs ?? "?"} ms after the VMM started, job startup ${(job.startedAt ?? Number.NaN) - job.queuedAt} ms; ${/dockerd ready[^\n]*/.exec(log)?.[0] ?? "no dockerd line"}`);
+      if (from === "Snapshot") restored = { vm: vm.metadata.name, log };
+      else assert.match(log, /dockerd ready in \d+ ms; [\d.]+ s after the kernel started/, "a booted VM starts its own dockerd");
+    }
+    process.stdout.write(`# ${seen.join("\n# ")}\n`);
+    assert.ok(restored !== undefined, `no job of ${UNTIL_RESTORED} ran in a restored VM:\n${seen.join("\n")}`);
+    assert.match(restored.log, /dockerd ready in 0 ms \(started in the template\)/, "the restored VM's dockerd came from its template");
   });
 });

@@ -21,7 +21,7 @@ import { Pipeline } from "./pipeline.ts";
 import type { RuntimeTimeouts, VmBootRequest, VmImageSource, VmLaunchPorts, VmNetworkLease, VmNetworkProvider, WorkloadPorts } from "./ports.ts";
 import { VmDir } from "./vm-dir.ts";
 
-export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "network" | "vmm" | "adopt" | "guest" | "configure" | "save" | "setup" | "exec" | "follow";
+export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "network" | "vmm" | "adopt" | "guest" | "configure" | "warm-up" | "save" | "setup" | "exec" | "follow";
 
 /** Imp's kernel arguments: the read-only base as root, the guest agent as init, the scratch disk for the overlay. */
 export const IMP_KERNEL_ARGS: readonly string[] = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];

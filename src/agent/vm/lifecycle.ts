@@ -3,7 +3,7 @@
  *
  *   boot      vm-dir → image → disks → network → vmm → guest → configure → setup → exec
  *   restore   vm-dir → image → snapshot → disks → network → vmm → guest → configure → setup → exec
- *   template  vm-dir → image → snapshot → disks → network → vmm → guest → save
+ *   template  vm-dir → image → snapshot → disks → network → vmm → guest → warm-up → save
  *   adopt     adopt → guest → follow                       (an agent restarted; nothing is sent again)
  *
  * The node agent runs all four (a restore that fails before its setup is sent boots instead);
@@ -13,7 +13,7 @@
 import type { SnapshotFiles } from "../snapshot/index.ts";
 import type { VmmProcess } from "../vmm/index.ts";
 import { adoptSteps, configureSteps, connectSteps, dirAndImageSteps, disksAndNetworkSteps, followSteps, launchSteps, prepareSteps, workloadSteps, type AdoptionFacts, type BootDeps } from "./boot-steps.ts";
-import { restoreSnapshotSteps, saveSteps, templateSnapshotSteps, type RestoreEvents, type SnapshotDeps } from "./snapshot-steps.ts";
+import { restoreSnapshotSteps, saveSteps, templateSnapshotSteps, warmUpSteps, type RestoreEvents, type SnapshotDeps } from "./snapshot-steps.ts";
 
 export function bootPipeline(deps: BootDeps) {
   return prepareSteps(deps)
@@ -43,6 +43,7 @@ export function templatePipeline(deps: BootDeps, files: SnapshotFiles) {
     .then(disksAndNetworkSteps(deps))
     .then(launchSteps(deps))
     .then(connectSteps(deps, { timeoutMs: deps.timeouts.bootMs, faultPoint: false }))
+    .then(warmUpSteps(deps))
     .then(saveSteps(deps, files));
 }
 

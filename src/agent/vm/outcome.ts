@@ -31,6 +31,7 @@ const REASON_BY_STEP = {
   // A job VM's snapshot step falls back to a boot; these stand only where a failure reaches a VM.
   snapshot: VM_REASONS.PrepareFailed,
   save: VM_REASONS.PrepareFailed,
+  "warm-up": VM_REASONS.PrepareFailed,
   vmm: VM_REASONS.VmmExited,
   adopt: VM_REASONS.VmmExited,
   guest: VM_REASONS.BootTimeout,

@@ -1,7 +1,7 @@
 /**
  * The steps of memory snapshots (docs/snapshots.md), composed in `lifecycle.ts` with the boot's own:
  *
- *   template  vm-dir → image → snapshot(template) → disks → network → vmm → guest → save
+ *   template  vm-dir → image → snapshot(template) → disks → network → vmm → guest → warm-up → save
  *   restore   vm-dir → image → snapshot(restore) → disks → network → vmm → guest → configure → setup → exec
  *
  * A template is a VM of the job VM's very machine (image, kernel, command line, shape, devices) that
@@ -145,6 +145,44 @@ export function templateSnapshotSteps(deps: BootDeps, files: SnapshotFiles): Pip
   return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>().step("snapshot", async (_s, ctx) => {
     await deps.faults.hit("agent.template", ctx.signal);
     return { memorySnapshot: { role: "template" as const, memoryFile: files.memoryFile } };
+  });
+}
+
+/**
+ * Where an image says what its template starts before the save: an executable the template runs
+ * as root, to its exit, with no network, setup or job (the Docker runner image starts dockerd
+ * there, so that a restored VM finds the daemon answering instead of waiting ~12 s for it under
+ * emulation). An image owns it because only the image knows what its userland may share across
+ * clones (docs/snapshots.md: what clones share).
+ */
+export const TEMPLATE_WARM_UP = "/etc/imp/template-warm-up";
+/** The warm-up's exec id in the template's guest. */
+const WARM_UP_EXEC_ID = "imp-template-warm-up";
+/** How long a warm-up may run: dockerd took 12 s to answer under TCG with the machine loaded; a hang must still end the build. */
+export const WARM_UP_TIMEOUT_MS = 180_000;
+
+/**
+ * warm-up: runs the image's TEMPLATE_WARM_UP to its exit, when the image has one. The guest
+ * answering that the program does not exist (its own words, `no such file or directory`) means the
+ * image has none; any other refusal, an exit other than 0, or no exit within WARM_UP_TIMEOUT_MS
+ * fails the build (`TemplateWarmUpFailed`), which the node retries later while its VMs boot.
+ */
+export function warmUpSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Connected & { readonly warmUpMs: number | undefined }, BootStepName> {
+  return Pipeline.of<Prepared & Connected, BootStepName>().step("warm-up", async (s, ctx) => {
+    const started = performance.now();
+    const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(WARM_UP_TIMEOUT_MS)]);
+    const reply = await s.client.exec({ execId: WARM_UP_EXEC_ID, argv: [TEMPLATE_WARM_UP], env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" } }, { timeoutMs: deps.timeouts.requestMs });
+    if (reply.state === "failed") {
+      if (/no such file or directory/i.test(reply.error ?? "")) return { warmUpMs: undefined };
+      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: the guest could not start ${TEMPLATE_WARM_UP}: ${reply.error ?? "no reason given"}`);
+    }
+    const outcome = await s.client.waitForExit(WARM_UP_EXEC_ID, { signal }).catch((err: unknown) => {
+      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: ${TEMPLATE_WARM_UP} did not exit within ${WARM_UP_TIMEOUT_MS / 1000} s (${err instanceof Error ? err.message : String(err)}); the image's VMs boot instead`, { cause: err });
+    });
+    if (outcome.state !== "exited" || outcome.exitCode !== 0) {
+      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: ${TEMPLATE_WARM_UP} ended ${outcome.state === "exited" ? `with exit code ${String(outcome.exitCode)}${outcome.signal === undefined ? "" : ` (signal ${outcome.signal})`}` : `unstarted: ${outcome.error ?? "?"}`}; its output is on the template's console log`);
+    }
+    return { warmUpMs: Math.round(performance.now() - started) };
   });
 }
 

@@ -13,7 +13,7 @@ import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName
 import { workloadExecId } from "./exec-handoff.ts";
 import { firstExitRecord } from "../guest/index.ts";
 import { adoptPipeline, bootPipeline, restorePipeline, templatePipeline } from "./lifecycle.ts";
-import { templateRequestOf, type SnapshotDeps } from "./snapshot-steps.ts";
+import { TEMPLATE_WARM_UP, templateRequestOf, WARM_UP_TIMEOUT_MS, type SnapshotDeps } from "./snapshot-steps.ts";
 import type { TemplateSnapshot } from "../snapshot/index.ts";
 import { newLocalVm, type LocalSetupState, type LocalVm, type VmOutcome } from "./local-vm.ts";
 import { outcomeAfterTheFact, outcomeOfBootFailure } from "./outcome.ts";
@@ -369,8 +369,9 @@ export class VmRuntime {
         const result = await templatePipeline(this.#deps, files).run({ request: template, log }, { signal, logger: log });
         await result.run.rollback();
         const bootMs = result.run.timings.filter((t) => t.step === "vmm" || t.step === "guest").reduce((ms, t) => ms + t.ms, 0);
+        if (result.output.warmUpMs !== undefined) log.info({ key, warmUpMs: result.output.warmUpMs }, `the image's ${TEMPLATE_WARM_UP} ran in the template before its save`);
         return { bootMs, saveMs: result.output.saveMs };
-      }, AbortSignal.timeout(this.#t.bootMs + 120_000), { maxBytes: template.memoryMiB * 1024 * 1024 })
+      }, AbortSignal.timeout(this.#t.bootMs + WARM_UP_TIMEOUT_MS + 120_000), { maxBytes: template.memoryMiB * 1024 * 1024 })
       .then(
         () => {
           this.#templateBackoff.delete(key);

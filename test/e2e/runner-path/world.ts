@@ -364,7 +364,10 @@ export class RunnerWorld {
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
       await world.kubectl(["apply", "-f", "-"], classYaml());
       await world.kubectl(["apply", "-f", "-"], snapshotClassYaml());
-      if (dockerImage !== undefined) await world.kubectl(["apply", "-f", "-"], dockerClassYaml());
+      if (dockerImage !== undefined) {
+        await world.kubectl(["apply", "-f", "-"], dockerClassYaml());
+        await world.kubectl(["apply", "-f", "-"], dockerClassYaml().replace("name: runner-docker\n", "name: runner-docker-snapshot\n").replace("arch: amd64\n", "arch: amd64\n  startFrom: Snapshot\n"));
+      }
       await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
 
@@ -451,14 +454,20 @@ export class RunnerWorld {
     await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "github-webhook", namespace }, data: { secret: b64(this.#webhookSecret) } } as KubeObject);
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage));
     await this.kubectl(["apply", "-f", "-"], templateYaml(namespace, this.baseImage, this.runnerImage).replace("name: runner\n", "name: runner-snapshot\n").replace("name: runner-small\n", "name: runner-small-snapshot\n"));
-    if (this.dockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner", "runner-docker", this.dockerImage));
+    if (this.dockerImage !== undefined) {
+      await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner", "runner-docker", this.dockerImage));
+      await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "docker-runner-snapshot", "runner-docker-snapshot", this.dockerImage));
+    }
     if (this.gitea !== undefined && this.giteaImage !== undefined) {
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-token", namespace }, data: { token: b64(this.gitea.token) } } as KubeObject);
       // Gitea pools' own webhook secret: the operator trusts no other for a Gitea delivery.
       await this.secrets.create({ apiVersion: "v1", kind: "Secret", metadata: { name: "gitea-webhook", namespace }, data: { secret: b64(this.#giteaWebhookSecret) } } as KubeObject);
       await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner", "runner-small", this.giteaImage));
       await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-runner-snapshot", "runner-small-snapshot", this.giteaImage));
-      if (this.giteaDockerImage !== undefined) await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner", "runner-docker", this.giteaDockerImage));
+      if (this.giteaDockerImage !== undefined) {
+        await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner", "runner-docker", this.giteaDockerImage));
+        await this.kubectl(["apply", "-f", "-"], imageTemplateYaml(namespace, "gitea-docker-runner-snapshot", "runner-docker-snapshot", this.giteaDockerImage));
+      }
     }
   }
 
@@ -767,13 +776,23 @@ spec:
 `;
 }
 
+/** The Docker runner image's entry point, its dockerd starter, and that starter as the image's template warm-up. */
+async function dockerEntryPoint(): Promise<LayerEntry[]> {
+  return [
+    { path: "usr/local/bin/imp-docker-entrypoint", content: await readFile(join(repoRoot, "images/docker-runner/run.sh")), mode: 0o755 },
+    { path: "usr/local/bin/imp-start-dockerd", content: await readFile(join(repoRoot, "images/docker-runner/start-dockerd.sh")), mode: 0o755 },
+    { path: "etc/imp/", type: "directory" },
+    { path: "etc/imp/template-warm-up", type: "symlink", linkname: "/usr/local/bin/imp-start-dockerd" },
+  ];
+}
+
 /** The Docker runner image's layer for Gitea: gitea-runner as the runner program, the image's entry point. */
 async function giteaDockerRunnerLayer(runnerBinary: string): Promise<Awaited<ReturnType<typeof buildLayer>>> {
   return buildLayer([
     { path: "usr/local/bin/gitea-runner", content: await readFile(runnerBinary), mode: 0o755 },
     { path: "runner/", type: "directory" },
     { path: "runner/run.sh", content: await readFile(join(repoRoot, "images/gitea-runner/run.sh")), mode: 0o755 },
-    { path: "usr/local/bin/imp-docker-entrypoint", content: await readFile(join(repoRoot, "images/docker-runner/run.sh")), mode: 0o755 },
+    ...(await dockerEntryPoint()),
   ]);
 }
 
@@ -783,7 +802,7 @@ async function dockerRunnerLayer(): Promise<Awaited<ReturnType<typeof buildLayer
     { path: "runner/", type: "directory" },
     { path: "runner/imp-test-runner", content: await readFile(testRunnerPath), mode: 0o755 },
     { path: "runner/run.sh", content: '#!/bin/sh\nexec /runner/imp-test-runner "$@"\n', mode: 0o755 },
-    { path: "usr/local/bin/imp-docker-entrypoint", content: await readFile(join(repoRoot, "images/docker-runner/run.sh")), mode: 0o755 },
+    ...(await dockerEntryPoint()),
   ]);
 }
 
@@ -822,7 +841,7 @@ export interface GiteaPoolShape {
   readonly docker?: boolean;
   /** Demand from Gitea's workflow_job webhooks (spec.webhook, secret `gitea-webhook`) with the listing as backstop; hook the repository with `hookGitea`. */
   readonly webhook?: boolean;
-  /** Template gitea-runner-snapshot: class runner-small-snapshot, `startFrom: Snapshot`. */
+  /** Template gitea-runner-snapshot (gitea-docker-runner-snapshot with `docker`): class runner-small-snapshot (runner-docker-snapshot), `startFrom: Snapshot`. */
   readonly snapshot?: boolean;
 }
 
@@ -834,7 +853,7 @@ metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: ${docker ? "gitea-docker-runner" : spec.snapshot === true ? "gitea-runner-snapshot" : "gitea-runner"}
+  templateName: ${docker ? "gitea-docker-runner" : "gitea-runner"}${spec.snapshot === true ? "-snapshot" : ""}
   gitea:
     url: ${url}
     credentialsSecretRef:
@@ -861,7 +880,7 @@ export interface PoolShape {
   readonly scaleSet?: boolean;
   /** The Docker runner image (worlds with `docker: true`): template docker-runner, dockerd started by its entry point. */
   readonly docker?: boolean;
-  /** Template runner-snapshot: class runner-small-snapshot, `startFrom: Snapshot`. */
+  /** Template runner-snapshot (docker-runner-snapshot with `docker`): class runner-small-snapshot (runner-docker-snapshot), `startFrom: Snapshot`. */
   readonly snapshot?: boolean;
 }
 
@@ -873,7 +892,7 @@ metadata:
   name: ${name}
   namespace: ${namespace}
 spec:
-  templateName: ${docker ? "docker-runner" : spec.snapshot === true ? "runner-snapshot" : "runner"}
+  templateName: ${docker ? "docker-runner" : "runner"}${spec.snapshot === true ? "-snapshot" : ""}
   github:
     credentialsSecretRef:
       name: github-app
