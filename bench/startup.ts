@@ -29,7 +29,7 @@
  * timeline's steps. Targets: warm ≤ 1 s; cold ≤ VMM boot + 2 s; snapshot ≤ 25 % of cold (Gitea: with
  * the average listing wait taken off both).
  *
- *   node bench/startup.ts [--jobs 5]
+ *   node bench/startup.ts [--jobs 5] [--modes webhook-cold,webhook-snapshot]   # --modes: measure only these cases
  */
 import { parseArgs } from "node:util";
 import { jobTimeline, type TimelinePointName } from "../src/operator/index.ts";
@@ -39,7 +39,7 @@ import type { TestJob } from "../test/github/server.ts";
 import { giteaWorldUnavailable, nameOf, RunnerWorld } from "../test/e2e/runner-path/world.ts";
 import { median, percentile, table } from "./stats.ts";
 
-const { values } = parseArgs({ options: { jobs: { type: "string", default: "5" } } });
+const { values } = parseArgs({ options: { jobs: { type: "string", default: "5" }, modes: { type: "string" } } });
 const jobs = Number(values.jobs);
 const why = await giteaWorldUnavailable();
 if (why !== undefined) {
@@ -50,7 +50,12 @@ if (why !== undefined) {
 type Start = "warm" | "cold" | "dropped" | "snapshot";
 type Demand = "webhook" | "scaleset" | "gitea" | "giteahook";
 type Mode = `${Demand}-${Start}`;
-const MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "webhook-snapshot", "scaleset-cold", "gitea-cold", "gitea-snapshot", "giteahook-cold", "webhook-dropped", "scaleset-dropped"];
+const ALL_MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "webhook-snapshot", "scaleset-cold", "gitea-cold", "gitea-snapshot", "giteahook-cold", "webhook-dropped", "scaleset-dropped"];
+/** The cases measured: all, or those --modes names (every pool is still created; unnamed cases get no jobs). */
+const MODES: readonly Mode[] = values.modes === undefined ? ALL_MODES : values.modes.split(",").map((m) => {
+  if (!(ALL_MODES as readonly string[]).includes(m)) throw new Error(`--modes: unknown case ${m}; the cases are ${ALL_MODES.join(", ")}`);
+  return m as Mode;
+});
 interface Sample {
   readonly mode: Mode;
   /** Warm cases: the job's end → the next idle runner online. */
@@ -108,7 +113,7 @@ try {
     return true;
   }, 600_000, 500);
   // Each snapshot pool's unmeasured jobs until one was restored: the node it lands on has a template.
-  for (const mode of ["webhook-snapshot", "gitea-snapshot"] as const) {
+  for (const mode of (["webhook-snapshot", "gitea-snapshot"] as const).filter((m) => MODES.includes(m))) {
     for (let i = 0; i < 6; i++) {
       await waitFor(`no VM of ${mode}`, async () => (ofPool(await world.listVms(), mode).length === 0 ? true : undefined), { timeoutMs: 300_000, intervalMs: 200 });
       const { sample } = mode === "gitea-snapshot" ? await giteaSample(mode, mode, `warmup-${i + 1}`) : await gitHubSample(mode, `warmup-${i + 1}`);
@@ -209,7 +214,7 @@ table(
   rows,
 );
 const coldSteps: TimelinePointName[] = ["vm_created", "vm_bound", "setup_minted", "disk_ready", "booted", "setup_delivered", "job_started"];
-for (const mode of ["webhook-cold", "webhook-snapshot", "scaleset-cold"] as const) {
+for (const mode of (["webhook-cold", "webhook-snapshot", "scaleset-cold"] as const).filter((m) => MODES.includes(m))) {
   const cold = samplesOf(mode);
   table(
     `Cold start by step, ${mode} (time since the previous point of the job's timeline)`,
