@@ -13,37 +13,12 @@
 # registries the daemon may pull from over plain HTTP (a registry on the node's network in tests).
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-# dockerd may run already: in a VM restored from a memory snapshot, the template started it
-# (start-dockerd.sh). The pool's registries then reach it by a reload (SIGHUP applies
-# insecure-registries live), which is waited for like the daemon's start.
-running=false
-if [[ -s /var/run/docker.pid ]] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then running=true; fi
 if [[ -n "${DOCKERD_INSECURE_REGISTRIES:-}" ]]; then
   jq --arg r "$DOCKERD_INSECURE_REGISTRIES" '. + {"insecure-registries": ($r | split(","))}' /etc/docker/daemon.json >/run/daemon.json
   cp /run/daemon.json /etc/docker/daemon.json
-  if $running; then
-    started=$(date +%s%N)
-    kill -HUP "$(cat /var/run/docker.pid)"
-    deadline=$(($(date +%s) + 60))
-    for registry in ${DOCKERD_INSECURE_REGISTRIES//,/ }; do
-      until docker info --format '{{json .RegistryConfig.IndexConfigs}}' 2>/dev/null | jq -e --arg r "$registry" '.[$r].Secure == false' >/dev/null; do
-        if (($(date +%s) >= deadline)); then
-          echo "run.sh: dockerd did not take insecure registry $registry within 60 s of its reload:" >&2
-          tail -n 30 /var/log/dockerd.log >&2
-          exit 2
-        fi
-        sleep 0.1
-      done
-    done
-    printf 'dockerd started in the template; reloaded in %s ms\n' "$((($(date +%s%N) - started) / 1000000))" >&2
-  fi
 fi
-if $running; then
-  # What the job reads: the daemon came with the VM's snapshot.
-  printf 'dockerd ready in 0 ms (started in the template); %s s after the template kernel started\n' "$(cut -d' ' -f1 /proc/uptime)" >/run/imp-docker-ready
-else
-  imp-start-dockerd
-fi
+# Starts dockerd, or reloads the one this VM's template started (a VM restored from a memory snapshot).
+imp-start-dockerd
 # The runner's session as a login would give it on a hosted runner: its own runtime directory
 # (where a runner program keeps what must not be on disk), and its output pipes, which the guest
 # agent (root) created 0600, handed over so that `/dev/stdout` and `/dev/stderr` open as the runner.
