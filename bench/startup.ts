@@ -52,7 +52,7 @@ type Demand = "webhook" | "scaleset" | "gitea" | "giteahook";
 type Mode = `${Demand}-${Start}`;
 const ALL_MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "webhook-snapshot", "scaleset-cold", "gitea-cold", "gitea-snapshot", "giteahook-cold", "webhook-dropped", "scaleset-dropped"];
 /** The cases measured: all, or those --modes names (every pool is still created; unnamed cases get no jobs). */
-const MODES: readonly Mode[] = values.modes === undefined ? ALL_MODES : values.modes.split(",").map((m) => {
+const MODES: readonly Mode[] = values.modes === undefined ? ALL_MODES : values.modes.split(",").map((m) => m.trim()).map((m) => {
   if (!(ALL_MODES as readonly string[]).includes(m)) throw new Error(`--modes: unknown case ${m}; the cases are ${ALL_MODES.join(", ")}`);
   return m as Mode;
 });
@@ -206,7 +206,8 @@ const rows = MODES.map((mode) => {
   const coldMedian = median(samplesOf(coldOf).map((s) => s.startupMs));
   const target = warm ? "startup ≤ 1000 ms" : snapshot ? (wait > 0 ? `startup − ${wait / 1000} s ≤ 25 % of ${coldOf}'s − ${wait / 1000} s` : `startup ≤ 25 % of ${coldOf}`) : listed > 0 ? `startup ≤ listing interval (${listed / 1000} s) + boot + 2000 ms` : "startup ≤ boot + 2000 ms";
   const met = warm ? percentile(startup, 50) <= 1000 : snapshot ? median(startup) - wait <= 0.25 * (coldMedian - wait) : percentile(overhead, 50) <= listed + 2000;
-  return [mode, of.length, median(startup), percentile(startup, 95), warm ? Number.NaN : median(boot), warm ? Number.NaN : percentile(boot, 95), median(overhead), percentile(overhead, 95), warm ? median(replacement) : Number.NaN, median(col((s) => s.executionMs)), target, met ? "met (median)" : "missed (median)"];
+  const judged = of.length > 0 && (!snapshot || Number.isFinite(coldMedian));
+  return [mode, of.length, median(startup), percentile(startup, 95), warm ? Number.NaN : median(boot), warm ? Number.NaN : percentile(boot, 95), median(overhead), percentile(overhead, 95), warm ? median(replacement) : Number.NaN, median(col((s) => s.executionMs)), target, !judged ? "n/a (not measured)" : met ? "met (median)" : "missed (median)"];
 });
 table(
   `Job startup, queued → running (${jobs} jobs each, alternating; ${world.kernelLabel})`,
@@ -229,4 +230,4 @@ const med = (mode: Mode): number => median(samplesOf(mode).map((s) => s.startupM
 const booted = (mode: Mode): number => samples.filter((s) => s.mode === mode && s.startedFrom === "Boot").length;
 const ratio = (a: Mode, b: Mode, digits = 2): string => (Number.isFinite(med(a) / med(b)) ? `${(med(a) / med(b)).toFixed(digits)}×` : "no sample");
 process.stdout.write(`\nsnapshot cases: restored VMs only in the table; measured jobs whose VM booted instead (no template on its node yet): webhook ${booted("webhook-snapshot")}, Gitea ${booted("gitea-snapshot")}. Startup median ratios snapshot/cold: webhook ${ratio("webhook-snapshot", "webhook-cold")}, Gitea ${ratio("gitea-snapshot", "gitea-cold")}; snapshot/warm webhook ${ratio("webhook-snapshot", "webhook-warm", 1)}\n`);
-process.stdout.write(`\nstartup median ratios: cold/warm webhook ${(med("webhook-cold") / med("webhook-warm")).toFixed(1)}×, scale set ${(med("scaleset-cold") / med("scaleset-warm")).toFixed(1)}×, Gitea ${(med("gitea-cold") / med("gitea-warm")).toFixed(1)}×; scale set/webhook cold ${(med("scaleset-cold") / med("webhook-cold")).toFixed(2)}×, warm ${(med("scaleset-warm") / med("webhook-warm")).toFixed(2)}×; Gitea listing/GitHub webhook cold ${(med("gitea-cold") / med("webhook-cold")).toFixed(2)}×, Gitea webhook/GitHub webhook cold ${(med("giteahook-cold") / med("webhook-cold")).toFixed(2)}×, Gitea webhook/Gitea listing cold ${(med("giteahook-cold") / med("gitea-cold")).toFixed(2)}×, Gitea/GitHub warm ${(med("gitea-warm") / med("webhook-warm")).toFixed(2)}×; dropped/cold webhook ${(med("webhook-dropped") / med("webhook-cold")).toFixed(1)}×, scale set ${(med("scaleset-dropped") / med("scaleset-cold")).toFixed(2)}×\n`);
+process.stdout.write(`\nstartup median ratios: cold/warm webhook ${ratio("webhook-cold", "webhook-warm", 1)}, scale set ${ratio("scaleset-cold", "scaleset-warm", 1)}, Gitea ${ratio("gitea-cold", "gitea-warm", 1)}; scale set/webhook cold ${ratio("scaleset-cold", "webhook-cold", 2)}, warm ${ratio("scaleset-warm", "webhook-warm", 2)}; Gitea listing/GitHub webhook cold ${ratio("gitea-cold", "webhook-cold", 2)}, Gitea webhook/GitHub webhook cold ${ratio("giteahook-cold", "webhook-cold", 2)}, Gitea webhook/Gitea listing cold ${ratio("giteahook-cold", "gitea-cold", 2)}, Gitea/GitHub warm ${ratio("gitea-warm", "webhook-warm", 2)}; dropped/cold webhook ${ratio("webhook-dropped", "webhook-cold", 1)}, scale set ${ratio("scaleset-dropped", "scaleset-cold", 2)}\n`);

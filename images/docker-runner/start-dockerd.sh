@@ -31,10 +31,12 @@ until_docker() {
 insecure() { docker info --format '{{json .RegistryConfig.IndexConfigs}}' | jq -e --arg r "$1" '.[$r].Secure == false'; }
 
 started=$(date +%s%N)
-if [[ -s /var/run/docker.pid ]] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+# The pid file's process, if it is dockerd (not whatever took a stale pid).
+if [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2>/dev/null)" == dockerd ]]; then
   # Started in this VM's template (or by an earlier run of this script).
   if [[ -n "${DOCKERD_INSECURE_REGISTRIES:-}" ]]; then
-    kill -HUP "$(cat /var/run/docker.pid)"
+    kill -HUP "$pid"
     for registry in ${DOCKERD_INSECURE_REGISTRIES//,/ }; do
       until_docker "dockerd did not take insecure registry $registry after its reload" insecure "$registry"
     done

@@ -7,8 +7,11 @@
  */
 import { createHash } from "node:crypto";
 
-/** Bumped when what a snapshot holds or how it is made changes. */
-const SNAPSHOT_FORMAT = 1;
+/**
+ * Bumped when what a snapshot holds or how it is made changes. 2: the template runs its image's
+ * warm-up before the save, so a snapshot made before cannot stand for one made now.
+ */
+const SNAPSHOT_FORMAT = 2;
 
 export interface SnapshotKeyInput {
   /** The base image's cache key (its layers, the guest agent, the builder's format). */

@@ -17,10 +17,11 @@ import { execFile } from "node:child_process";
 import { rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { retryableError, terminalError } from "../../shared/index.ts";
+import { type ImpError, retryableError, terminalError } from "../../shared/index.ts";
 import { fileDigestOf, type CachedImage } from "../image/cache/index.ts";
 import { SCRATCH_DISK } from "../image/disks/index.ts";
 import { snapshotKey, type SnapshotFiles, type SnapshotStore, type TemplateSnapshot } from "../snapshot/index.ts";
+import type { OutputEvent } from "../guest/index.ts";
 import type { VmmDriver } from "../vmm/index.ts";
 import { IMP_KERNEL_ARGS, type BootDeps, type Connected, type Prepared, type Requested } from "./boot-steps.ts";
 import type { BootStepName } from "./boot-steps.ts";
@@ -161,28 +162,52 @@ const WARM_UP_EXEC_ID = "imp-template-warm-up";
 /** How long a warm-up may run: dockerd took 12 s to answer under TCG with the machine loaded; a hang must still end the build. */
 export const WARM_UP_TIMEOUT_MS = 180_000;
 
+/** How much of the warm-up's output (its last bytes, both streams) a failure reports: the guest's words for why. */
+const WARM_UP_TAIL_BYTES = 4096;
+
 /**
- * warm-up: runs the image's TEMPLATE_WARM_UP to its exit, when the image has one. The guest
- * answering that the program does not exist (its own words, `no such file or directory`) means the
- * image has none; any other refusal, an exit other than 0, or no exit within WARM_UP_TIMEOUT_MS
- * fails the build (`TemplateWarmUpFailed`), which the node retries later while its VMs boot.
+ * warm-up: runs the image's TEMPLATE_WARM_UP to its exit, when the image has one. The guest's own
+ * answer for a program that is not there (`fork/exec <path>: no such file or directory`) means the
+ * image has none — which is also what a dangling link or a missing `#!` interpreter look like from
+ * outside, so the skip is logged with the guest's words. Any other refusal, an exit other than 0,
+ * or no exit within WARM_UP_TIMEOUT_MS fails the build (`TemplateWarmUpFailed`, with the last of the
+ * program's output), which the node retries later while the class's VMs boot.
  */
 export function warmUpSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prepared & Connected & { readonly warmUpMs: number | undefined }, BootStepName> {
   return Pipeline.of<Prepared & Connected, BootStepName>().step("warm-up", async (s, ctx) => {
     const started = performance.now();
-    const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(WARM_UP_TIMEOUT_MS)]);
-    const reply = await s.client.exec({ execId: WARM_UP_EXEC_ID, argv: [TEMPLATE_WARM_UP], env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" } }, { timeoutMs: deps.timeouts.requestMs });
-    if (reply.state === "failed") {
-      if (/no such file or directory/i.test(reply.error ?? "")) return { warmUpMs: undefined };
-      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: the guest could not start ${TEMPLATE_WARM_UP}: ${reply.error ?? "no reason given"}`);
+    let tail = Buffer.alloc(0);
+    const keep = (event: OutputEvent): void => {
+      if (event.execId !== WARM_UP_EXEC_ID) return;
+      tail = Buffer.concat([tail, Buffer.from(event.data, "base64")]).subarray(-WARM_UP_TAIL_BYTES);
+    };
+    const said = (): string => (tail.length === 0 ? "it wrote nothing" : `its last output: ${tail.toString("utf8").trim()}`);
+    const fail = (why: string, cause?: unknown): ImpError =>
+      terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: ${TEMPLATE_WARM_UP} ${why}; ${said()}`, cause === undefined ? {} : { cause });
+    // Subscribed before the Exec leaves: a short warm-up's output may arrive before its reply.
+    s.client.on("output", keep);
+    try {
+      const reply = await s.client.exec({ execId: WARM_UP_EXEC_ID, argv: [TEMPLATE_WARM_UP], env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" } }, { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal });
+      if (reply.state === "failed") {
+        if (reply.error === `fork/exec ${TEMPLATE_WARM_UP}: no such file or directory`) {
+          s.log.info({ guest: reply.error }, `the image has no ${TEMPLATE_WARM_UP}; the template is saved as it booted`);
+          return { warmUpMs: undefined };
+        }
+        throw fail(`could not be started: ${reply.error ?? "no reason given"}`);
+      }
+      const timeout = AbortSignal.timeout(WARM_UP_TIMEOUT_MS);
+      const outcome = await s.client.waitForExit(WARM_UP_EXEC_ID, { signal: AbortSignal.any([ctx.signal, timeout]) }).catch((err: unknown) => {
+        if (ctx.signal.aborted) throw ctx.signal.reason ?? err;
+        if (timeout.aborted) throw fail(`did not exit within ${WARM_UP_TIMEOUT_MS / 1000} s`, err);
+        throw err; // the channel closed or the guest stopped answering: its own error says which
+      });
+      if (outcome.state !== "exited" || outcome.exitCode !== 0) {
+        throw fail(outcome.state === "exited" ? `ended with exit code ${String(outcome.exitCode)}${outcome.signal === undefined ? "" : ` (signal ${outcome.signal})`}` : `ended unstarted: ${outcome.error ?? "?"}`);
+      }
+      return { warmUpMs: Math.round(performance.now() - started) };
+    } finally {
+      s.client.off("output", keep);
     }
-    const outcome = await s.client.waitForExit(WARM_UP_EXEC_ID, { signal }).catch((err: unknown) => {
-      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: ${TEMPLATE_WARM_UP} did not exit within ${WARM_UP_TIMEOUT_MS / 1000} s (${err instanceof Error ? err.message : String(err)}); the image's VMs boot instead`, { cause: err });
-    });
-    if (outcome.state !== "exited" || outcome.exitCode !== 0) {
-      throw terminalError("TemplateWarmUpFailed", `Cannot warm up template ${s.request.name}: ${TEMPLATE_WARM_UP} ended ${outcome.state === "exited" ? `with exit code ${String(outcome.exitCode)}${outcome.signal === undefined ? "" : ` (signal ${outcome.signal})`}` : `unstarted: ${outcome.error ?? "?"}`}; its output is on the template's console log`);
-    }
-    return { warmUpMs: Math.round(performance.now() - started) };
   });
 }
 
