@@ -51,7 +51,7 @@ type Start = "warm" | "cold" | "dropped" | "snapshot";
 type Demand = "webhook" | "scaleset" | "gitea" | "giteahook";
 type Mode = `${Demand}-${Start}`;
 const ALL_MODES: readonly Mode[] = ["webhook-warm", "scaleset-warm", "gitea-warm", "webhook-cold", "webhook-snapshot", "scaleset-cold", "gitea-cold", "gitea-snapshot", "giteahook-cold", "webhook-dropped", "scaleset-dropped"];
-/** The cases measured: all, or those --modes names (every pool is still created; unnamed cases get no jobs). */
+/** The cases measured: all, or those --modes names (only their pools are created: an idle VM of an unmeasured warm pool would hold a VM slot, and a node short of slots builds no snapshot template). */
 const MODES: readonly Mode[] = values.modes === undefined ? ALL_MODES : values.modes.split(",").map((m) => m.trim()).map((m) => {
   if (!(ALL_MODES as readonly string[]).includes(m)) throw new Error(`--modes: unknown case ${m}; the cases are ${ALL_MODES.join(", ")}`);
   return m as Mode;
@@ -71,6 +71,8 @@ interface Sample {
 
 /** The pool a case's jobs go to: dropped cases use the cold pools. */
 const poolOf = (mode: Mode): string => mode.replace("-dropped", "-cold");
+/** Whether some measured case sends its jobs to `pool`. */
+const measured = (pool: string): boolean => MODES.some((m) => poolOf(m) === pool);
 /** A webhook pool's jobs carry its labels; a scale set's name it (runs-on: <scale set>). */
 const labels = (mode: Mode): string[] => (mode.startsWith("scaleset") ? [poolOf(mode)] : ["self-hosted", "imp", poolOf(mode)]);
 const steps = [{ name: "hi", run: "echo hi" }];
@@ -94,11 +96,11 @@ const idleRunner = (pool: string, except = ""): Promise<ImpVM> =>
   }, 600_000, 100);
 try {
   for (const demand of ["webhook", "scaleset"] as const) {
-    await world.applyPool(`${demand}-warm`, { minIdle: 1, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-warm`], scaleSet: demand === "scaleset" });
-    await world.applyPool(`${demand}-cold`, { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-cold`], scaleSet: demand === "scaleset" });
+    if (measured(`${demand}-warm`)) await world.applyPool(`${demand}-warm`, { minIdle: 1, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-warm`], scaleSet: demand === "scaleset" });
+    if (measured(`${demand}-cold`)) await world.applyPool(`${demand}-cold`, { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", `${demand}-cold`], scaleSet: demand === "scaleset" });
   }
-  await world.applyPool("webhook-snapshot", { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", "webhook-snapshot"], snapshot: true });
-  const giteaPools = ["gitea-warm", "gitea-cold", "gitea-snapshot", "giteahook-cold"];
+  if (measured("webhook-snapshot")) await world.applyPool("webhook-snapshot", { minIdle: 0, maxConcurrent: 1, labels: ["self-hosted", "imp", "webhook-snapshot"], snapshot: true });
+  const giteaPools = ["gitea-warm", "gitea-cold", "gitea-snapshot", "giteahook-cold"].filter(measured);
   for (const pool of giteaPools) {
     await gitea.createRepo("acme", pool);
     const webhook = pool.startsWith("giteahook");
