@@ -14,14 +14,15 @@
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# until_docker WHAT COMMAND…: runs COMMAND until it succeeds, for at most 60 s. A deadline in seconds,
-# not a count of tries: under emulation each `docker info` takes far longer than the pause between.
+# until_docker WHAT COMMAND…: runs COMMAND until it succeeds, for at most 120 s (dockerd took 20 s to
+# answer under emulation on a quiet machine, and a template starts it beside a booting VM). A
+# deadline in seconds, not a count of tries: each `docker info` takes far longer than the pause.
 until_docker() {
-  local what=$1 deadline=$(($(date +%s) + 60))
+  local what=$1 deadline=$(($(date +%s) + 120))
   shift
   until "$@" >/dev/null 2>&1; do
     if (($(date +%s) >= deadline)); then
-      echo "imp-start-dockerd: $what within 60 s:" >&2
+      echo "imp-start-dockerd: $what within 120 s:" >&2
       tail -n 30 /var/log/dockerd.log >&2
       exit 2
     fi

@@ -10,11 +10,11 @@
  * docs/workloads.md). Afterwards nothing of either VM is left on the node. Then a pool whose class
  * starts from a memory snapshot: jobs go on until one runs in a VM restored from the node's template,
  * where the image's warm-up started dockerd before the save; the job finds it answering, with the
- * pool's registry applied by a reload, and builds, runs and pulls.
+ * pool's registry applied by a reload, and pulls from it and runs what it pulled.
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { readdir } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { release } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -72,7 +72,7 @@ docker rm -f $ME-svc >/dev/null
 `;
 }
 
-describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: 1_800_000 }, () => {
+describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: 2_700_000 }, () => {
   let world: RunnerWorld;
   before(async () => {
     world = await RunnerWorld.start({ nodes: 1, docker: true, say: (line) => process.stdout.write(`# ${line}\n`) });
@@ -135,6 +135,17 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
 
   /** Jobs one after another until one runs in a restored VM: the first boots, the node builds its template beside it, the next is sent once it is there. */
   const UNTIL_RESTORED = 3;
+  /** How long a booted job's node may take to publish its template (boot, dockerd, save) before the next job is sent anyway. */
+  const TEMPLATE_WAIT_MS = 360_000;
+
+  /** What the node's agent said about its templates: why there is no snapshot, when there is none. */
+  const templateLog = async (node: WorldNode): Promise<string> =>
+    (await readFile(node.agent.logPath, "utf8").catch(() => ""))
+      .split("\n")
+      .filter((line) => /template|memory snapshot/.test(line))
+      .slice(-12)
+      .map((line) => line.slice(0, 600))
+      .join("\n");
 
   /** The published memory snapshots of a node (a directory per key, published with its meta.json). */
   const snapshotsOf = async (node: WorldNode): Promise<string[]> => {
@@ -143,11 +154,14 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     return keys.filter((key) => /^[0-9a-f]{64}$/.test(key) && existsSync(join(root, key, "meta.json")));
   };
 
-  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry, and builds, runs and pulls", async () => {
+  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry: it pulls from that registry and runs the image", async () => {
     const registry = world.registryForVms ?? "";
     const node = world.nodes[0];
     assert.ok(node !== undefined);
     const labels = ["self-hosted", "imp", "docker-snap"];
+    // The first test's VMs leave first: a node builds a template only beside what it holds, and a
+    // build it had no room for is asked again only by the next VM that misses the snapshot.
+    await world.waitUntil("the first test's VMs gone", async () => ((await world.listVms("docker")).length === 0 ? true : undefined), 300_000, 500);
     await world.applyPool("docker-snap", { minIdle: 0, maxConcurrent: 1, labels, docker: true, snapshot: true });
     const seen: string[] = [];
     let restored: { vm: string; log: string } | undefined;
@@ -155,9 +169,6 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
       const me = `dks${i}`;
       const step = `set -e
 cat /run/imp-docker-ready
-printf 'FROM scratch\\nCOPY busybox /bin/busybox\\n' > Dockerfile && cp /bin/busybox .
-docker build -q -t ${me}/app . >/dev/null
-docker run --rm ${me}/app /bin/busybox echo "built and ran in ${me}"
 docker pull -q ${registry}/ci/base:1 >/dev/null
 docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registry in ${me}"
 `;
@@ -165,7 +176,6 @@ docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registr
       await world.waitForJob(job, "completed", 900_000);
       const log = job.result?.log ?? "";
       assert.equal(job.conclusion, "success", log);
-      assert.match(log, new RegExp(`built and ran in ${me}`), "docker build and run");
       assert.match(log, new RegExp(`pulled from the registry in ${me}`), "a pull from the pool's insecure registry");
       const vm = world.history(job.runnerName ?? "")?.last;
       assert.ok(vm !== undefined, `job ${me} ran on no VM this test saw`);
@@ -174,13 +184,15 @@ docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registr
       if (from === "Snapshot") restored = { vm: vm.metadata.name, log };
       else {
         assert.match(log, /dockerd ready in \d+ ms; [\d.]+ s after the kernel started/, "a booted VM starts its own dockerd");
-        // The node builds its template beside the first VM (boot, dockerd, save: a minute under a
-        // loaded TCG); the next job is sent once it is there, so that job can be restored.
-        await world.waitUntil("the node's memory snapshot of the Docker template", async () => ((await snapshotsOf(node)).length > 0 ? true : undefined), 600_000, 1_000);
+        // The node builds its template beside the booted VM (boot, dockerd, save: minutes under a
+        // loaded TCG); the next job is sent once it is there, so that job can be restored, or after
+        // TEMPLATE_WAIT_MS anyway: a failed or deferred build is tried again by the next VM.
+        const published = await world.waitUntil("the node's memory snapshot of the Docker template", async () => ((await snapshotsOf(node)).length > 0 ? true : undefined), TEMPLATE_WAIT_MS, 1_000).catch(() => false);
+        if (!published) seen.push(`  no template ${TEMPLATE_WAIT_MS / 1000} s after ${me}; the agent said:\n${await templateLog(node)}`);
       }
     }
     process.stdout.write(`# ${seen.join("\n# ")}\n`);
-    assert.ok(restored !== undefined, `no job of ${UNTIL_RESTORED} ran in a restored VM:\n${seen.join("\n")}`);
+    assert.ok(restored !== undefined, `no job of ${UNTIL_RESTORED} ran in a restored VM:\n${seen.join("\n")}\nthe agent on templates:\n${await templateLog(node)}`);
     assert.match(restored.log, /dockerd ready in 0 ms \(already running, started in the template\); reloaded in \d+ ms/, "the restored VM's dockerd came from its template");
   });
 });
