@@ -22,14 +22,6 @@ const unavailable = await giteaWorldUnavailable();
 if (unavailable !== undefined) process.stdout.write(`# gitea e2e: cannot run on this machine: ${unavailable}\n`);
 
 
-/** A VM's phases as the world saw them, and why it ended if it failed (which a second VM for one job is explained by). */
-function vmHistory(world: RunnerWorld, name: string): string {
-  const h = world.seenVms.get(name);
-  if (h === undefined) return `${name} (?)`;
-  const why = h.last.status?.phase === "Failed" ? `; ${h.last.status.reason ?? "?"}: ${(h.last.status.message ?? "").slice(0, 300)}` : "";
-  return `${name} (${h.phases.join(" → ")}${why})`;
-}
-
 describe("Gitea Actions end to end: the real runner in a microVM", { skip: unavailable, timeout: 1_200_000 }, () => {
   let world: RunnerWorld;
   before(async () => {
@@ -60,7 +52,7 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       const live = (await world.listVms("cold")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
       return pool.status?.queuedJobs === 0 && pool.status.desired === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("cold-")) : undefined;
     }, 180_000, 250);
-    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => vmHistory(world, n)).join(", ")}`);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => world.describeVm(n)).join(", ")}`);
 
     // Re-run on the pool scaled to zero, with no webhook: Gitea's queue listing alone must find it.
     await gitea.api("POST", `/repos/acme/cold/actions/runs/${job.run_id}/rerun`);
@@ -92,7 +84,7 @@ describe("Gitea Actions end to end: the real runner in a microVM", { skip: unava
       const live = (await world.listVms("pushed")).filter((vm) => !["Succeeded", "Failed"].includes(vm.status?.phase ?? ""));
       return pool.status?.queuedJobs === 0 && live.length === 0 ? [...world.seenVms.keys()].filter((n) => n.startsWith("pushed-")) : undefined;
     }, 180_000, 250);
-    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => vmHistory(world, n)).join(", ")}`);
+    assert.equal(vms.length, 1, `one VM for one job: ${vms.map((n) => world.describeVm(n)).join(", ")}`);
 
     // The job re-run on the pool scaled to zero (the stall ARC fleets hit: a re-run's demand taken
     // for a replay of the finished job). Gitea 1.27 re-runs it as a new job, attempt 2 of the run.

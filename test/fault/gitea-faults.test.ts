@@ -95,7 +95,7 @@ const cases: FaultCase[] = [
       assert.equal(job.conclusion, "success");
       await waitFor(`no live VM left in ${ctx.namespace}`, async () => ((await ctx.world.listVms()).some((vm) => vm.metadata.namespace === ctx.namespace && !["Succeeded", "Failed"].includes(vm.status?.phase ?? "")) ? undefined : true), { timeoutMs: 180_000, intervalMs: 250 });
       const seen = [...ctx.world.seenVms].filter(([, h]) => h.last.metadata.namespace === ctx.namespace).map(([name]) => name);
-      assert.equal(seen.length, 1, `one VM for the one job: ${seen.join(", ")}`);
+      assert.equal(seen.length, 1, `one VM for the one job: ${seen.map((n) => ctx.world.describeVm(n)).join(", ")}\n${ctx.world.operator.log().split("\n").filter((l) => l.includes(`"${ctx.namespace}/${ctx.pool}"`) && /listing|queued|create|demand/.test(l)).slice(-20).join("\n")}`);
       const said = ctx.world.operator.log().split("\n").filter((l) => l.includes(`"${ctx.namespace}/${ctx.pool}"`) && l.includes(`"jobId":${job.id},`));
       assert.ok(said.some((l) => l.includes("a queued job found by listing")), `the backstop listing, not a delivery, brought the demand:\n${said.join("\n")}`);
       assert.ok(!said.some((l) => l.includes("a queued delivery verified")), "no delivery arrived");

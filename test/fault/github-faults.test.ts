@@ -198,7 +198,7 @@ const cases: FaultCase[] = [
       assert.equal(a.conclusion, "success");
       await noLiveVm(ctx, "the job done, minIdle 0");
       const seen = vmsSeen(ctx);
-      assert.equal(seen.length, 1, `one VM for the one job: ${seen.join(", ")}`);
+      assert.equal(seen.length, 1, `one VM for the one job: ${seen.map((n) => ctx.world.describeVm(n)).join(", ")}`);
       const dropped = github.webhooks.sent.filter((w) => w.status === "dropped").length;
       assert.equal(dropped, 1);
       assert.match(readFileSync(ctx.world.operator.logPath, "utf8"), /a queued job found by listing/, "the listing, not a webhook, brought the demand");

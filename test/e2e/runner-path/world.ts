@@ -258,6 +258,15 @@ export class RunnerWorld {
     return this.#seen;
   }
 
+  /** A VM's phases as this world saw them, and why it ended if it failed: what explains a second VM for one job. */
+  describeVm(name: string): string {
+    const h = this.#seen.get(name);
+    if (h === undefined) return `${name} (?)`;
+    const why = h.last.status?.phase === "Failed" ? `; ${h.last.status.reason ?? "?"}: ${(h.last.status.message ?? "").slice(0, 300)}` : "";
+    const runner = h.last.status?.runner?.name === undefined ? "" : `, runner ${h.last.status.runner.name}`;
+    return `${name} (${h.phases.join(" → ")}${why}${runner})`;
+  }
+
   /** Follows every VM through a watch (an informer), so no phase is missed, however short. */
   #watch(): void {
     const record = (vm: Stored<ImpVM>): void => {
