@@ -285,7 +285,7 @@ const cases: FaultCase[] = [
       const twice = deliveries.filter((w) => w.deliveryId === last?.deliveryId);
       assert.equal(twice.length, 2, "the queued webhook was delivered twice");
       const seen = vmsSeen(ctx);
-      assert.equal(seen.length, 1, `one VM for one job, however often its webhook came: ${seen.join(", ")}`);
+      assert.equal(seen.length, 1, `one VM for one job, however often its webhook came: ${seen.map((n) => ctx.world.describeVm(n)).join(", ")}`);
       return `both deliveries answered ${twice.map((w) => w.status).join(" and ")}; the job counted once: 1 VM (${seen.join(", ")}), ${job.name} ${job.conclusion ?? "?"} on ${job.runnerName ?? "?"}; nothing left after it (maxConcurrent 3 left room for a second VM had it been counted twice)`;
     },
   },
