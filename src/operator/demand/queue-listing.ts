@@ -63,9 +63,13 @@ export class QueueListing {
     // A VM that ended since the last listing may have run a job counted there: list again before
     // that demand can order a replacement for a job already done.
     const endedSince = forgeOf(pool) === "gitea" && last !== undefined && vms.some((vm) => (ms(vm.status?.phaseTimestamps?.succeeded) ?? ms(vm.status?.phaseTimestamps?.failed) ?? 0) > last);
-    if (last !== undefined && startedAt - last < interval && !endedSince) return;
-    this.#listedAt.set(ctx.key, startedAt);
+    // A runner of the pool seen busy since the last listing, with no signal naming its job (a
+    // runner list ran before the job's delivery, or instead of a lost one): it took one of the jobs
+    // counted here, or another. List again before that job counts as waiting beside the busy runner.
     const ledger = this.#o.ledger(forgeOf(pool));
+    const tookUnknownJob = last !== undefined && vms.some((vm) => (ledger.busyWithUnknownJobSince(vm.metadata.name) ?? -Infinity) > last);
+    if (last !== undefined && startedAt - last < interval && !endedSince && !tookUnknownJob) return;
+    this.#listedAt.set(ctx.key, startedAt);
     const repositories = listedRepositories(pool, () => ledger.recentRepositories(ctx.key));
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);

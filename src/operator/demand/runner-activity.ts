@@ -24,6 +24,12 @@ export const MAX_RECENT_REPOSITORIES = 20;
 interface BusyEntry {
   readonly busy: boolean;
   readonly at: number;
+  /**
+   * Busy with a job no signal named (a runner list, a refused removal): when that was first seen.
+   * Until the pool lists its queued jobs again it cannot tell which job went, and counting both the
+   * busy runner and the job it took would order a second VM for one job.
+   */
+  readonly unknownJobSince?: number;
 }
 
 interface QueuedEntry {
@@ -160,8 +166,12 @@ export class RunnerActivity {
     return jobs.size;
   }
 
-  runnerBusy(runnerName: string, busy: boolean): void {
-    this.#busy.set(runnerName, { busy, at: this.#clock.now() });
+  /** `jobKnown`: the signal named the job it took (a webhook, JobStarted), which the caller settled. */
+  runnerBusy(runnerName: string, busy: boolean, jobKnown = true): void {
+    const now = this.#clock.now();
+    const known = this.#busy.get(runnerName);
+    const unknownJobSince = busy && !jobKnown ? (known?.busy === true ? known.unknownJobSince : now) : undefined;
+    this.#busy.set(runnerName, { busy, at: now, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
   }
 
   /**
@@ -172,12 +182,21 @@ export class RunnerActivity {
   runnersListed(runners: ReadonlyArray<{ readonly name: string; readonly busy: boolean }>, startedAt: number): void {
     for (const r of runners) {
       const known = this.#busy.get(r.name);
-      if (known === undefined || known.at <= startedAt) this.#busy.set(r.name, { busy: r.busy, at: startedAt });
+      if (known !== undefined && known.at > startedAt) continue;
+      // A list names no job: busy here is a job taken that only a listing of queued jobs can tell.
+      const unknownJobSince = r.busy ? (known?.busy === true ? known.unknownJobSince : startedAt) : undefined;
+      this.#busy.set(r.name, { busy: r.busy, at: startedAt, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
     }
   }
 
   isBusy(runnerName: string): boolean {
     return this.#busy.get(runnerName)?.busy === true;
+  }
+
+  /** When the runner was first seen busy with a job no signal named (undefined: not busy, or its job is known). */
+  busyWithUnknownJobSince(runnerName: string): number | undefined {
+    const entry = this.#busy.get(runnerName);
+    return entry?.busy === true ? entry.unknownJobSince : undefined;
   }
 
   /** Its job completed: a JIT runner takes no other, so it stays finished whatever a list says later. */

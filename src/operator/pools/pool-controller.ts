@@ -209,7 +209,7 @@ export class PoolController {
         // Deregister first: a runner gone from GitHub can no longer be handed a job while its VM stops.
         const forge = await this.#o.forges.forPool(pool, ctx.signal);
         if ((await forge.removeRunner(name, runnerId, ctx.signal)) === "busy") {
-          this.demand.runners(pool).runnerBusy(name, true);
+          this.demand.runners(pool).runnerBusy(name, true, false);
           continue;
         }
       } else if (vm.status?.nodeName !== undefined) {
