@@ -58,6 +58,17 @@ describe("QueueListing", () => {
     assert.equal(h.lists(), 2, "the same busy runner does not make it list again");
   });
 
+  it("a removal refused as busy in the very millisecond of the last listing still makes it list again (an order, not a clock)", async () => {
+    const h = harness();
+    h.waiting.push(job);
+    await h.observe();
+    h.waiting.length = 0;
+    h.ledger.runnerBusy("tea-bcdfg", true, false);
+    await h.observe();
+    assert.equal(h.lists(), 2);
+    assert.equal(h.ledger.queuedJobs("ns/tea"), 0);
+  });
+
   it("a runner whose job a delivery named does not make it list again", async () => {
     const h = harness();
     h.waiting.push(job);
@@ -77,8 +88,10 @@ describe("RunnerActivity: a busy runner's job, named or not", () => {
   it("a list marks busy with an unknown job from when it was first seen; a delivery naming the job clears it; idle clears it", async () => {
     const clock = new FakeClock();
     const a = new RunnerActivity(clock);
-    const first = clock.now();
-    a.runnersListed([{ name: "r", busy: true }], first);
+    const before = a.sequence();
+    a.runnersListed([{ name: "r", busy: true }], clock.now());
+    const first = a.busyWithUnknownJobSince("r");
+    assert.ok(first !== undefined && first > before, "recorded after what a listing before it saw");
     await clock.advance(1_000);
     a.runnersListed([{ name: "r", busy: true }], clock.now());
     assert.equal(a.busyWithUnknownJobSince("r"), first, "from when it was first seen busy");
@@ -89,6 +102,9 @@ describe("RunnerActivity: a busy runner's job, named or not", () => {
     a.runnersListed([{ name: "r", busy: false }], clock.now());
     assert.equal(a.busyWithUnknownJobSince("r"), undefined);
     a.runnerBusy("s", true, false);
-    assert.equal(a.busyWithUnknownJobSince("s"), clock.now(), "a refused removal: busy, its job unknown");
+    assert.ok((a.busyWithUnknownJobSince("s") ?? 0) > (first ?? 0), "a refused removal, even in the same millisecond: busy, its job unknown, seen after the list");
+    a.runnerFinished("t");
+    a.runnersListed([{ name: "t", busy: true }], clock.now());
+    assert.equal(a.busyWithUnknownJobSince("t"), undefined, "a finished runner a late list shows busy: its job is known (it completed)");
   });
 });

@@ -33,6 +33,8 @@ export class QueueListing {
   readonly #o: QueueListingOptions;
   /** When each pool last listed. */
   readonly #listedAt = new Map<string, number>();
+  /** The ledger's sequence number when each pool last listed (RunnerActivity.sequence). */
+  readonly #listedSeq = new Map<string, number>();
 
   constructor(options: QueueListingOptions) {
     this.#o = options;
@@ -52,6 +54,7 @@ export class QueueListing {
 
   forget(poolKey: string): void {
     this.#listedAt.delete(poolKey);
+    this.#listedSeq.delete(poolKey);
   }
 
   async observe(ctx: ReconcileContext, pool: StoredPool, vms: readonly StoredVm[]): Promise<void> {
@@ -67,9 +70,11 @@ export class QueueListing {
     // runner list ran before the job's delivery, or instead of a lost one): it took one of the jobs
     // counted here, or another. List again before that job counts as waiting beside the busy runner.
     const ledger = this.#o.ledger(forgeOf(pool));
-    const tookUnknownJob = last !== undefined && vms.some((vm) => (ledger.busyWithUnknownJobSince(vm.metadata.name) ?? -Infinity) > last);
+    const seenSeq = this.#listedSeq.get(ctx.key) ?? 0;
+    const tookUnknownJob = last !== undefined && vms.some((vm) => (ledger.busyWithUnknownJobSince(vm.metadata.name) ?? -Infinity) > seenSeq);
     if (last !== undefined && startedAt - last < interval && !endedSince && !tookUnknownJob) return;
     this.#listedAt.set(ctx.key, startedAt);
+    this.#listedSeq.set(ctx.key, ledger.sequence());
     const repositories = listedRepositories(pool, () => ledger.recentRepositories(ctx.key));
     try {
       const forge = await this.#o.forges.forPool(pool, ctx.signal);

@@ -25,7 +25,8 @@ interface BusyEntry {
   readonly busy: boolean;
   readonly at: number;
   /**
-   * Busy with a job no signal named (a runner list, a refused removal): when that was first seen.
+   * Busy with a job no signal named (a runner list, a refused removal): the ledger's sequence number
+   * when that was first seen (a counter, not a clock: two things in one millisecond still order).
    * Until the pool lists its queued jobs again it cannot tell which job went, and counting both the
    * busy runner and the job it took would order a second VM for one job.
    */
@@ -58,6 +59,8 @@ export class RunnerActivity {
   readonly #busy = new Map<string, BusyEntry>();
   /** Runners whose one job completed. */
   readonly #finished = new Set<string>();
+  /** Counts what is recorded about runners; see BusyEntry.unknownJobSince. */
+  #seq = 0;
 
   constructor(clock: Clock, queuedTtlMs = DEFAULT_QUEUED_JOB_TTL_MS) {
     this.#clock = clock;
@@ -168,10 +171,9 @@ export class RunnerActivity {
 
   /** `jobKnown`: the signal named the job it took (a webhook, JobStarted), which the caller settled. */
   runnerBusy(runnerName: string, busy: boolean, jobKnown = true): void {
-    const now = this.#clock.now();
     const known = this.#busy.get(runnerName);
-    const unknownJobSince = busy && !jobKnown ? (known?.busy === true ? known.unknownJobSince : now) : undefined;
-    this.#busy.set(runnerName, { busy, at: now, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
+    const unknownJobSince = busy && !jobKnown ? (known?.busy === true ? known.unknownJobSince : ++this.#seq) : undefined;
+    this.#busy.set(runnerName, { busy, at: this.#clock.now(), ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
   }
 
   /**
@@ -184,7 +186,8 @@ export class RunnerActivity {
       const known = this.#busy.get(r.name);
       if (known !== undefined && known.at > startedAt) continue;
       // A list names no job: busy here is a job taken that only a listing of queued jobs can tell.
-      const unknownJobSince = r.busy ? (known?.busy === true ? known.unknownJobSince : startedAt) : undefined;
+      // A finished runner's job is known (it completed): a list that still shows it busy says nothing new.
+      const unknownJobSince = r.busy && !this.#finished.has(r.name) ? (known?.busy === true ? known.unknownJobSince : ++this.#seq) : undefined;
       this.#busy.set(r.name, { busy: r.busy, at: startedAt, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
     }
   }
@@ -193,7 +196,12 @@ export class RunnerActivity {
     return this.#busy.get(runnerName)?.busy === true;
   }
 
-  /** When the runner was first seen busy with a job no signal named (undefined: not busy, or its job is known). */
+  /** The ledger's sequence number now: what a listing starting now has seen. */
+  sequence(): number {
+    return this.#seq;
+  }
+
+  /** The sequence number at which the runner was first seen busy with a job no signal named (undefined: not busy, or its job is known). */
   busyWithUnknownJobSince(runnerName: string): number | undefined {
     const entry = this.#busy.get(runnerName);
     return entry?.busy === true ? entry.unknownJobSince : undefined;
