@@ -26,7 +26,7 @@ import type { VmmDriver } from "../vmm/index.ts";
 import { IMP_KERNEL_ARGS, type BootDeps, type Connected, type Prepared, type Requested } from "./boot-steps.ts";
 import type { BootStepName } from "./boot-steps.ts";
 import { Pipeline } from "./pipeline.ts";
-import type { VmBootRequest } from "./ports.ts";
+import { DEFAULT_WORKLOAD_PATH, type VmBootRequest } from "./ports.ts";
 
 const run = promisify(execFile);
 
@@ -187,7 +187,7 @@ export function warmUpSteps(deps: BootDeps): Pipeline<Prepared & Connected, Prep
     // Subscribed before the Exec leaves: a short warm-up's output may arrive before its reply.
     s.client.on("output", keep);
     try {
-      const reply = await s.client.exec({ execId: WARM_UP_EXEC_ID, argv: [TEMPLATE_WARM_UP], env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" } }, { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal });
+      const reply = await s.client.exec({ execId: WARM_UP_EXEC_ID, argv: [TEMPLATE_WARM_UP], env: { PATH: DEFAULT_WORKLOAD_PATH } }, { timeoutMs: deps.timeouts.requestMs, signal: ctx.signal });
       if (reply.state === "failed") {
         if (reply.error === `fork/exec ${TEMPLATE_WARM_UP}: no such file or directory`) {
           s.log.info({ guest: reply.error }, `the image has no ${TEMPLATE_WARM_UP}; the template is saved as it booted`);

@@ -171,9 +171,15 @@ export class RunnerActivity {
 
   /** `jobKnown`: the signal named the job it took (a webhook, JobStarted), which the caller settled. */
   runnerBusy(runnerName: string, busy: boolean, jobKnown = true): void {
+    this.#record(runnerName, busy, this.#clock.now(), !jobKnown);
+  }
+
+  /** Records a runner's busy flag; `jobUnknown`: no signal named the job it is busy with (see BusyEntry.unknownJobSince). */
+  #record(runnerName: string, busy: boolean, at: number, jobUnknown: boolean): void {
     const known = this.#busy.get(runnerName);
-    const unknownJobSince = busy && !jobKnown ? (known?.busy === true ? known.unknownJobSince : ++this.#seq) : undefined;
-    this.#busy.set(runnerName, { busy, at: this.#clock.now(), ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
+    // Still busy with the same job: it keeps when (and whether) it was first seen unknown.
+    const unknownJobSince = busy && jobUnknown ? (known?.busy === true ? known.unknownJobSince : ++this.#seq) : undefined;
+    this.#busy.set(runnerName, { busy, at, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
   }
 
   /**
@@ -187,8 +193,7 @@ export class RunnerActivity {
       if (known !== undefined && known.at > startedAt) continue;
       // A list names no job: busy here is a job taken that only a listing of queued jobs can tell.
       // A finished runner's job is known (it completed): a list that still shows it busy says nothing new.
-      const unknownJobSince = r.busy && !this.#finished.has(r.name) ? (known?.busy === true ? known.unknownJobSince : ++this.#seq) : undefined;
-      this.#busy.set(r.name, { busy: r.busy, at: startedAt, ...(unknownJobSince === undefined ? {} : { unknownJobSince }) });
+      this.#record(r.name, r.busy, startedAt, !this.#finished.has(r.name));
     }
   }
 

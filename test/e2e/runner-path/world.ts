@@ -372,10 +372,10 @@ export class RunnerWorld {
       cleanups.splice(0, cleanups.length, async () => world.dispose());
       github.webhooks.target = { url: world.webhookUrl, secret: webhookSecret };
       await world.kubectl(["apply", "-f", "-"], classYaml());
-      await world.kubectl(["apply", "-f", "-"], snapshotClassYaml());
+      await world.kubectl(["apply", "-f", "-"], snapshotClassYaml(classYaml(), "runner-small"));
       if (dockerImage !== undefined) {
         await world.kubectl(["apply", "-f", "-"], dockerClassYaml());
-        await world.kubectl(["apply", "-f", "-"], dockerClassYaml().replace("name: runner-docker\n", "name: runner-docker-snapshot\n").replace("arch: amd64\n", "arch: amd64\n  startFrom: Snapshot\n"));
+        await world.kubectl(["apply", "-f", "-"], snapshotClassYaml(dockerClassYaml(), "runner-docker"));
       }
       await world.addNamespace(NAMESPACE);
       world.#runnerIdleSeconds = options.runnerIdleSeconds ?? 600;
@@ -730,9 +730,9 @@ spec:
 `;
 }
 
-/** runner-small's shape, its VMs restored from their node's memory snapshot (pools with `snapshot: true`). */
-function snapshotClassYaml(): string {
-  return classYaml().replace("name: runner-small", "name: runner-small-snapshot").replace("arch: amd64\n", "arch: amd64\n  startFrom: Snapshot\n");
+/** Class `name`'s shape as `<name>-snapshot`, its VMs restored from their node's memory snapshot (pools with `snapshot: true`). */
+function snapshotClassYaml(yaml: string, name: string): string {
+  return yaml.replace(`name: ${name}\n`, `name: ${name}-snapshot\n`).replace("arch: amd64\n", "arch: amd64\n  startFrom: Snapshot\n");
 }
 
 export function templateYaml(namespace: string, baseImage: string, runnerImage: string): string {
