@@ -5,5 +5,5 @@
 # $IMP_CACHE/bootkit/current.json names the kit the tests use. See docs/boot-kit.md.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-apt_need qemu-system-x86 busybox-static e2fsprogs cpio kmod gzip xz-utils zstd
+apt_need qemu-system-x86 qemu-utils busybox-static e2fsprogs cpio kmod gzip xz-utils zstd
 bash "$IMP_ROOT/scripts/bootkit/build.sh"

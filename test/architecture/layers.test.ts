@@ -20,6 +20,7 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
   supervisor: ["vm", "node", "host"],
   network: ["vm", "node", "host"],
   snapshot: ["vm", "node", "host", "vmm"],
+  cache: ["vm", "node", "host", "vmm", "snapshot"],
   vm: ["node", "host"],
   host: ["node", "vm"],
 };

@@ -19,6 +19,12 @@ export interface VmDrive {
   readonly readOnly: boolean;
   /** The root device (first virtio-blk device, `/dev/vda`). Exactly one drive is root. */
   readonly isRoot: boolean;
+  /**
+   * The file's format; default raw. `qcow2` only for the copy-on-write clones Imp itself creates
+   * (cache volumes, src/agent/cache/) and only under QEMU (Firecracker takes raw files): a qcow2
+   * header names other host files as its backing, so a qcow2 file from anywhere else is never attached.
+   */
+  readonly format?: "raw" | "qcow2";
 }
 
 export interface VmNetwork {

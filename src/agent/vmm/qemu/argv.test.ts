@@ -32,6 +32,12 @@ describe("buildQemuArgv()", () => {
     assert.deepEqual(values(argv, "-device"), ["virtio-blk-device,drive=root", "virtio-blk-device,drive=scratch"]);
   });
 
+  it("attaches a qcow2 copy-on-write clone as qcow2 and refuses any other format", () => {
+    const argv = buildQemuArgv({ ...base, drives: [...base.drives, { id: "cache", path: "/vm/cache.qcow2", format: "qcow2" }] });
+    assert.equal(values(argv, "-drive")[2], "file=/vm/cache.qcow2,if=none,id=cache,format=qcow2");
+    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "x", path: "/x", format: "vmdk" as "raw" }] }), invalidSpec);
+  });
+
   it("puts RAM in a file for memory snapshots: shared for a template, private (copy-on-write) for a restore, with a monitor and -incoming defer", () => {
     const template = buildQemuArgv({ ...base, memoryFile: { path: "/s/mem,1", share: true }, qmpSocket: "/vm/qmp.sock" });
     assert.deepEqual(values(template, "-M"), ["microvm,memory-backend=mem"]);

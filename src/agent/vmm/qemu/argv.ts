@@ -22,6 +22,8 @@ export interface QemuDrive {
   readonly path: string;
   /** Attach read-only at the device level too (the guest then cannot write even if it tries). */
   readonly readOnly?: boolean;
+  /** Default raw; qcow2 for Imp's own copy-on-write clones (VmDrive.format). */
+  readonly format?: "raw" | "qcow2";
 }
 
 export interface QemuMachineSpec {
@@ -112,6 +114,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   for (const drive of spec.drives) {
     if (!SAFE_ID.test(drive.id) || ids.has(drive.id)) throw invalid(`Cannot attach drive ${JSON.stringify(drive.id)}: id must be unique and match ${SAFE_ID}`);
     ids.add(drive.id);
+    if (drive.format !== undefined && drive.format !== "raw" && drive.format !== "qcow2") throw invalid(`Cannot attach drive ${drive.id}: format ${JSON.stringify(drive.format)} is neither raw nor qcow2`);
   }
   if (spec.tap !== undefined) {
     if (!SAFE_IFNAME.test(spec.tap.tap)) throw invalid(`Cannot attach tap device ${JSON.stringify(spec.tap.tap)}: not an interface name (1-15 of A-Z a-z 0-9 _ . -)`);
@@ -143,7 +146,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   for (const drive of spec.drives) {
     const ro = drive.readOnly === true ? ",readonly=on" : "";
     argv.push(
-      "-drive", `file=${qemuEscape(drive.path)},if=none,id=${drive.id},format=raw${ro}`,
+      "-drive", `file=${qemuEscape(drive.path)},if=none,id=${drive.id},format=${drive.format ?? "raw"}${ro}`,
       "-device", `virtio-blk-device,drive=${drive.id}`,
     );
   }

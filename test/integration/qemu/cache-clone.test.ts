@@ -1,0 +1,114 @@
+/**
+ * Cache volumes in real VMs (QEMU TCG, the boot kit's kernel and the real guest agent): two VMs each
+ * get a copy-on-write clone of one generation as /dev/vdc, mount its ext4 and write; neither sees the
+ * other's files, one that fills its clone meets ENOSPC while the other writes on, the generation is
+ * unchanged, and a VM on the generation promoted from one clone finds that clone's files and only
+ * those. What src/agent/cache/ promises, seen from inside guests.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { promisify } from "node:util";
+import { GuestClient, QemuDriver, readHostTscKhz } from "../../../src/agent/index.ts";
+import { cloneGeneration, createEmptyGeneration, promoteClone } from "../../../src/agent/cache/index.ts";
+import type { DriverContext, RunningVm } from "../../../src/agent/vmm/index.ts";
+import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
+import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
+import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+
+const run = promisify(execFile);
+const missing = await run("qemu-img", ["--version"]).then(() => undefined, () => "qemu-img is not installed (Debian's qemu-utils; scripts/setup.sh installs it)");
+if (missing !== undefined) process.stdout.write(`# cache volumes in VMs: cannot run here: ${missing}\n`);
+const work = await mkdtemp(join(tmpdir(), "imp-cache-vm-"));
+after(() => rm(work, { recursive: true, force: true }));
+const context: DriverContext = { launcher: new DirectLauncher({ dieWithParent: true }), clock: systemClock, logger: silentLogger };
+const PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing }, async () => {
+  const kit = await loadBootKit();
+  const tscKhz = await readHostTscKhz();
+  const driver = new QemuDriver(tscKhz === undefined ? {} : { tscKhz });
+  let n = 0;
+
+  /** Boots a VM with `clone` as /dev/vdc; returns it with a guest client that said hello. */
+  async function boot(clone: string): Promise<{ vm: RunningVm; client: GuestClient }> {
+    const i = ++n;
+    const scratch = join(work, `scratch${i}.ext4`);
+    await makeScratchDisk(scratch, 64);
+    const vm = await driver.start({
+      name: `cache-${i}`,
+      dir: join(work, `vm${i}`),
+      vcpus: 1,
+      memoryMiB: 256,
+      kernel: kit.kernel,
+      initrd: kit.initrd,
+      cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
+      drives: [
+        { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
+        { id: "scratch", path: scratch, readOnly: false, isRoot: false },
+        { id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2" },
+      ],
+      guestCid: 2 + i,
+    }, context);
+    const deadline = Date.now() + 180_000;
+    const client = new GuestClient(await vm.connectGuest({ timeoutMs: 180_000 }), { clientName: "imp-cache-test" });
+    client.on("close", () => undefined);
+    for (;;) {
+      try {
+        await client.hello({ timeoutMs: 1_000, signal: vm.downSignal });
+        return { vm, client };
+      } catch (err) {
+        if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "GuestTimeout")) throw err;
+      }
+    }
+  }
+
+  async function sh(client: GuestClient, id: string, script: string): Promise<string> {
+    const r = await runExec(client, { execId: id, argv: ["/bin/sh", "-c", script], env: { PATH } }, 60_000);
+    assert.equal(r.exitCode, 0, `${id}: ${r.stderr}`);
+    return r.stdout;
+  }
+  const mount = "mkdir -p /tmp/cache && mount -t ext4 /dev/vdc /tmp/cache";
+
+  it("two VMs on clones of one generation never see each other's writes; a VM on the promoted clone sees that clone's only", async () => {
+    const gen = await createEmptyGeneration(work, "g1", 128 * 1024 ** 2);
+    const [a, b] = [join(work, "a.qcow2"), join(work, "b.qcow2")];
+    await cloneGeneration(gen, a);
+    await cloneGeneration(gen, b);
+    const [va, vb] = await Promise.all([boot(a), boot(b)]);
+    try {
+      await sh(va.client, "a-write", `${mount} && echo from-a > /tmp/cache/a && sync`);
+      await sh(vb.client, "b-write", `${mount} && echo poisoned > /tmp/cache/b && sync`);
+      assert.equal(await sh(va.client, "a-look", "ls /tmp/cache | grep -v lost+found | tr '\\n' ' '"), "a ");
+      assert.equal(await sh(vb.client, "b-look", "ls /tmp/cache | grep -v lost+found | tr '\\n' ' '"), "b ");
+      // A job that fills its clone meets the generation's size as ENOSPC in its own filesystem.
+      const fill = await runExec(vb.client, { execId: "b-fill", argv: ["/bin/sh", "-c", "dd if=/dev/zero of=/tmp/cache/fill bs=1M count=200 2>&1; sync"], env: { PATH } }, 180_000);
+      assert.match(fill.stdout, /No space left on device/, fill.stdout);
+      assert.equal((await sh(va.client, "a-after-fill", "echo still > /tmp/cache/a2 && cat /tmp/cache/a2")), "still\n", "the other VM writes on");
+      await sh(va.client, "a-umount", "rm /tmp/cache/a2 && umount /tmp/cache");
+    } finally {
+      va.client.close();
+      vb.client.close();
+      await Promise.all([va.vm.stop(5_000), vb.vm.stop(5_000)]);
+    }
+    const filled = (await stat(b)).size;
+    assert.ok(filled <= 128 * 1024 ** 2 + 8 * 1024 ** 2, `a filled clone stays within its generation's size plus qcow2 metadata: ${filled} bytes`);
+    const next = await promoteClone(a, work, "g2");
+    const c = join(work, "c.qcow2");
+    await cloneGeneration(next, c);
+    const d = join(work, "d.qcow2");
+    await cloneGeneration(gen, d);
+    const [vc, vd] = await Promise.all([boot(c), boot(d)]);
+    try {
+      assert.equal(await sh(vc.client, "c-look", `${mount} && ls /tmp/cache | grep -v lost+found | tr '\\n' ' ' && cat /tmp/cache/a`), "a from-a\n");
+      assert.equal(await sh(vd.client, "d-look", `${mount} && ls /tmp/cache | grep -v lost+found | wc -l`).then((s) => s.trim()), "0", "the old generation is as it was made");
+    } finally {
+      vc.client.close();
+      vd.client.close();
+      await Promise.all([vc.vm.stop(5_000), vd.vm.stop(5_000)]);
+    }
+  });
+});
