@@ -72,7 +72,7 @@ docker rm -f $ME-svc >/dev/null
 `;
 }
 
-describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: 2_700_000 }, () => {
+describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: 3_600_000 }, () => {
   let world: RunnerWorld;
   before(async () => {
     world = await RunnerWorld.start({ nodes: 1, docker: true, say: (line) => process.stdout.write(`# ${line}\n`) });
@@ -81,7 +81,7 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     await world?.dispose();
   });
 
-  it("two Docker jobs at once on one node: each builds, runs, serves and pulls as uid 1001; neither sees the other; containers reach nothing of the node; nothing left after", async () => {
+  it("two Docker jobs at once on one node: each builds, runs, serves and pulls as uid 1001; neither sees the other; containers reach nothing of the node; nothing left after", { timeout: 1_500_000 }, async () => {
     const registry = world.registryForVms ?? "";
     const forge = new URL(world.github.url);
     const api = new URL(world.plane.server);
@@ -154,7 +154,7 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     return keys.filter((key) => /^[0-9a-f]{64}$/.test(key) && existsSync(join(root, key, "meta.json")));
   };
 
-  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry: it pulls from that registry and runs the image", async () => {
+  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry: it pulls from that registry and runs the image", { timeout: 1_800_000 }, async () => {
     const registry = world.registryForVms ?? "";
     const node = world.nodes[0];
     assert.ok(node !== undefined);
