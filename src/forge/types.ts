@@ -53,6 +53,27 @@ export interface QueuedJob {
 /** A job's state on the forge: `unknown` when it cannot tell (no such job). */
 export type JobState = "queued" | "running" | "done" | "unknown";
 
+/**
+ * What the forge says about a finished job and its run: what a cache promotion is decided from
+ * (src/operator/caches). Read from the forge's API after the job ended, never from the VM.
+ */
+export interface FinishedJobFacts {
+  /** `owner/name` of the repository the run belongs to. */
+  readonly repository: string;
+  /** The event that started the run (`push`, `pull_request`, `schedule`, …). */
+  readonly event: string;
+  /** The branch the run is for, without `refs/heads/`; undefined for a tag or when the forge does not say. */
+  readonly branch: string | undefined;
+  /** The repository's default branch, as the forge reports it now. */
+  readonly defaultBranch: string;
+  /** The run's code comes from another repository (a fork). */
+  readonly fromFork: boolean;
+  /** The job's conclusion (`success`, `failure`, `cancelled`, …); empty while it runs. */
+  readonly conclusion: string;
+  /** When the job completed (ms since the epoch, the forge's clock); undefined while it runs. */
+  readonly completedAt: number | undefined;
+}
+
 /** `busy`: the forge refuses while the runner runs a job (wait for it to end). */
 export type RemoveResult = "done" | "busy";
 
@@ -80,6 +101,8 @@ export interface PoolForge {
   listScopeQueuedJobs?(signal?: AbortSignal): Promise<readonly QueuedJob[]>;
   /** One job's state, to verify a demand signal before it costs a VM. */
   jobState?(repository: string, jobId: number, signal?: AbortSignal): Promise<JobState>;
+  /** What the forge says about a job and its run (undefined: no such job), for the cache trust rule. */
+  jobFacts?(repository: string, jobId: number, signal?: AbortSignal): Promise<FinishedJobFacts | undefined>;
   /**
    * Removes what the pool registered on the forge besides its runners (a runner scale set), once
    * the pool is deleted and its VMs are gone. Idempotent.

@@ -11,4 +11,5 @@ export * from "./nodes/index.ts";
 export * from "./jobs/index.ts";
 export * from "./scale-sets/index.ts";
 export * from "./uninstall/index.ts";
+export * from "./caches/index.ts";
 export { OPERATOR_ERROR_CODES } from "./error-codes.ts";

@@ -30,6 +30,7 @@ export const OPERATIONS: ReadonlyArray<{ readonly method: string; readonly path:
   { method: "get", path: "/orgs/{org}/actions/runner-groups", from: "api.github.com" },
   // Demand that does not depend on webhook delivery: queued runs and their jobs, and one job's state.
   { method: "get", path: "/repos/{owner}/{repo}/actions/runs", from: "api.github.com" },
+  { method: "get", path: "/repos/{owner}/{repo}/actions/runs/{run_id}", from: "api.github.com" },
   { method: "get", path: "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs", from: "api.github.com" },
   { method: "get", path: "/repos/{owner}/{repo}/actions/jobs/{job_id}", from: "api.github.com" },
   // The runner scale-set auth chain starts with a registration token.

@@ -94,7 +94,19 @@ export interface TestJob {
   reoffers?: number;
   /** Which attempt of its run this job is (GitHub's run_attempt): 1, or more for a re-run. */
   runAttempt?: number;
+  /** What started its run: a push to main of the repository itself unless a test says otherwise. */
+  readonly trigger?: JobTrigger;
 }
+
+export interface JobTrigger {
+  readonly event: string;
+  /** The run's branch; null for a tag. */
+  readonly headBranch: string | null;
+  /** `owner/name` the run's code came from, when not the repository itself (a fork's pull request). */
+  readonly headRepository?: string;
+}
+
+const PUSH_TO_MAIN: JobTrigger = { event: "push", headBranch: "main" };
 
 export interface TestRunner {
   readonly id: number;
@@ -282,9 +294,9 @@ export class GitHubTestServer {
     return id;
   }
 
-  queueJob(job: { repo: { owner: string; repo: string }; labels: readonly string[]; steps: readonly JobStep[]; name?: string }): TestJob {
+  queueJob(job: { repo: { owner: string; repo: string }; labels: readonly string[]; steps: readonly JobStep[]; name?: string; trigger?: JobTrigger }): TestJob {
     const id = this.#nextId++;
-    return this.#enqueue({ id, runId: id + 10_000, name: job.name ?? `job-${id}`, repo: job.repo, labels: job.labels, steps: job.steps, runAttempt: 1 });
+    return this.#enqueue({ id, runId: id + 10_000, name: job.name ?? `job-${id}`, repo: job.repo, labels: job.labels, steps: job.steps, runAttempt: 1, ...(job.trigger === undefined ? {} : { trigger: job.trigger }) });
   }
 
   /**
@@ -297,11 +309,11 @@ export class GitHubTestServer {
     if (old === undefined) throw new Error(`no job ${id}`);
     if (old.status !== "completed") throw new Error(`job ${id} is ${old.status}: GitHub re-runs only finished jobs`);
     const attempt = Math.max(...[...this.jobs.values()].filter((j) => j.runId === old.runId).map((j) => j.runAttempt ?? 1)) + 1;
-    return this.#enqueue({ id: this.#nextId++, runId: old.runId, name: old.name, repo: old.repo, labels: old.labels, steps: old.steps, runAttempt: attempt });
+    return this.#enqueue({ id: this.#nextId++, runId: old.runId, name: old.name, repo: old.repo, labels: old.labels, steps: old.steps, runAttempt: attempt, ...(old.trigger === undefined ? {} : { trigger: old.trigger }) });
   }
 
   /** A new queued job, announced by its `queued` webhook and to the scale sets that take it. */
-  #enqueue(job: Pick<TestJob, "id" | "runId" | "name" | "repo" | "labels" | "steps" | "runAttempt">): TestJob {
+  #enqueue(job: Pick<TestJob, "id" | "runId" | "name" | "repo" | "labels" | "steps" | "runAttempt" | "trigger">): TestJob {
     const record: TestJob = {
       ...job,
       labels: [...job.labels],
@@ -545,6 +557,8 @@ export class GitHubTestServer {
       }
       case "GET /actions/runs":
         return this.#listQueuedRuns(operation, params, query);
+      case "GET /actions/runs/{run_id}":
+        return this.#runJson(operation, params);
       case "GET /actions/runs/{run_id}/jobs":
         return this.#listRunJobs(operation, params, query);
       case "GET /actions/jobs/{job_id}": {
@@ -683,6 +697,34 @@ export class GitHubTestServer {
       return { ...(sampleFromSchema(schema.properties.workflow_runs.items, "run") as object), id: runId, run_attempt: attempt, status: status ?? first?.status ?? "queued", name: "CI", created_at: isoSeconds(first?.queuedAt ?? Date.now()) };
     });
     return { status: 200, body: { total_count: runIds.length, workflow_runs: runs } };
+  }
+
+  /** A workflow run: what Imp reads (event, branch, repository, head repository), the rest sampled from the documented schema. */
+  #runJson(operation: Operation, params: Record<string, string>): Reply {
+    const runId = Number(params["run_id"]);
+    const jobs = [...this.jobs.values()].filter((j) => j.runId === runId && j.repo.owner === params["owner"] && j.repo.repo === params["repo"]);
+    const first = jobs[0];
+    if (first === undefined) return notFound();
+    const trigger = first.trigger ?? PUSH_TO_MAIN;
+    const sample = sampleFromSchema(operation.responseSchemas.get(200) ?? {}, "run") as Record<string, unknown>;
+    const fullName = `${first.repo.owner}/${first.repo.repo}`;
+    const repository = { ...(sample["repository"] as object), name: first.repo.repo, full_name: fullName, default_branch: "main" };
+    const headName = trigger.headRepository ?? fullName;
+    const done = jobs.every((j) => j.status === "completed");
+    return {
+      status: 200,
+      body: {
+        ...sample,
+        id: runId,
+        run_attempt: Math.max(...jobs.map((j) => j.runAttempt ?? 1)),
+        event: trigger.event,
+        head_branch: trigger.headBranch,
+        status: done ? "completed" : jobs.some((j) => j.status === "in_progress") ? "in_progress" : "queued",
+        conclusion: done ? (jobs.every((j) => j.conclusion === "success") ? "success" : "failure") : null,
+        repository,
+        head_repository: { ...(sample["head_repository"] as object), name: headName.split("/")[1] ?? "", full_name: headName },
+      },
+    };
   }
 
   #listRunJobs(operation: Operation, params: Record<string, string>, query: URLSearchParams): Reply {

@@ -49,6 +49,7 @@ export interface GiteaJob {
   readonly runnerName: string | undefined;
   readonly createdAt: number | undefined;
   readonly startedAt: number | undefined;
+  readonly completedAt: number | undefined;
   /** `owner/name`, from the job's URL. */
   readonly repository: string;
 }
@@ -158,6 +159,16 @@ export class GiteaClient {
     }
   }
 
+  /** One workflow run, or undefined when Gitea has none with this id in the repository. */
+  async getRun(owner: string, repo: string, id: number, signal?: AbortSignal): Promise<GiteaRun | undefined> {
+    try {
+      return parseRun(await this.#rest(`read run ${id} of ${owner}/${repo}`, "GET", `/repos/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}/actions/runs/${id}`, undefined, signal), `${owner}/${repo}`);
+    } catch (err) {
+      if ((err as { code?: string }).code === GiteaErrorCode.NotFound) return undefined;
+      throw err;
+    }
+  }
+
   /**
    * Runs Gitea's `stop_zombie_tasks` cron now (site admins only): the job of a runner whose VM died
    * fails once its heartbeats are ZOMBIE_TASK_TIMEOUT old, instead of at the cron's next run.
@@ -251,6 +262,36 @@ function time(v: unknown): number | undefined {
   return Number.isFinite(ms) && ms > 0 ? ms : undefined;
 }
 
+/** A workflow run as the cache trust rule needs it. */
+export interface GiteaRun {
+  readonly id: number;
+  readonly event: string;
+  /** The branch of the run's ref; empty for a tag. */
+  readonly headBranch: string;
+  /** `owner/name` of the run's repository and its default branch. */
+  readonly repository: string;
+  readonly defaultBranch: string;
+  /** `owner/name` of the repository its code came from, when Gitea says (1.27 leaves it out). */
+  readonly headRepository: string | undefined;
+}
+
+function parseRun(value: unknown, where: string): GiteaRun {
+  const o = (value ?? {}) as Record<string, unknown>;
+  const repo = (o["repository"] ?? {}) as Record<string, unknown>;
+  const head = o["head_repository"] as Record<string, unknown> | null | undefined;
+  if (typeof o["id"] !== "number" || typeof o["event"] !== "string" || typeof repo["full_name"] !== "string" || typeof repo["default_branch"] !== "string") {
+    throw terminalError(GiteaErrorCode.UnexpectedResponse, `Cannot read a run of ${where}: no id, event, repository or default branch`);
+  }
+  return {
+    id: o["id"],
+    event: o["event"],
+    headBranch: typeof o["head_branch"] === "string" ? o["head_branch"] : "",
+    repository: repo["full_name"],
+    defaultBranch: repo["default_branch"],
+    headRepository: typeof head?.["full_name"] === "string" ? head["full_name"] : undefined,
+  };
+}
+
 function parseJob(value: unknown, where: string): GiteaJob {
   const o = (value ?? {}) as Record<string, unknown>;
   if (typeof o["id"] !== "number" || typeof o["status"] !== "string") throw terminalError(GiteaErrorCode.UnexpectedResponse, `Cannot read a job of ${where}: no id or status`);
@@ -268,6 +309,7 @@ function parseJob(value: unknown, where: string): GiteaJob {
     runnerName: typeof o["runner_name"] === "string" && o["runner_name"] !== "" ? o["runner_name"] : undefined,
     createdAt: time(o["created_at"]),
     startedAt: time(o["started_at"]),
+    completedAt: time(o["completed_at"]),
     repository,
   };
 }

@@ -11,11 +11,11 @@
  * is found by name and removed before a VM registers again.
  */
 import type { CredentialText } from "../github/index.ts";
-import { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
+import { SetupText, type FinishedJobFacts, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
 import { describeGiteaScope, type GiteaClient, type GiteaScope } from "./client.ts";
 
 export interface GiteaForgeOptions {
-  readonly client: Pick<GiteaClient, "registrationToken" | "register" | "listRunners" | "deleteRunner" | "listJobs" | "getJob" | "stopZombieTasks">;
+  readonly client: Pick<GiteaClient, "registrationToken" | "register" | "listRunners" | "deleteRunner" | "listJobs" | "getJob" | "getRun" | "stopZombieTasks">;
   readonly scope: GiteaScope;
   /** Gitea's root URL as the VMs reach it (the `.runner` file's address). */
   readonly url: string;
@@ -113,6 +113,27 @@ export class GiteaForge implements PoolForge {
     if (job.status === "queued" || job.status === "waiting") return "queued";
     if (job.status === "in_progress") return "running";
     return "done";
+  }
+
+  /**
+   * The job (conclusion, completion) and its run (event, branch, repository and its default branch).
+   * Gitea 1.27 names no head repository for a run; its runs from forks are pull-request events.
+   */
+  async jobFacts(repository: string, jobId: number, signal?: AbortSignal): Promise<FinishedJobFacts | undefined> {
+    const [owner = "", repo = ""] = repository.split("/");
+    const job = await this.#o.client.getJob(owner, repo, jobId, signal);
+    if (job === undefined) return undefined;
+    const run = await this.#o.client.getRun(owner, repo, job.runId, signal);
+    if (run === undefined) return undefined;
+    return {
+      repository: run.repository,
+      event: run.event,
+      branch: run.headBranch === "" ? undefined : run.headBranch,
+      defaultBranch: run.defaultBranch,
+      fromFork: run.headRepository !== undefined && run.headRepository !== run.repository,
+      conclusion: job.conclusion ?? "",
+      completedAt: job.completedAt,
+    };
   }
 
   toString(): string {

@@ -6,7 +6,7 @@ import { CredentialText } from "./credential-text.ts";
 import { DEFAULT_TOKEN_REFRESH_MARGIN_MS } from "./installation-token-cache.ts";
 import { createOctokit, type GitHubCredentials, type ImpOctokitInstance } from "./octokit.ts";
 import { DEFAULT_RATE_LIMIT_POLICY, type RateLimitPolicy } from "./rate-limit-decision.ts";
-import { asObject, parsePage, parseRunner, parseRunnerGroup, parseWorkflowJob, type GitHubRunner, type GitHubRunnerGroup, type GitHubWorkflowJob } from "./response-shapes.ts";
+import { asObject, parsePage, parseRunner, parseRunnerGroup, parseWorkflowJob, parseWorkflowRun, type GitHubRunner, type GitHubRunnerGroup, type GitHubWorkflowJob, type GitHubWorkflowRun } from "./response-shapes.ts";
 import { actionsPrefix, describeScope, type GitHubScope } from "./scope.ts";
 
 /**
@@ -214,6 +214,19 @@ export class GitHubClient {
     try {
       const { data } = await this.#call(call, `GET ${actionsPrefix(scope)}/jobs/${jobId}`, {});
       return parseWorkflowJob(data);
+    } catch (err) {
+      if (err instanceof ImpError && err.code === GitHubErrorCode.NotFound) return undefined;
+      throw err;
+    }
+  }
+
+  /** One workflow run of a repository, or undefined when GitHub has none with this id there. */
+  async getWorkflowRun(repo: { readonly owner: string; readonly repo: string }, runId: number): Promise<GitHubWorkflowRun | undefined> {
+    const scope: GitHubScope = { kind: "repo", owner: repo.owner, repo: repo.repo };
+    const call = { action: "read", object: `workflow run ${runId} of ${describeScope(scope)}`, context: { scope: describeScope(scope), runId } };
+    try {
+      const { data } = await this.#call(call, `GET ${actionsPrefix(scope)}/runs/${runId}`, {});
+      return parseWorkflowRun(data);
     } catch (err) {
       if (err instanceof ImpError && err.code === GitHubErrorCode.NotFound) return undefined;
       throw err;

@@ -7,7 +7,7 @@
  */
 import { GitHubErrorCode, type GitHubClient, type GitHubScope, type JitRunner } from "./index.ts";
 import { conflictError, ImpError, retryableError } from "../../shared/index.ts";
-import { SetupText, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
+import { SetupText, type FinishedJobFacts, type ForgeRunner, type JobState, type MintedRunner, type PoolForge, type QueuedJob, type RemoveResult } from "../types.ts";
 
 export interface GitHubJitForgeOptions {
   readonly client: GitHubClient;
@@ -91,6 +91,29 @@ export class GitHubJitForge implements PoolForge {
     if (job.status === "in_progress") return "running";
     return "done";
   }
+
+  async jobFacts(repository: string, jobId: number): Promise<FinishedJobFacts | undefined> {
+    return readJobFacts(this.#o.client, repository, jobId);
+  }
+}
+
+/** The job (conclusion, completion) and its run (event, branch, repository, head repository), from GitHub's REST API. */
+export async function readJobFacts(client: Pick<GitHubClient, "getWorkflowJob" | "getWorkflowRun">, repository: string, jobId: number): Promise<FinishedJobFacts | undefined> {
+  const [owner = "", repo = ""] = repository.split("/");
+  const job = await client.getWorkflowJob({ owner, repo }, jobId);
+  if (job === undefined) return undefined;
+  const run = await client.getWorkflowRun({ owner, repo }, job.runId);
+  if (run === undefined) return undefined;
+  return {
+    repository: run.repository,
+    event: run.event,
+    branch: run.headBranch ?? undefined,
+    defaultBranch: run.defaultBranch,
+    // A run GitHub names no head repository for is treated as foreign: on doubt, no promotion.
+    fromFork: run.headRepository !== run.repository,
+    conclusion: job.conclusion ?? "",
+    completedAt: job.completedAt,
+  };
 }
 
 function toMinted(runner: JitRunner): MintedRunner {

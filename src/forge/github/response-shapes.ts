@@ -74,6 +74,37 @@ export interface GitHubWorkflowJob {
   readonly createdAt: number | undefined;
   /** run_attempt: 1 for the first run, more for each re-run (1 when absent). */
   readonly runAttempt: number;
+  /** success, failure, cancelled, …; undefined until the job completed. */
+  readonly conclusion: string | undefined;
+  /** completed_at in ms since the epoch; undefined until the job completed. */
+  readonly completedAt: number | undefined;
+}
+
+/** A workflow run, as the cache trust rule reads it. */
+export interface GitHubWorkflowRun {
+  readonly id: number;
+  readonly event: string;
+  /** The branch the run is for; null for a tag or a run GitHub names no branch for. */
+  readonly headBranch: string | null;
+  /** `owner/name` of the run's repository and its default branch (empty when GitHub leaves it out). */
+  readonly repository: string;
+  readonly defaultBranch: string;
+  /** `owner/name` of the repository the run's code came from (a fork's for a pull request from a fork). */
+  readonly headRepository: string | undefined;
+}
+
+export function parseWorkflowRun(value: unknown, what = "workflow run"): GitHubWorkflowRun {
+  const obj = asObject(value, what);
+  const repository = asObject(obj["repository"], `${what}'s repository`);
+  const head = obj["head_repository"] === null || obj["head_repository"] === undefined ? undefined : asObject(obj["head_repository"], `${what}'s head repository`);
+  return {
+    id: field<number>(obj, "id", "number", what),
+    event: field<string>(obj, "event", "string", what),
+    headBranch: typeof obj["head_branch"] === "string" && obj["head_branch"] !== "" ? obj["head_branch"] : null,
+    repository: field<string>(repository, "full_name", "string", `${what}'s repository`),
+    defaultBranch: optional<string>(repository, "default_branch", "string") ?? "",
+    headRepository: head === undefined ? undefined : field<string>(head, "full_name", "string", `${what}'s head repository`),
+  };
 }
 
 export function parseWorkflowJob(value: unknown, what = "workflow job"): GitHubWorkflowJob {
@@ -89,6 +120,8 @@ export function parseWorkflowJob(value: unknown, what = "workflow job"): GitHubW
     runnerName: typeof obj["runner_name"] === "string" && obj["runner_name"] !== "" ? obj["runner_name"] : null,
     createdAt: Number.isNaN(created) ? undefined : created,
     runAttempt: typeof obj["run_attempt"] === "number" && Number.isSafeInteger(obj["run_attempt"]) && obj["run_attempt"] >= 1 ? obj["run_attempt"] : 1,
+    conclusion: typeof obj["conclusion"] === "string" && obj["conclusion"] !== "" ? obj["conclusion"] : undefined,
+    completedAt: typeof obj["completed_at"] === "string" && Number.isFinite(Date.parse(obj["completed_at"])) ? Date.parse(obj["completed_at"]) : undefined,
   };
 }
 

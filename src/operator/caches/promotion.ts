@@ -7,24 +7,10 @@
  * the job ended (never from the VM, its console or its runner). On any doubt the clone is discarded —
  * a discarded clone costs the next job a cold cache; a promoted poisoned one costs every later job.
  */
+import type { FinishedJobFacts } from "../../forge/index.ts";
 
-/** What the forge says about a finished job and the run it belonged to. */
-export interface JobFacts {
-  /** `owner/name` of the repository the run belongs to. */
-  readonly repository: string;
-  /** The event that started the run (`push`, `pull_request`, `schedule`, `workflow_dispatch`, …). */
-  readonly event: string;
-  /** The branch the run is for (`main`), without `refs/heads/`; undefined for a tag or unknown. */
-  readonly branch: string | undefined;
-  /** The repository's default branch, as the forge reports it now. */
-  readonly defaultBranch: string;
-  /** The run's head comes from another repository (a fork). */
-  readonly fromFork: boolean;
-  /** The job's conclusion (`success`, `failure`, `cancelled`, …). */
-  readonly conclusion: string;
-  /** When the job completed (ms since the epoch), by the forge's clock. */
-  readonly completedAt: number;
-}
+/** The facts of a finished job (its completion time known), as `PoolForge.jobFacts` reads them. */
+export type JobFacts = FinishedJobFacts & { readonly completedAt: number };
 
 /** A pool's rule. `$default` in `branches` stands for the repository's default branch. */
 export interface PromotionRule {

@@ -2,8 +2,9 @@
  * The Gitea forge (src/forge/gitea) against a real Gitea 1.27.3, with the real gitea-runner v1.0.8
  * run on this host from the `.runner` file the forge minted: the one-time setup works with the
  * real runner exactly once, a replayed one is refused, a registration left by a crash is cleaned
- * up by the next mint, an unused runner is removable, demand is the scope's queued jobs, and a
- * runner mid-job is busy even when Gitea's own flag has gone idle.
+ * up by the next mint, an unused runner is removable, demand is the scope's queued jobs, a finished
+ * job's facts (event, branch, conclusion: what the cache trust rule reads) come from Gitea's API, and
+ * a runner mid-job is busy even when Gitea's own flag has gone idle.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
@@ -15,6 +16,7 @@ import { promisify } from "node:util";
 import { GiteaClient, GiteaForge, type GiteaScope } from "../../../src/forge/index.ts";
 import { CredentialText } from "../../../src/forge/index.ts";
 import { waitFor } from "../../../src/shared/index.ts";
+import { decidePromotion, DEFAULT_PROMOTION_RULE } from "../../../src/operator/index.ts";
 import { GITEA_RUNNER_BIN, GiteaServer, giteaUnavailable } from "../../gitea/gitea-server.ts";
 
 const exec = promisify(execFile);
@@ -115,6 +117,9 @@ describe("Gitea forge", { skip: unavailable, timeout: 300_000 }, () => {
     assert.deepEqual(queued[0]?.labels, ["imp-linux"]);
     assert.equal(queued[0]?.repository, "acme/web");
     assert.equal(await f.jobState("acme/web", queued[0]?.id ?? 0), "queued");
+    const waiting = await f.jobFacts("acme/web", queued[0]?.id ?? 0);
+    assert.deepEqual(waiting, { repository: "acme/web", event: "push", branch: "main", defaultBranch: "main", fromFork: false, conclusion: "", completedAt: undefined }, "a job not yet run has no conclusion");
+    assert.equal(await f.jobFacts("acme/web", 987_654), undefined, "no such job");
 
     const minted = await f.mint("pool-aaaaa");
     const file = JSON.parse(minted.setup.reveal()) as { uuid: string; token: string; name: string; address: string; labels: string[]; ephemeral: boolean; id: number };
@@ -134,6 +139,11 @@ describe("Gitea forge", { skip: unavailable, timeout: 300_000 }, () => {
     const log = await gitea.jobLog("acme", "web", job.id);
     assert.match(log, /hello from true on Linux/, "the step's output is in the job's log on Gitea");
     assert.equal(await f.jobState("acme/web", job.id), "done");
+    // The cache trust rule reads the finished job from the forge: a push to the default branch that succeeded.
+    const facts = await f.jobFacts("acme/web", job.id);
+    assert.ok(facts?.completedAt !== undefined && Math.abs(facts.completedAt - Date.now()) < 300_000, `completed just now: ${JSON.stringify(facts)}`);
+    assert.deepEqual({ ...facts, completedAt: 0 }, { repository: "acme/web", event: "push", branch: "main", defaultBranch: "main", fromFork: false, conclusion: "success", completedAt: 0 });
+    assert.deepEqual(decidePromotion({ ...facts, completedAt: facts.completedAt }, DEFAULT_PROMOTION_RULE, { fromJobCompletedAt: undefined }), { promote: true });
     assert.deepEqual(await f.listRunners("pool-"), [], "Gitea deleted the ephemeral runner after its job");
 
     // The same setup again: the runner's credential is dead.
