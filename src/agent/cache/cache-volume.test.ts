@@ -25,11 +25,22 @@ async function write(path: string, format: "raw" | "qcow2", pattern: number, off
   await run("qemu-io", ["-f", format, "-c", `write -P ${pattern} ${offset} 64k`, path]);
 }
 
-/** Whether the 64 KiB at `offset` are all `pattern`, read through QEMU's block layer. */
+/**
+ * Whether the 64 KiB at `offset` are all `pattern`, read through QEMU's block layer. qemu-io exits 1
+ * on a mismatch (and says so on stdout); any other failure is an error of the test.
+ */
 async function holds(path: string, format: "raw" | "qcow2", pattern: number, offset = AT): Promise<boolean> {
-  const { stdout } = await run("qemu-io", ["-r", "-f", format, "-c", `read -P ${pattern} ${offset} 64k`, path]);
-  return !stdout.includes("Pattern verification failed");
+  try {
+    await run("qemu-io", ["-r", "-f", format, "-c", `read -P ${pattern} ${offset} 64k`, path]);
+    return true;
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string };
+    if (e.code === 1 && e.stdout?.includes("Pattern verification failed") === true) return false;
+    throw err;
+  }
 }
+
+const sha = async (path: string): Promise<string> => (await run("sha256sum", [path])).stdout.split(" ")[0] ?? "";
 
 describe("cache volumes: generations, copy-on-write clones, promotion", { skip: missing }, () => {
   let dir = "";
@@ -47,7 +58,7 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     assert.ok(st.blocks * 512 < 64 * MiB, `sparse: ${st.blocks * 512} bytes allocated`);
     const { stdout } = await run("dumpe2fs", ["-h", gen]);
     assert.match(stdout, /Filesystem volume name:\s+imp-cache/);
-    assert.equal((st.mode & 0o777).toString(8), "600");
+    assert.equal((st.mode & 0o777).toString(8), "400", "a generation is never written once published");
   });
 
   it("clones a 10 GiB generation by writing a header, not the data; clones see the generation, never each other", async () => {
@@ -56,6 +67,7 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     const [a, b] = [join(dir, "vm-a.qcow2"), join(dir, "vm-b.qcow2")];
     await cloneGeneration(gen, a);
     await cloneGeneration(gen, b);
+    assert.equal(((await stat(a)).mode & 0o777).toString(8), "600", "a clone holds a job's writes: its owner's only");
     const size = (await stat(a)).size;
     assert.ok(size < MiB, `a clone of 10 GiB is ${size} bytes`);
     assert.ok(await holds(a, "qcow2", 0x5a), "a clone reads what the generation holds");
@@ -89,27 +101,58 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     const a = join(dir, "p1-a.qcow2");
     await cloneGeneration(gen, a);
     await write(a, "qcow2", 0x33);
-    await write(gen, "raw", 0x44);
-    await assert.rejects(promoteClone(a, dir, "p1"), (err: unknown) => err instanceof ImpError && err.code === "CachePromoteFailed" && /already exists/.test(err.message));
-    assert.ok(await holds(gen, "raw", 0x44));
+    const before = await sha(gen);
+    await assert.rejects(promoteClone(a, dir, "p1"), (err: unknown) => err instanceof ImpError && err.code === "CachePromoteFailed" && err.errorClass === "terminal" && /already exists/.test(err.message));
+    assert.equal(await sha(gen), before);
   });
 
-  it("an aborted promotion leaves no generation and no partial file", async () => {
+  it("a promotion aborted while it writes leaves no generation and no partial file, and says it was aborted", async () => {
     const gen = await createEmptyGeneration(dir, "ab", 512 * MiB);
     const a = join(dir, "ab-a.qcow2");
     await cloneGeneration(gen, a);
-    await write(a, "qcow2", 0x55);
-    const aborted = AbortSignal.abort();
-    await assert.rejects(promoteClone(a, dir, "ab2", { signal: aborted }), (err: unknown) => err instanceof ImpError && err.code === "CachePromoteFailed");
+    await run("qemu-io", ["-f", "qcow2", "-c", "write -P 0x55 64M 256M", a]);
+    const abort = new AbortController();
+    let sawPartial = false;
+    const watch = setInterval(() => {
+      void readdir(dir).then((names) => {
+        if (names.some((n) => n.startsWith("gen-ab2.raw.") && n.endsWith(".partial"))) {
+          sawPartial = true;
+          abort.abort(new Error("the test aborts it"));
+        }
+      });
+    }, 2);
+    try {
+      await assert.rejects(promoteClone(a, dir, "ab2", { signal: abort.signal }), /the test aborts it/);
+    } finally {
+      clearInterval(watch);
+    }
+    assert.ok(sawPartial, "aborted while its partial file existed");
     const names = await readdir(dir);
     assert.ok(!names.includes("gen-ab2.raw"), "no new generation");
     assert.deepEqual(names.filter((n) => n.includes("partial")), []);
+  });
+
+  it("two promotions to one id at once: exactly one publishes, whole; the other is refused", async () => {
+    const gen = await createEmptyGeneration(dir, "two", 256 * MiB);
+    const [a, b] = [join(dir, "two-a.qcow2"), join(dir, "two-b.qcow2")];
+    await cloneGeneration(gen, a);
+    await cloneGeneration(gen, b);
+    await write(a, "qcow2", 0x61);
+    await write(b, "qcow2", 0x62);
+    const results = await Promise.allSettled([promoteClone(a, dir, "two2"), promoteClone(b, dir, "two2")]);
+    assert.equal(results.filter((r) => r.status === "fulfilled").length, 1, JSON.stringify(results.map((r) => r.status)));
+    const refused = results.find((r) => r.status === "rejected");
+    assert.ok(refused?.status === "rejected" && refused.reason instanceof ImpError && refused.reason.code === "CachePromoteFailed" && /already exists/.test(refused.reason.message));
+    const next = join(dir, "gen-two2.raw");
+    assert.ok((await holds(next, "raw", 0x61)) !== (await holds(next, "raw", 0x62)), "one clone's view, whole, not a mix");
+    assert.deepEqual((await readdir(dir)).filter((n) => n.includes("partial")), []);
   });
 
   it("refuses a clone of a missing or relative generation, and never truncates an existing file", async () => {
     const gen = await createEmptyGeneration(dir, "r1", 64 * MiB);
     await assert.rejects(cloneGeneration(join(dir, "gen-none.raw"), join(dir, "x.qcow2")), (err: unknown) => err instanceof ImpError && err.code === "CacheCloneFailed" && /does not exist/.test(err.message));
     await assert.rejects(cloneGeneration("gen-r1.raw", join(dir, "y.qcow2")), (err: unknown) => err instanceof ImpError && err.code === "CacheCloneFailed" && /absolute/.test(err.message));
+    await assert.rejects(cloneGeneration(gen, "-y.qcow2"), (err: unknown) => err instanceof ImpError && err.code === "CacheCloneFailed" && /absolute/.test(err.message));
     const taken = join(dir, "taken.qcow2");
     await writeFile(taken, "someone else's");
     await assert.rejects(cloneGeneration(gen, taken), (err: unknown) => err instanceof ImpError && err.code === "CacheCloneFailed" && /already exists/.test(err.message));
@@ -121,6 +164,8 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     await assert.rejects(createEmptyGeneration(dir, "small", 16 * MiB), (err: unknown) => err instanceof ImpError && err.code === "CacheGenerationFailed");
     await assert.rejects(createEmptyGeneration(dir, "odd", 64 * MiB + 1), (err: unknown) => err instanceof ImpError && err.code === "CacheGenerationFailed");
     await assert.rejects(createEmptyGeneration(dir, "../escape", 64 * MiB), (err: unknown) => err instanceof ImpError && err.code === "CacheGenerationFailed");
+    await assert.rejects(createEmptyGeneration(dir, "huge", 2 * 1024 ** 4), (err: unknown) => err instanceof ImpError && err.code === "CacheGenerationFailed");
+    assert.deepEqual((await readdir(dir)).filter((n) => /small|odd|escape|huge|mke2fs/.test(n)), [], "nothing left behind");
   });
 
   it("sweeps what a crash left half-written, and only that", async () => {

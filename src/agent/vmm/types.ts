@@ -25,6 +25,11 @@ export interface VmDrive {
    * header names other host files as its backing, so a qcow2 file from anywhere else is never attached.
    */
   readonly format?: "raw" | "qcow2";
+  /**
+   * For a qcow2 drive: the raw file beneath it. Named on QEMU's command line with its format, so
+   * the clone's header (which a clone's owner could have written) never chooses what QEMU opens.
+   */
+  readonly backing?: string;
 }
 
 export interface VmNetwork {

@@ -93,7 +93,7 @@ function recordProblem(value: unknown): string | undefined {
   if (!Array.isArray(s.drives)) return "spec.drives is not a list";
   for (const d of s.drives as unknown[]) {
     const drive = d as Record<string, unknown> | null;
-    if (typeof drive !== "object" || drive === null || typeof drive.id !== "string" || typeof drive.path !== "string" || typeof drive.readOnly !== "boolean" || typeof drive.isRoot !== "boolean" || (drive.format !== undefined && drive.format !== "raw" && drive.format !== "qcow2")) {
+    if (typeof drive !== "object" || drive === null || typeof drive.id !== "string" || typeof drive.path !== "string" || typeof drive.readOnly !== "boolean" || typeof drive.isRoot !== "boolean" || (drive.format !== undefined && drive.format !== "raw" && drive.format !== "qcow2") || (drive.backing !== undefined && typeof drive.backing !== "string")) {
       return "spec.drives holds an entry that is not a drive";
     }
   }

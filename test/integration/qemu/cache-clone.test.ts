@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { chmod, mkdtemp, open, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -34,7 +34,7 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
   let n = 0;
 
   /** Boots a VM with `clone` as /dev/vdc; returns it with a guest client that said hello. */
-  async function boot(clone: string): Promise<{ vm: RunningVm; client: GuestClient }> {
+  async function boot(clone: string, generation: string): Promise<{ vm: RunningVm; client: GuestClient }> {
     const i = ++n;
     const scratch = join(work, `scratch${i}.ext4`);
     await makeScratchDisk(scratch, 64);
@@ -49,21 +49,46 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
       drives: [
         { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
         { id: "scratch", path: scratch, readOnly: false, isRoot: false },
-        { id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2" },
+        { id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2", backing: generation },
       ],
       guestCid: 2 + i,
     }, context);
     const deadline = Date.now() + 180_000;
-    const client = new GuestClient(await vm.connectGuest({ timeoutMs: 180_000 }), { clientName: "imp-cache-test" });
-    client.on("close", () => undefined);
-    for (;;) {
-      try {
-        await client.hello({ timeoutMs: 1_000, signal: vm.downSignal });
-        return { vm, client };
-      } catch (err) {
-        if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "GuestTimeout")) throw err;
+    try {
+      const client = new GuestClient(await vm.connectGuest({ timeoutMs: 180_000 }), { clientName: "imp-cache-test" });
+      client.on("close", () => undefined);
+      for (;;) {
+        try {
+          await client.hello({ timeoutMs: 1_000, signal: vm.downSignal });
+          return { vm, client };
+        } catch (err) {
+          if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "GuestTimeout")) {
+            client.close();
+            throw err;
+          }
+        }
       }
+    } catch (err) {
+      await vm.stop(5_000);
+      throw err;
     }
+  }
+
+  /** Boots one VM per clone; if any boot fails, stops those that came up before failing. */
+  async function bootAll(pairs: ReadonlyArray<readonly [string, string]>): Promise<Array<{ vm: RunningVm; client: GuestClient }>> {
+    const booted = await Promise.allSettled(pairs.map(([clone, gen]) => boot(clone, gen)));
+    const up = booted.flatMap((b) => (b.status === "fulfilled" ? [b.value] : []));
+    const failure = booted.find((b) => b.status === "rejected");
+    if (failure !== undefined) {
+      await stopAll(up);
+      throw failure.reason;
+    }
+    return up;
+  }
+
+  async function stopAll(vms: ReadonlyArray<{ vm: RunningVm; client: GuestClient }>): Promise<void> {
+    for (const v of vms) v.client.close();
+    await Promise.all(vms.map((v) => v.vm.stop(5_000)));
   }
 
   async function sh(client: GuestClient, id: string, script: string): Promise<string> {
@@ -78,7 +103,7 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
     const [a, b] = [join(work, "a.qcow2"), join(work, "b.qcow2")];
     await cloneGeneration(gen, a);
     await cloneGeneration(gen, b);
-    const [va, vb] = await Promise.all([boot(a), boot(b)]);
+    const [va, vb] = await bootAll([[a, gen], [b, gen]]) as [{ vm: RunningVm; client: GuestClient }, { vm: RunningVm; client: GuestClient }];
     try {
       await sh(va.client, "a-write", `${mount} && echo from-a > /tmp/cache/a && sync`);
       await sh(vb.client, "b-write", `${mount} && echo poisoned > /tmp/cache/b && sync`);
@@ -90,9 +115,7 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
       assert.equal((await sh(va.client, "a-after-fill", "echo still > /tmp/cache/a2 && cat /tmp/cache/a2")), "still\n", "the other VM writes on");
       await sh(va.client, "a-umount", "rm /tmp/cache/a2 && umount /tmp/cache");
     } finally {
-      va.client.close();
-      vb.client.close();
-      await Promise.all([va.vm.stop(5_000), vb.vm.stop(5_000)]);
+      await stopAll([va, vb]);
     }
     const filled = (await stat(b)).size;
     assert.ok(filled <= 128 * 1024 ** 2 + 8 * 1024 ** 2, `a filled clone stays within its generation's size plus qcow2 metadata: ${filled} bytes`);
@@ -101,14 +124,39 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
     await cloneGeneration(next, c);
     const d = join(work, "d.qcow2");
     await cloneGeneration(gen, d);
-    const [vc, vd] = await Promise.all([boot(c), boot(d)]);
+    const [vc, vd] = await bootAll([[c, next], [d, gen]]) as [{ vm: RunningVm; client: GuestClient }, { vm: RunningVm; client: GuestClient }];
     try {
       assert.equal(await sh(vc.client, "c-look", `${mount} && ls /tmp/cache | grep -v lost+found | tr '\\n' ' ' && cat /tmp/cache/a`), "a from-a\n");
       assert.equal(await sh(vd.client, "d-look", `${mount} && ls /tmp/cache | grep -v lost+found | wc -l`).then((s) => s.trim()), "0", "the old generation is as it was made");
     } finally {
-      vc.client.close();
-      vd.client.close();
-      await Promise.all([vc.vm.stop(5_000), vd.vm.stop(5_000)]);
+      await stopAll([vc, vd]);
+    }
+  });
+
+  it("a generation whose bytes are a qcow2 header naming a host file is read as the bytes it holds, never as that file", async () => {
+    // What a job can leave in its clone: the first bytes of its disk made a qcow2 header whose
+    // backing file is a host file. Promoted, that is a generation; the next VM must see those bytes.
+    const secret = join(work, "host-secret");
+    await writeFile(secret, "host secret: no guest reads this\n");
+    const hostile = join(work, "hostile.qcow2");
+    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-F", "raw", "-b", secret, hostile, "64M"]);
+    const next = await createEmptyGeneration(work, "h1", 64 * 1024 ** 2);
+    await chmod(next, 0o600);
+    const handle = await open(next, "r+");
+    try {
+      await handle.write(await readFile(hostile), 0, undefined, 0);
+    } finally {
+      await handle.close();
+    }
+    await chmod(next, 0o400);
+    const f = join(work, "f.qcow2");
+    await cloneGeneration(next, f);
+    const [vf] = await bootAll([[f, next]]) as [{ vm: RunningVm; client: GuestClient }];
+    try {
+      const seen = await sh(vf.client, "f-read", "head -c 4 /dev/vdc | od -An -c | tr -d ' '; cat /dev/vdc | grep -c 'host secret' || true");
+      assert.equal(seen, "QFI373\n0\n", "the guest sees the header's bytes (QFI\\xfb), and nothing of the host file");
+    } finally {
+      await stopAll([vf]);
     }
   });
 });

@@ -208,7 +208,7 @@ describe("configRequests()", () => {
     assert.throws(() => configRequests({ ...fullSpec, guestCid: 2 }, paths), /guest CID/);
     assert.throws(() => configRequests({ ...fullSpec, drives: fullSpec.drives.map((d) => ({ ...d, isRoot: true })) }, paths), /2 drives are marked root/);
     assert.throws(() => configRequests({ ...fullSpec, drives: [{ ...fullSpec.drives[1]!, id: "root/../x" }] }, paths), /Cannot attach drive/);
-    assert.throws(() => configRequests({ ...fullSpec, drives: [...fullSpec.drives, { id: "cache", path: "/c.qcow2", readOnly: false, isRoot: false, format: "qcow2" }] }, paths), /raw files only/);
+    assert.throws(() => configRequests({ ...fullSpec, drives: [...fullSpec.drives, { id: "cache", path: "/c.qcow2", readOnly: false, isRoot: false, format: "qcow2", backing: "/g.raw" }] }, paths), /raw files only/);
     assert.throws(() => configRequests({ ...fullSpec, network: { tap: "a-very-long-tap-name", mac: "06:00:00:00:00:01" } }, paths), /Cannot attach tap/);
     assert.throws(() => configRequests({ ...fullSpec, network: { tap: "tap0", mac: "06:00:00:00:00" } }, paths), /MAC/);
     assert.throws(() => configRequests({ ...fullSpec, cmdline: "x".repeat(2048) }, paths), /2048 bytes/);

@@ -51,7 +51,7 @@ export function assertFirecrackerSpec(spec: VmSpec): void {
   for (const drive of spec.drives) {
     if (!FC_ID.test(drive.id) || ids.has(drive.id)) throw invalid(`Cannot attach drive ${JSON.stringify(drive.id)}: ids must be unique and match ${FC_ID}`);
     ids.add(drive.id);
-    if ((drive.format ?? "raw") !== "raw") throw invalid(`Cannot attach drive ${drive.id}: Firecracker takes raw files only, not ${drive.format ?? ""}`);
+    if ((drive.format ?? "raw") !== "raw" || drive.backing !== undefined) throw invalid(`Cannot attach drive ${drive.id}: Firecracker takes raw files only (no ${drive.format ?? "backing file"})`);
   }
   const roots = spec.drives.filter((d) => d.isRoot).length;
   if (roots !== 1) throw invalid(`Cannot boot ${spec.name}: ${roots} drives are marked root, need exactly one`);

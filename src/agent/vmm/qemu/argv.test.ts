@@ -33,9 +33,11 @@ describe("buildQemuArgv()", () => {
   });
 
   it("attaches a qcow2 copy-on-write clone as qcow2 and refuses any other format", () => {
-    const argv = buildQemuArgv({ ...base, drives: [...base.drives, { id: "cache", path: "/vm/cache.qcow2", format: "qcow2" }] });
-    assert.equal(values(argv, "-drive")[2], "file=/vm/cache.qcow2,if=none,id=cache,format=qcow2");
+    const argv = buildQemuArgv({ ...base, drives: [...base.drives, { id: "cache", path: "/vm/cache.qcow2", format: "qcow2", backing: "/c/gen,1.raw" }] });
+    assert.equal(values(argv, "-drive")[2], "file=/vm/cache.qcow2,if=none,id=cache,format=qcow2,backing.driver=raw,backing.file.filename=/c/gen,,1.raw", "the backing file and its format from the command line, not the header");
     assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "x", path: "/x", format: "vmdk" as "raw" }] }), invalidSpec);
+    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "x", path: "/x", format: "qcow2" }] }), invalidSpec, "a qcow2 drive without its backing");
+    assert.throws(() => buildQemuArgv({ ...base, drives: [{ id: "x", path: "/x", backing: "/y" }] }), invalidSpec, "a raw drive with a backing");
   });
 
   it("puts RAM in a file for memory snapshots: shared for a template, private (copy-on-write) for a restore, with a monitor and -incoming defer", () => {

@@ -24,6 +24,8 @@ export interface QemuDrive {
   readonly readOnly?: boolean;
   /** Default raw; qcow2 for Imp's own copy-on-write clones (VmDrive.format). */
   readonly format?: "raw" | "qcow2";
+  /** A qcow2 drive's raw backing file (VmDrive.backing); required with qcow2. */
+  readonly backing?: string;
 }
 
 export interface QemuMachineSpec {
@@ -115,6 +117,7 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
     if (!SAFE_ID.test(drive.id) || ids.has(drive.id)) throw invalid(`Cannot attach drive ${JSON.stringify(drive.id)}: id must be unique and match ${SAFE_ID}`);
     ids.add(drive.id);
     if (drive.format !== undefined && drive.format !== "raw" && drive.format !== "qcow2") throw invalid(`Cannot attach drive ${drive.id}: format ${JSON.stringify(drive.format)} is neither raw nor qcow2`);
+    if ((drive.format === "qcow2") !== (drive.backing !== undefined)) throw invalid(`Cannot attach drive ${drive.id}: a qcow2 drive names its raw backing file, and only a qcow2 drive has one`);
   }
   if (spec.tap !== undefined) {
     if (!SAFE_IFNAME.test(spec.tap.tap)) throw invalid(`Cannot attach tap device ${JSON.stringify(spec.tap.tap)}: not an interface name (1-15 of A-Z a-z 0-9 _ . -)`);
@@ -145,8 +148,10 @@ export function buildQemuArgv(spec: QemuMachineSpec): string[] {
   }
   for (const drive of spec.drives) {
     const ro = drive.readOnly === true ? ",readonly=on" : "";
+    // The backing file and its format come from here, not from the qcow2 header.
+    const backing = drive.backing === undefined ? "" : `,backing.driver=raw,backing.file.filename=${qemuEscape(drive.backing)}`;
     argv.push(
-      "-drive", `file=${qemuEscape(drive.path)},if=none,id=${drive.id},format=${drive.format ?? "raw"}${ro}`,
+      "-drive", `file=${qemuEscape(drive.path)},if=none,id=${drive.id},format=${drive.format ?? "raw"}${backing}${ro}`,
       "-device", `virtio-blk-device,drive=${drive.id}`,
     );
   }

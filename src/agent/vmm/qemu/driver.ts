@@ -132,7 +132,7 @@ export class QemuDriver implements VmmDriver {
 export function orderedDrives(drives: readonly VmDrive[]): QemuDrive[] {
   const roots = drives.filter((d) => d.isRoot);
   if (roots.length !== 1) throw terminalError("VmSpecInvalid", `Cannot attach drives: ${roots.length} are marked root, need exactly 1`);
-  return [...roots, ...drives.filter((d) => !d.isRoot)].map((d) => ({ id: d.id, path: d.path, readOnly: d.readOnly, ...(d.format === undefined ? {} : { format: d.format }) }));
+  return [...roots, ...drives.filter((d) => !d.isRoot)].map((d) => ({ id: d.id, path: d.path, readOnly: d.readOnly, ...(d.format === undefined ? {} : { format: d.format }), ...(d.backing === undefined ? {} : { backing: d.backing }) }));
 }
 
 /** The command line's arguments. Quoted arguments with spaces are not supported (kernelCmdline rejects them). */

@@ -301,7 +301,7 @@ function specOf(options: QemuVmOptions, guestCid: number): VmSpec {
     kernel: m.kernel,
     ...(m.initrd === undefined ? {} : { initrd: m.initrd }),
     cmdline: m.cmdline.join(" "),
-    drives: m.drives.map((d, i) => ({ id: d.id, path: d.path, readOnly: d.readOnly === true, isRoot: i === 0, ...(d.format === undefined ? {} : { format: d.format }) })),
+    drives: m.drives.map((d, i) => ({ id: d.id, path: d.path, readOnly: d.readOnly === true, isRoot: i === 0, ...(d.format === undefined ? {} : { format: d.format }), ...(d.backing === undefined ? {} : { backing: d.backing }) })),
     ...(m.tap === undefined ? {} : { network: m.tap }),
     guestCid,
   };
