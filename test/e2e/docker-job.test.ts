@@ -72,7 +72,19 @@ docker rm -f $ME-svc >/dev/null
 `;
 }
 
-describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: 3_600_000 }, () => {
+/**
+ * One test's budget for its waits: each wait takes at most what is left of it, so a slow run ends on
+ * that wait's own message (what it waited for) before node:test's timeout would end it wordlessly.
+ */
+function budget(ms: number): (wantMs: number) => number {
+  const end = Date.now() + ms;
+  return (wantMs) => Math.max(1_000, Math.min(wantMs, end - Date.now()));
+}
+/** Each test's budget; its node:test timeout is a minute more. Loaded runs took 786 s and 660 s. */
+const TWO_JOBS_MS = 1_500_000;
+const SNAPSHOT_MS = 1_800_000;
+
+describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on one node, isolated", { skip: unavailable, timeout: TWO_JOBS_MS + SNAPSHOT_MS + 300_000 }, () => {
   let world: RunnerWorld;
   before(async () => {
     world = await RunnerWorld.start({ nodes: 1, docker: true, say: (line) => process.stdout.write(`# ${line}\n`) });
@@ -81,7 +93,8 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     await world?.dispose();
   });
 
-  it("two Docker jobs at once on one node: each builds, runs, serves and pulls as uid 1001; neither sees the other; containers reach nothing of the node; nothing left after", { timeout: 1_500_000 }, async () => {
+  it("two Docker jobs at once on one node: each builds, runs, serves and pulls as uid 1001; neither sees the other; containers reach nothing of the node; nothing left after", { timeout: TWO_JOBS_MS + 60_000 }, async () => {
+    const within = budget(TWO_JOBS_MS);
     const registry = world.registryForVms ?? "";
     const forge = new URL(world.github.url);
     const api = new URL(world.plane.server);
@@ -90,7 +103,7 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     const barrier = `${world.github.url}/_imp-test/control/barriers/docker-${Date.now()}`;
     await world.applyPool("docker", { minIdle: 2, maxConcurrent: 2, labels: LABELS, docker: true });
     const jobs = ["dka", "dkb"].map((me) => world.queueJob(me, [{ name: "docker", run: dockerJob(me, registry, barrier, [`${forge.hostname}:${forge.port}`, ...refused]) }], LABELS));
-    for (const job of jobs) await world.waitForJob(job, "completed", 1_200_000);
+    for (const job of jobs) await world.waitForJob(job, "completed", within(1_200_000));
     const vms: string[] = [];
     for (const job of jobs) {
       const log = job.result?.log ?? "";
@@ -127,8 +140,8 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     assert.ok(vms.every((n) => world.history(n)?.last.status?.nodeName === node.name), "both on the one node");
     for (const name of vms) {
       const uid = world.history(name)?.last.metadata.uid ?? "";
-      await world.waitUntil(`${name} gone`, async () => ((await world.getVm(name)) === undefined ? true : undefined), 300_000);
-      const left: string[] = await world.waitUntil(`nothing of ${name} on the node`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? ([] as string[]) : undefined), 120_000, 500).catch(async () => world.leftoversOf(node, uid));
+      await world.waitUntil(`${name} gone`, async () => ((await world.getVm(name)) === undefined ? true : undefined), within(300_000));
+      const left: string[] = await world.waitUntil(`nothing of ${name} on the node`, async () => ((await world.leftoversOf(node, uid)).length === 0 ? ([] as string[]) : undefined), within(120_000), 500).catch(async () => world.leftoversOf(node, uid));
       assert.deepEqual(left, [], `nothing of ${name} is left on the node`);
     }
   });
@@ -154,14 +167,15 @@ describe("Docker in the job VM: build, run, a service, a pull, sudo; two jobs on
     return keys.filter((key) => /^[0-9a-f]{64}$/.test(key) && existsSync(join(root, key, "meta.json")));
   };
 
-  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry: it pulls from that registry and runs the image", { timeout: 1_800_000 }, async () => {
+  it("a Docker pool of a startFrom: Snapshot class: a job in a VM restored from its node's template finds dockerd started there, with the pool's registry: it pulls from that registry and runs the image", { timeout: SNAPSHOT_MS + 60_000 }, async () => {
+    const within = budget(SNAPSHOT_MS);
     const registry = world.registryForVms ?? "";
     const node = world.nodes[0];
     assert.ok(node !== undefined);
     const labels = ["self-hosted", "imp", "docker-snap"];
     // The first test's VMs leave first: a node builds a template only beside what it holds, and a
     // build it had no room for is asked again only by the next VM that misses the snapshot.
-    await world.waitUntil("the first test's VMs gone", async () => ((await world.listVms("docker")).length === 0 ? true : undefined), 300_000, 500);
+    await world.waitUntil("the first test's VMs gone", async () => ((await world.listVms("docker")).length === 0 ? true : undefined), within(300_000), 500);
     await world.applyPool("docker-snap", { minIdle: 0, maxConcurrent: 1, labels, docker: true, snapshot: true });
     const seen: string[] = [];
     let restored: { vm: string; log: string } | undefined;
@@ -173,7 +187,7 @@ docker pull -q ${registry}/ci/base:1 >/dev/null
 docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registry in ${me}"
 `;
       const job = world.queueJob(me, [{ name: "docker", run: step }], labels);
-      await world.waitForJob(job, "completed", 900_000);
+      await world.waitForJob(job, "completed", within(900_000));
       const log = job.result?.log ?? "";
       assert.equal(job.conclusion, "success", log);
       assert.match(log, new RegExp(`pulled from the registry in ${me}`), "a pull from the pool's insecure registry");
@@ -187,7 +201,7 @@ docker run --rm ${registry}/ci/base:1 /bin/busybox echo "pulled from the registr
         // The node builds its template beside the booted VM (boot, dockerd, save: minutes under a
         // loaded TCG); the next job is sent once it is there, so that job can be restored, or after
         // TEMPLATE_WAIT_MS anyway: a failed or deferred build is tried again by the next VM.
-        const published = await world.waitUntil("the node's memory snapshot of the Docker template", async () => ((await snapshotsOf(node)).length > 0 ? true : undefined), TEMPLATE_WAIT_MS, 1_000).catch(() => false);
+        const published = await world.waitUntil("the node's memory snapshot of the Docker template", async () => ((await snapshotsOf(node)).length > 0 ? true : undefined), within(TEMPLATE_WAIT_MS), 1_000).catch(() => false);
         if (!published) seen.push(`  no template ${TEMPLATE_WAIT_MS / 1000} s after ${me}; the agent said:\n${await templateLog(node)}`);
       }
     }
