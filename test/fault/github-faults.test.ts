@@ -305,9 +305,16 @@ const cases: FaultCase[] = [
       await ctx.world.applyPool(ctx.pool, { minIdle: 0, maxConcurrent: 2, labels: ctx.labels }, ctx.namespace);
       // While GitHub says busy the runner must stay: never removed under a job.
       const watchUntil = Date.now() + 20_000;
+      // What explains a VM that did not stay: its state, GitHub's answers since the fault, the operator's words about it.
+      const explain = (current: ImpVM | undefined): string => {
+        const state = current === undefined ? "gone from the API" : `phase ${current.status?.phase ?? "-"}${current.metadata.deletionTimestamp === undefined ? "" : ", deleting"}${current.status?.reason === undefined ? "" : `, ${current.status.reason}: ${(current.status.message ?? "").slice(0, 300)}`}`;
+        const deletes = github.requestsTo(RUNNER_BY_ID, "DELETE").filter((r) => r.at >= at).map((r) => r.status).join(", ");
+        const said = ctx.world.operator.log().split("\n").filter((l) => l.includes(name)).slice(-12).join("\n");
+        return `${name}: ${state}; GitHub: ${github.runnerNamed(name) === undefined ? "not registered" : `registered, busy ${String(github.runnerNamed(name)?.busy)}`}; DELETEs since the fault: ${deletes === "" ? "none" : deletes}\n${said}`;
+      };
       while (Date.now() < watchUntil) {
         const current = await ctx.world.getVm(name, ctx.namespace);
-        assert.ok(current !== undefined && current.metadata.deletionTimestamp === undefined && current.status?.phase === "Running", `${name} was not deleted while GitHub said it is busy`);
+        assert.ok(current !== undefined && current.metadata.deletionTimestamp === undefined && current.status?.phase === "Running", `${name} was not kept Running while GitHub said it is busy: ${explain(current)}`);
         assert.ok(github.runnerNamed(name) !== undefined, `${name} still registered while busy`);
         await new Promise((r) => setTimeout(r, 250));
       }

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { SuiteContext, TestContext } from "node:test";
 import { fileDigestOf, readHostTscKhz, type GuestClient } from "../../src/agent/index.ts";
-import { QemuVm, type QemuChannelKind } from "../../src/agent/vmm/index.ts";
+import { QemuVm, type QemuChannelKind, type VmSpec } from "../../src/agent/vmm/index.ts";
 import { connectGuest } from "../../src/agent/vm/index.ts";
 import { type ExecRequest, type HelloReply } from "../../src/agent/guest/index.ts";
 import { describeError, type ImpError } from "../../src/shared/index.ts";
@@ -198,6 +198,28 @@ export async function bootTestVm(options: TestVmOptions): Promise<TestVm> {
 }
 
 /** A sparse file formatted ext4 by the host: the guest never formats (docs/guest-protocol.md). */
+/**
+ * A VM spec on the boot kit: its kernel, initramfs and guest agent, the read-only root as /dev/vda
+ * and `scratch` as /dev/vdb (the guest's overlay), then `extraDrives` in order.
+ */
+export function bootKitVmSpec(kit: BootKit, vm: { name: string; dir: string; memoryMiB: number; scratch: string; guestCid: number; extraDrives?: VmSpec["drives"] }): VmSpec {
+  return {
+    name: vm.name,
+    dir: vm.dir,
+    vcpus: 1,
+    memoryMiB: vm.memoryMiB,
+    kernel: kit.kernel,
+    initrd: kit.initrd,
+    cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
+    drives: [
+      { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
+      { id: "scratch", path: vm.scratch, readOnly: false, isRoot: false },
+      ...(vm.extraDrives ?? []),
+    ],
+    guestCid: vm.guestCid,
+  };
+}
+
 export async function makeScratchDisk(path: string, sizeMiB: number): Promise<void> {
   await run("truncate", ["-s", `${sizeMiB}M`, path]);
   await run("mkfs.ext4", ["-q", "-F", "-L", "imp-scratch", path]);

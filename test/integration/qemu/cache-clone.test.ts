@@ -17,7 +17,7 @@ import { cloneGeneration, createEmptyGeneration, promoteClone } from "../../../s
 import type { DriverContext, RunningVm } from "../../../src/agent/vmm/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
 import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
-import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+import { bootKitVmSpec, loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
 
 const run = promisify(execFile);
 const missing = await run("qemu-img", ["--version"]).then(() => undefined, () => "qemu-img is not installed (Debian's qemu-utils; scripts/setup.sh installs it)");
@@ -38,21 +38,14 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
     const i = ++n;
     const scratch = join(work, `scratch${i}.ext4`);
     await makeScratchDisk(scratch, 64);
-    const vm = await driver.start({
+    const vm = await driver.start(bootKitVmSpec(kit, {
       name: `cache-${i}`,
       dir: join(work, `vm${i}`),
-      vcpus: 1,
       memoryMiB: 256,
-      kernel: kit.kernel,
-      initrd: kit.initrd,
-      cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
-      drives: [
-        { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
-        { id: "scratch", path: scratch, readOnly: false, isRoot: false },
-        { id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2", backing: generation },
-      ],
+      scratch,
       guestCid: 2 + i,
-    }, context);
+      extraDrives: [{ id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2", backing: generation }],
+    }), context);
     const deadline = Date.now() + 180_000;
     try {
       const client = new GuestClient(await vm.connectGuest({ timeoutMs: 180_000 }), { clientName: "imp-cache-test" });

@@ -20,7 +20,7 @@ import { QEMU_TCG_MEMORY_OVERHEAD_MIB, QemuDriver, readHostTscKhz, readVmRecord,
 import { FirecrackerDriver } from "../../../src/agent/vmm/firecracker/index.ts";
 import type { LaunchRequest, ProcessLauncher, VmSpec } from "../../../src/agent/vmm/types.ts";
 import { ImpError, silentLogger, systemClock, waitFor } from "../../../src/shared/index.ts";
-import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+import { bootKitVmSpec, loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
 import { binariesOrSkip, describeKvm, isSocket, kvmSituation, vmFiles } from "../firecracker/fixtures.ts";
 
 const repoRoot = join(import.meta.dirname, "..", "..", "..");
@@ -106,20 +106,7 @@ describe("adopting a running VM after an agent restart", { timeout: 600_000 }, a
     const vmDir = join(base, vmId);
     const scratch = join(base, `${vmId}-scratch.ext4`);
     await makeScratchDisk(scratch, 64);
-    const spec: VmSpec = {
-      name: `adopt-${vmId}`,
-      dir: join(vmDir, "vmm"),
-      vcpus: 1,
-      memoryMiB: 384,
-      kernel: kit.kernel,
-      initrd: kit.initrd,
-      cmdline: `console=ttyS0 quiet panic=-1 ro root=/dev/vda init=${kit.guestInit} imp.scratch=/dev/vdb`,
-      drives: [
-        { id: "root", path: kit.rootfs, readOnly: true, isRoot: true },
-        { id: "scratch", path: scratch, readOnly: false, isRoot: false },
-      ],
-      guestCid: 40 + n,
-    };
+    const spec = bootKitVmSpec(kit, { name: `adopt-${vmId}`, dir: join(vmDir, "vmm"), memoryMiB: 384, scratch, guestCid: 40 + n });
     return { vmDir, vmId, spec };
   }
 
