@@ -314,7 +314,7 @@ const cases: FaultCase[] = [
       };
       while (Date.now() < watchUntil) {
         const current = await ctx.world.getVm(name, ctx.namespace);
-        assert.ok(current !== undefined && current.metadata.deletionTimestamp === undefined && current.status?.phase === "Running", `${name} was not kept Running while GitHub said it is busy: ${explain(current)}`);
+        if (current === undefined || current.metadata.deletionTimestamp !== undefined || current.status?.phase !== "Running") assert.fail(`${name} was not kept Running while GitHub said it is busy: ${explain(current)}`);
         assert.ok(github.runnerNamed(name) !== undefined, `${name} still registered while busy`);
         await new Promise((r) => setTimeout(r, 250));
       }
