@@ -11,11 +11,11 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { SuiteContext, TestContext } from "node:test";
-import { fileDigestOf, readHostTscKhz, type GuestClient } from "../../src/agent/index.ts";
-import { QemuVm, type QemuChannelKind, type VmSpec } from "../../src/agent/vmm/index.ts";
+import { fileDigestOf, GuestClient, readHostTscKhz } from "../../src/agent/index.ts";
+import { QemuVm, type QemuChannelKind, type RunningVm, type VmSpec } from "../../src/agent/vmm/index.ts";
 import { connectGuest } from "../../src/agent/vm/index.ts";
 import { type ExecRequest, type HelloReply } from "../../src/agent/guest/index.ts";
-import { describeError, type ImpError } from "../../src/shared/index.ts";
+import { describeError, ImpError } from "../../src/shared/index.ts";
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../..");
@@ -218,6 +218,28 @@ export function bootKitVmSpec(kit: BootKit, vm: { name: string; dir: string; mem
     ],
     guestCid: vm.guestCid,
   };
+}
+
+/**
+ * Connects to a driver-started VM's guest agent and says hello, asking again while the answer times
+ * out (over virtio-serial the first hello may be lost before the guest opens its port). On failure
+ * the connection is closed; the VM is the caller's to stop.
+ */
+export async function helloFrom(vm: Pick<RunningVm, "connectGuest" | "downSignal">, timeoutMs: number, clientName: string): Promise<GuestClient> {
+  const deadline = Date.now() + timeoutMs;
+  const client = new GuestClient(await vm.connectGuest({ timeoutMs }), { clientName });
+  client.on("close", () => undefined);
+  for (;;) {
+    try {
+      await client.hello({ timeoutMs: 500, signal: vm.downSignal });
+      return client;
+    } catch (err) {
+      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
+        client.close();
+        throw err;
+      }
+    }
+  }
 }
 
 export async function makeScratchDisk(path: string, sizeMiB: number): Promise<void> {

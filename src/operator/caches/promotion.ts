@@ -25,7 +25,8 @@ export const DEFAULT_PROMOTION_RULE: PromotionRule = { events: ["push"], branche
 
 /**
  * Events whose runs are started, or whose code is chosen, by someone other than the repository's
- * writers: never trusted, whatever a pool's rule lists (a rule naming one is refused at admission).
+ * writers: never trusted, whatever a pool's rule lists (the pool's CEL is to refuse a rule naming
+ * one once `spec.cache` exists; until then this check is the only one).
  */
 export const UNTRUSTED_EVENTS: readonly string[] = ["pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment", "issue_comment", "fork", "workflow_run"];
 

@@ -12,12 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { GuestClient, QemuDriver, readHostTscKhz } from "../../../src/agent/index.ts";
+import { QemuDriver, readHostTscKhz, type GuestClient } from "../../../src/agent/index.ts";
 import { cloneGeneration, createEmptyGeneration, promoteClone } from "../../../src/agent/cache/index.ts";
 import type { DriverContext, RunningVm } from "../../../src/agent/vmm/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
-import { ImpError, silentLogger, systemClock } from "../../../src/shared/index.ts";
-import { bootKitVmSpec, loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+import { silentLogger, systemClock } from "../../../src/shared/index.ts";
+import { bootKitVmSpec, helloFrom, loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
 
 const run = promisify(execFile);
 const missing = await run("qemu-img", ["--version"]).then(() => undefined, () => "qemu-img is not installed (Debian's qemu-utils; scripts/setup.sh installs it)");
@@ -46,21 +46,8 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
       guestCid: 2 + i,
       extraDrives: [{ id: "cache", path: clone, readOnly: false, isRoot: false, format: "qcow2", backing: generation }],
     }), context);
-    const deadline = Date.now() + 180_000;
     try {
-      const client = new GuestClient(await vm.connectGuest({ timeoutMs: 180_000 }), { clientName: "imp-cache-test" });
-      client.on("close", () => undefined);
-      for (;;) {
-        try {
-          await client.hello({ timeoutMs: 1_000, signal: vm.downSignal });
-          return { vm, client };
-        } catch (err) {
-          if (vm.downSignal.aborted || Date.now() >= deadline || !(err instanceof ImpError && err.code === "GuestTimeout")) {
-            client.close();
-            throw err;
-          }
-        }
-      }
+      return { vm, client: await helloFrom(vm, 180_000, "imp-cache-test") };
     } catch (err) {
       await vm.stop(5_000);
       throw err;

@@ -12,11 +12,11 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GuestClient, QemuDriver, readHostTscKhz } from "../../../src/agent/index.ts";
-import { type DriverContext, type RunningVm, type VmSpec } from "../../../src/agent/vmm/index.ts";
+import { QemuDriver, readHostTscKhz } from "../../../src/agent/index.ts";
+import { type DriverContext, type VmSpec } from "../../../src/agent/vmm/index.ts";
 import { DirectLauncher } from "../../../src/agent/vmm/direct-launcher.ts";
 import { ImpError, silentLogger, systemClock, waitFor } from "../../../src/shared/index.ts";
-import { loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
+import { helloFrom, loadBootKit, makeScratchDisk, runExec } from "../../harness/vm.ts";
 
 const work = await mkdtemp(join(tmpdir(), "imp-qdrv-"));
 after(() => rm(work, { recursive: true, force: true }));
@@ -41,24 +41,6 @@ async function socketsIn(dir: string): Promise<string[]> {
   const sockets: string[] = [];
   for (const name of names) if ((await stat(join(dir, name))).isSocket()) sockets.push(name);
   return sockets;
-}
-
-/** Connects and says hello; over virtio-serial the first hello may be lost before the guest opens its port, so ask again. */
-async function hello(vm: RunningVm, timeoutMs: number): Promise<GuestClient> {
-  const deadline = Date.now() + timeoutMs;
-  const client = new GuestClient(await vm.connectGuest({ timeoutMs }), { clientName: "imp-qemu-driver-test" });
-  client.on("close", () => undefined);
-  for (;;) {
-    try {
-      await client.hello({ timeoutMs: 500, signal: vm.downSignal });
-      return client;
-    } catch (err) {
-      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed || !(err instanceof ImpError && err.code === "GuestTimeout")) {
-        client.close();
-        throw err;
-      }
-    }
-  }
 }
 
 describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () => {
@@ -102,7 +84,7 @@ describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () =
         assert.equal(vm.spec, spec);
         // Right after spawn the child may not have exec'd yet (its cmdline is still node's): wait for it.
         await waitFor("the VMM process to run with the VM's directory on its command line", () => (processesMentioning(dir).includes(vm.pid) ? true : undefined), { timeoutMs: 10_000, intervalMs: 20 });
-        const client = await hello(vm, 120_000);
+        const client = await helloFrom(vm, 120_000, "imp-qemu-driver-test");
         t.diagnostic(`${channel}: start() to hello in ${(performance.now() - started).toFixed(0)} ms (TCG)`);
         const ro = await runExec(client, { execId: "ro", argv: ["/bin/sh", "-c", "cat /sys/block/vda/ro /sys/block/vdb/ro"], env: { PATH } });
         assert.equal(ro.exitCode, 0, ro.stderr);
@@ -139,7 +121,7 @@ describe("QemuDriver with the direct launcher", { timeout: 600_000 }, async () =
         network: { tap, mac },
       }, context);
       try {
-        const client = await hello(vm, 120_000);
+        const client = await helloFrom(vm, 120_000, "imp-qemu-driver-test");
         const macs = await runExec(client, { execId: "macs", argv: ["/bin/sh", "-c", "cat /sys/class/net/*/address"], env: { PATH } });
         client.close();
         assert.equal(macs.exitCode, 0, macs.stderr);
