@@ -12,6 +12,7 @@ export * from "./schema/impvm.ts";
 export * from "./phases.ts";
 export * from "./schema/impvmrunnerpool.ts";
 export * from "./schema/impnode.ts";
+export * from "./schema/cache.ts";
 export { KIND_DEFINITIONS } from "./schema/index.ts";
 export { buildCrd, buildAllCrds, type CrdManifest, type CrdVersion } from "./crd.ts";
 export { CRD_DIR, crdFileName, renderCrdFiles, renderCrdYaml } from "./render.ts";

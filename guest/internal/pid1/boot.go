@@ -41,6 +41,17 @@ func Boot(log *slog.Logger, loUp func() error) (Cmdline, error) {
 			}
 			return MountStorageDirs(StorageDirs)
 		}},
+		{Name: "mount.cache", Run: func() error {
+			if cmdline.CacheDevice() == "" {
+				return nil
+			}
+			paths, err := cmdline.CachePaths()
+			if err != nil {
+				log.Warn("cache paths", "error", err)
+			}
+			MountCache(log, cmdline.CacheDevice(), paths)
+			return nil
+		}},
 		{Name: "hostname.default", Run: func() error { return unix.Sethostname([]byte("imp")) }},
 		{Name: "loopback.up", Run: loUp},
 		{Name: "env.path", Run: func() error {

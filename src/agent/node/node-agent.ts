@@ -34,6 +34,7 @@ import {
 import { describeError, NO_FAULTS, ImpError, retryableError, systemClock, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
+import { CacheVolumes } from "../cache/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import { KubeSetupStore } from "./kube-setup-store.ts";
@@ -86,6 +87,7 @@ export interface NodeAgentOptions {
 
 export class NodeAgent {
   readonly runtime: VmRuntime;
+  readonly #caches: CacheVolumes;
   readonly metrics: AgentMetrics;
   readonly registry: Registry;
   readonly vms: ResourceClient<ImpVM>;
@@ -126,8 +128,10 @@ export class NodeAgent {
     this.#setupWaitMs = options.runtime.timeouts?.setupWaitMs ?? DEFAULT_RUNTIME_TIMEOUTS.setupWaitMs;
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.#setups = new KubeSetupStore({ vms: this.vms, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
+    this.#caches = options.runtime.caches ?? new CacheVolumes(options.runtime.stateDir);
     this.runtime = new VmRuntime({
       ...options.runtime,
+      caches: this.#caches,
       clock: this.#clock,
       logger: this.#log,
       setups: this.#setups,
@@ -178,6 +182,9 @@ export class NodeAgent {
 
   /** Runs until `signal` aborts. VMs keep running when the agent stops (they are re-adopted on start). */
   async start(signal: AbortSignal): Promise<void> {
+    // Before any VM of this run makes a clone or a generation: what a crash left half-written.
+    const swept = await this.#caches.sweep();
+    if (swept.length > 0) this.#log.info({ files: swept }, "removed partial cache files an earlier run left");
     await this.reporter.reportOnce(signal);
     const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) }).addServer(this.sweeper);
     if (this.health !== undefined) manager.addHealthServer(this.health);

@@ -7,7 +7,7 @@ import { parseDurationMs, parseSizeMiB, RESERVED_ENV_PREFIX, templateOf, workloa
 import type { Stored } from "../../kube/index.ts";
 import { terminalError } from "../../shared/index.ts";
 import { credentialsFromDockerConfig, type CredentialLookup } from "../image/pull/index.ts";
-import type { KernelFiles, VmBootRequest } from "../vm/index.ts";
+import type { KernelFiles, VmBootRequest, VmCacheRequest } from "../vm/index.ts";
 import type { VmmKind } from "../vmm/index.ts";
 
 export type { KernelFiles } from "../vm/index.ts";
@@ -38,6 +38,8 @@ export interface VmPlan {
   readonly preferredVmm?: "qemu" | "firecracker";
   /** The class's `startFrom`: restore a memory snapshot of the node's template where it can. */
   readonly startFrom: "Boot" | "Snapshot";
+  /** The VM's cache volume (`spec.cache`), in the VM's namespace. */
+  readonly cache?: VmCacheRequest;
 }
 
 export interface PlannedWorkload {
@@ -100,6 +102,9 @@ export function planVm(inputs: PlanInputs): VmPlan {
     expiresAtMs: (Number.isNaN(created) ? 0 : created) + parseDurationMs(template.expireAfter),
     ...(inputs.vmClass.preferredVmm === undefined ? {} : { preferredVmm: inputs.vmClass.preferredVmm }),
     startFrom: inputs.vmClass.startFrom ?? "Boot",
+    ...(vm.spec.cache === undefined
+      ? {}
+      : { cache: { namespace: vm.metadata.namespace ?? "default", volume: vm.spec.cache.volume, sizeBytes: parseSizeMiB(vm.spec.cache.size) * 1024 * 1024, paths: [...vm.spec.cache.paths] } }),
   };
 }
 
@@ -151,7 +156,10 @@ export function bootRequestOf(plan: VmPlan, vmm: VmmKind): VmBootRequest {
     requiresSetup: plan.requiresSetup,
     setupDelivery: plan.setupDelivery,
     workload: plan.workload,
-    startFrom: plan.startFrom,
+    // A memory snapshot's devices are its template's, which has no cache disk: a VM with a cache
+    // volume boots (docs/caches.md).
+    startFrom: plan.cache === undefined ? plan.startFrom : "Boot",
+    ...(plan.cache === undefined ? {} : { cache: plan.cache }),
   };
 }
 

@@ -7,8 +7,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { RUNNER_SETUP } from "../../api/index.ts";
-import { ImpError, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
+import { describeError, ImpError, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
+import type { CacheClone, CacheVolumes } from "../cache/index.ts";
 import type { CachedImage } from "../image/cache/index.ts";
 import type { VmDisks } from "../image/disks/index.ts";
 import { GUEST_AGENT_INIT } from "../image/layers/index.ts";
@@ -21,10 +23,18 @@ import { Pipeline } from "./pipeline.ts";
 import type { RuntimeTimeouts, VmBootRequest, VmImageSource, VmLaunchPorts, VmNetworkLease, VmNetworkProvider, WorkloadPorts } from "./ports.ts";
 import { VmDir } from "./vm-dir.ts";
 
-export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "network" | "vmm" | "adopt" | "guest" | "configure" | "warm-up" | "save" | "setup" | "exec" | "follow";
+export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "cache" | "network" | "vmm" | "adopt" | "guest" | "configure" | "warm-up" | "save" | "setup" | "exec" | "follow";
 
 /** Imp's kernel arguments: the read-only base as root, the guest agent as init, the scratch disk for the overlay. */
 export const IMP_KERNEL_ARGS: readonly string[] = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
+
+/**
+ * A cache clone's kernel arguments: the third disk, and where its directories go. The API allows
+ * only paths of plain segments (no commas, no spaces), so the list travels comma-separated.
+ */
+export function cacheKernelArgs(paths: readonly string[]): string[] {
+  return ["imp.cache=/dev/vdc", `imp.cache.paths=${paths.join(",")}`];
+}
 
 export interface BootDeps {
   readonly stateDir: string;
@@ -40,6 +50,8 @@ export interface BootDeps {
   readonly clientName: string;
   /** Told of each VMM as soon as it runs, before the boot goes on (a stop during boot must reach it). */
   readonly onVmStarted?: (id: string, vm: RunningVm) => void;
+  /** The node's cache volumes; absent: no VM gets one (`imp run`). */
+  readonly caches?: CacheVolumes;
 }
 
 /** What every lifecycle starts from. */
@@ -53,6 +65,8 @@ export interface Prepared extends Requested {
   readonly image: CachedImage;
   readonly disks: VmDisks;
   readonly lease: VmNetworkLease | undefined;
+  /** The VM's clone of its cache volume; absent without one, or when it could not be made (the job runs cold). */
+  readonly cache: CacheClone | undefined;
   /** A template to be saved, or the snapshot a VM is restored from (snapshot-steps.ts); absent for a boot. */
   readonly memorySnapshot?: VmMemorySnapshot;
 }
@@ -94,19 +108,41 @@ export function dirAndImageSteps(deps: BootDeps): Pipeline<Requested, Requested 
     .step("image", async (s, ctx) => ({ image: await deps.images.ensure(s.request.image, ctx.signal) }));
 }
 
-/** The VM's disks (a scratch disk already in its directory is kept: a restore's copy) and its network port. */
-export function disksAndNetworkSteps(deps: BootDeps): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "disks" | "lease">, BootStepName> {
+/** The VM's disks (a scratch disk already in its directory is kept: a restore's copy), its cache clone and its network port. */
+export function disksAndNetworkSteps(deps: BootDeps): Pipeline<Requested & Pick<Prepared, "dir" | "image">, Requested & Pick<Prepared, "dir" | "image" | "disks" | "cache" | "lease">, BootStepName> {
   return Pipeline.of<Requested & Pick<Prepared, "dir" | "image">, BootStepName>()
     .step("disks", async (s, ctx) => {
       await deps.faults.hit("agent.prepare", ctx.signal);
       return { disks: await deps.images.disks(s.dir.root, s.image, s.request.scratchBytes) };
     })
+    .step("cache", async (s, ctx) => ({ cache: await cacheClone(deps, s, ctx.signal) }))
     .step("network", async (s, ctx) => {
       const network = deps.network;
       if (s.request.network === undefined || network === undefined) return { lease: undefined };
       ctx.onCleanup("detach network", () => network.detach(s.request.id));
       return { lease: await network.attach(s.request.id, s.request.network) };
     });
+}
+
+/**
+ * The VM's clone of its cache volume, in its directory (removed with it). A cache is a speed-up,
+ * never a condition: a VMM that cannot attach a clone (Firecracker takes raw files only) or a clone
+ * that cannot be made leaves the VM without one, and its job runs cold; only a stop ends the step.
+ */
+async function cacheClone(deps: BootDeps, s: Requested & Pick<Prepared, "dir">, signal: AbortSignal): Promise<CacheClone | undefined> {
+  const wanted = s.request.cache;
+  if (wanted === undefined || deps.caches === undefined) return undefined;
+  if (s.request.vmm !== "qemu") {
+    s.log.warn({ vmm: s.request.vmm, volume: wanted.volume }, "cache volume not attached: only QEMU takes a copy-on-write clone; the job runs without its cache");
+    return undefined;
+  }
+  try {
+    return await deps.caches.cloneNewest(wanted, join(s.dir.root, "cache.qcow2"), { signal });
+  } catch (err) {
+    if (signal.aborted) throw err;
+    s.log.warn({ volume: wanted.volume, error: describeError(err) }, "cache volume not attached: the clone could not be made; the job runs without its cache");
+    return undefined;
+  }
 }
 
 /** launch: this boot's exit record key, a guest CID, and the VMM started by its driver. */
@@ -127,10 +163,12 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
       memoryMiB: s.request.memoryMiB,
       kernel: kernel.kernel,
       ...(kernel.initrd === undefined ? {} : { initrd: kernel.initrd }),
-      cmdline: driver.cmdline({ kernel: kernel.args, imp: IMP_KERNEL_ARGS, extra: s.request.bootArgs }),
+      cmdline: driver.cmdline({ kernel: kernel.args, imp: s.cache === undefined || s.request.cache === undefined ? IMP_KERNEL_ARGS : [...IMP_KERNEL_ARGS, ...cacheKernelArgs(s.request.cache.paths)], extra: s.request.bootArgs }),
       drives: [
         { id: "root", path: s.disks.base, readOnly: true, isRoot: true },
         { id: "scratch", path: s.disks.scratch, readOnly: false, isRoot: false },
+        // Third, so the guest sees it as /dev/vdc (cacheKernelArgs); its backing file named here, never read from the clone.
+        ...(s.cache === undefined ? [] : [{ id: "cache", path: s.cache.clone, readOnly: false, isRoot: false, format: "qcow2" as const, backing: s.cache.generation }]),
       ],
       ...(s.lease === undefined ? {} : { network: { tap: s.lease.tap, mac: s.lease.mac } }),
       guestCid: cid,

@@ -10,6 +10,6 @@ export { connectGuest, isGuestMisbehaviour } from "./guest-connection.ts";
 export { handOffExec, workloadExecId, type HandoffDeps, type HandoffResult } from "./exec-handoff.ts";
 export { newLocalVm, type LocalSetupState, type LocalStage, type LocalVm, type StartStep, type VmOutcome } from "./local-vm.ts";
 export { misbehaved, outcomeAfterTheFact, outcomeOfBootFailure, outcomeOfExit } from "./outcome.ts";
-export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type SetupStore, type VmBootRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmRef, type VmWorkload, type WorkloadPorts } from "./ports.ts";
+export { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, DEFAULT_WORKLOAD_PATH, type KernelFiles, type RuntimeTimeouts, type SetupStore, type VmBootRequest, type VmCacheRequest, type VmImageRequest, type VmImageSource, type VmLaunchPorts, type VmNetworkLease, type VmNetworkProvider, type VmRef, type VmWorkload, type WorkloadPorts } from "./ports.ts";
 export { MemorySetupStore } from "./memory-setup-store.ts";
 export { VmRuntime, type HeldResources, type RuntimeEvent, type VmRuntimeOptions } from "./vm-runtime.ts";

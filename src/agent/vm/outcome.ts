@@ -27,6 +27,7 @@ const REASON_BY_STEP = {
   "vm-dir": VM_REASONS.PrepareFailed,
   image: VM_REASONS.PrepareFailed,
   disks: VM_REASONS.PrepareFailed,
+  cache: VM_REASONS.PrepareFailed,
   network: VM_REASONS.PrepareFailed,
   // A job VM's snapshot step falls back to a boot; these stand only where a failure reaches a VM.
   snapshot: VM_REASONS.PrepareFailed,

@@ -49,6 +49,16 @@ export interface VmBootRequest {
   readonly workload: VmWorkload;
   /** `Snapshot`: restore the node's memory snapshot of this VM's template where there is one (docs/snapshots.md). Default `Boot`. */
   readonly startFrom?: "Boot" | "Snapshot";
+  /** A clone of this cache volume's latest generation, mounted at its paths (docs/caches.md). */
+  readonly cache?: VmCacheRequest;
+}
+
+/** A VM's cache volume: which one (a namespace's volume of one size), and where the guest mounts it. */
+export interface VmCacheRequest {
+  readonly namespace: string;
+  readonly volume: string;
+  readonly sizeBytes: number;
+  readonly paths: readonly string[];
 }
 
 export interface VmWorkload {

@@ -9,6 +9,7 @@ import { rm } from "node:fs/promises";
 import { VM_REASONS } from "../../api/index.ts";
 import { describeError, ImpError, NO_FAULTS, retryableError, processState, terminalError, type Clock, type FaultPoints, type Logger, type StepRun } from "../../shared/index.ts";
 import type { RunningVm, VmmKind, VmmProcess } from "../vmm/index.ts";
+import type { CacheVolumes } from "../cache/index.ts";
 import { readAdoptionFacts, type AdoptionFacts, type BootDeps, type BootStepName } from "./boot-steps.ts";
 import { workloadExecId } from "./exec-handoff.ts";
 import { firstExitRecord } from "../guest/index.ts";
@@ -50,6 +51,8 @@ export interface VmRuntimeOptions {
   readonly faults?: FaultPoints;
   /** The node's memory snapshots; absent: every VM boots, whatever its class says. */
   readonly snapshots?: SnapshotDeps | undefined;
+  /** The node's cache volumes; absent: no VM gets its cache clone. */
+  readonly caches?: CacheVolumes | undefined;
   /**
    * Whether the node has room for a template VM of this size beside its job VMs now; a build
    * without room waits for the next VM that misses the snapshot. Default: always.
@@ -135,6 +138,7 @@ export class VmRuntime {
       timeouts: this.#t,
       faults: this.#faults,
       clientName: "imp-agent",
+      ...(options.caches === undefined ? {} : { caches: options.caches }),
       onVmStarted: (id, vm) => {
         const task = this.#tasks.get(id);
         if (task === undefined) return;

@@ -9,6 +9,7 @@ import { IMP_VM, MAX_VM_NAME_LENGTH } from "../constants.ts";
 import { BOUND_VM_PHASES, TERMINAL_VM_PHASES, VM_PHASE_TRANSITIONS, VM_PHASES } from "../phases.ts";
 import { VMMS } from "./impvmclass.ts";
 import { ImpVMTemplateSpec } from "./impvmtemplate.ts";
+import { VmCacheVolume } from "./cache.ts";
 import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
@@ -59,6 +60,7 @@ export const ImpVMSpec = Type.Object(
           "`Required`: the workload starts only with a one-time runner setup, which the operator mints and seals to the VM's node; the agent boots the VM meanwhile and waits for it (bounded). Runner pools set it on their VMs.",
       }),
     ),
+    cache: Type.Optional(VmCacheVolume),
     runnerSetupDelivery: Type.Optional(
       StringEnum(SETUP_DELIVERIES, {
         default: "Environment",

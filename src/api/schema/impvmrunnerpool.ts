@@ -7,6 +7,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { IMP_VM_RUNNER_POOL, MAX_POOL_NAME_LENGTH } from "../constants.ts";
 import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, DURATION_PATTERN, EnvList, objectRef, SecretKeySelector, StringEnum } from "./common.ts";
 import { SETUP_DELIVERIES } from "./impvm.ts";
+import { PoolCacheSettings } from "./cache.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
 /** Where runners are registered: one repository, an organization, or an enterprise. */
@@ -140,6 +141,7 @@ export const ImpVMRunnerPoolSpec = Type.Object(
         "How long a job already running on a node that is drained (kubectl cordon/drain, or ImpNode spec.unschedulable) may keep running; then its VM is stopped. Idle runners there are replaced at once.",
     })),
     webhook: Type.Optional(WebhookSettings),
+    cache: Type.Optional(PoolCacheSettings),
     runnerCommand: Type.Array(Type.String({ minLength: 1, maxLength: 4096 }), {
       minItems: 1,
       maxItems: 32,

@@ -21,6 +21,9 @@ export function newRunnerVm(pool: Readonly<Stored<ImpVMRunnerPool>>): ImpVM {
       lifecycle: "ephemeral",
       runnerSetup: "Required",
       ...(pool.spec.runnerSetupDelivery === undefined ? {} : { runnerSetupDelivery: pool.spec.runnerSetupDelivery }),
+      // The pool's UID names the volume: a pool deleted and made again under its name starts cold,
+      // and no other pool's VM can name it (only this pool writes its VMs' specs).
+      ...(pool.spec.cache === undefined ? {} : { cache: { volume: pool.metadata.uid, size: pool.spec.cache.size, paths: [...pool.spec.cache.paths] } }),
     },
   } as ImpVM;
 }

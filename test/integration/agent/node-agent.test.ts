@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, stat } from "node:fs/promises";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -77,13 +77,13 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
    * needs a one-time setup, as the pools' VMs do. `secrets`: its environment reads them (one
    * variable per key), sealed to the node as the operator's inputs controller would.
    */
-  async function boundVm(name: string, command: string[], runner = false, secrets: Record<string, Record<string, string>> = {}): Promise<ImpVM> {
+  async function boundVm(name: string, command: string[], runner = false, secrets: Record<string, Record<string, string>> = {}, cache?: NonNullable<ImpVM["spec"]["cache"]>): Promise<ImpVM> {
     const env = Object.entries(secrets).flatMap(([secret, data]) => Object.keys(data).map((key) => ({ name: key.toUpperCase(), valueFrom: { secretKeyRef: { name: secret, key } } })));
     const created = await vms.create({
       apiVersion: API_VERSION,
       kind: "ImpVM",
       metadata: { name, namespace: NS, ...(runner ? { labels: { "imp.dev/pool": "pool-a" } } : {}) },
-      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command, ...(env.length === 0 ? {} : { env }) }, lifecycle: "ephemeral", ...(runner ? { runnerSetup: "Required" } : {}) },
+      spec: { template: { classRef: { name: "small" }, image, kernel: "default", expireAfter: "1h" }, workload: { command, ...(env.length === 0 ? {} : { env }) }, lifecycle: "ephemeral", ...(runner ? { runnerSetup: "Required" } : {}), ...(cache === undefined ? {} : { cache }) },
     } as ImpVM);
     const inputs = env.length === 0 ? {} : await sealedInputsStatus(plane.kubeConfig, NODE, created.metadata.uid ?? "", secrets);
     return vms.patchStatus({ namespace: NS, name }, { status: { phase: "Scheduled", nodeName: NODE, phaseTimestamps: { scheduled: new Date().toISOString() }, ...inputs } }).then(() => created);
@@ -282,6 +282,32 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await vms.delete({ namespace: NS, name: "del-boot" });
     await waitFor("ImpVM del-boot gone", async () => ((await get("del-boot")) === undefined ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     await assertNothingLeft(vm);
+  });
+
+  it("VMs of one cache volume each get their own clone of its generation, mounted at its paths before the workload; a clone's writes leave with its VM", async () => {
+    const cache = { volume: `vol-${NODE}`, size: "128Mi", paths: ["/var/cache/imp-test", "/opt/tools/cache"] };
+    // Exit codes say which check failed: 11 a path is not on the clone's ext4, 12 the clone held
+    // another VM's file, 13 the write failed.
+    const script = (me: string): string[] => ["/bin/sh", "-c", [
+      "for p in /var/cache/imp-test /opt/tools/cache; do grep -q \"^/dev/vdc $p ext4 \" /proc/mounts || exit 11; done",
+      `for f in /var/cache/imp-test/*; do [ -e "$f" ] || continue; exit 12; done`,
+      `echo ${me} > /var/cache/imp-test/${me} && echo ${me} > /opt/tools/cache/${me} || exit 13`,
+    ].join("; ")];
+    // Two at once: the node has no generation of this volume yet, and both ask for it.
+    await Promise.all([boundVm("cache-1", script("cache-1"), false, {}, cache), boundVm("cache-2", script("cache-2"), false, {}, cache)]);
+    for (const name of ["cache-1", "cache-2"]) {
+      const done = await waitForPhase(name, ["Succeeded", "Failed"]);
+      assert.equal(done.status?.phase, "Succeeded", `${name} exit ${done.status?.exitCode}: ${JSON.stringify(done.status)}\nagent log:\n${agent.logs().slice(-3000)}`);
+    }
+    // A third, after both ended: nothing promotes yet, so it starts from the same empty generation.
+    await boundVm("cache-3", script("cache-3"), false, {}, cache);
+    const third = await waitForPhase("cache-3", ["Succeeded", "Failed"]);
+    assert.equal(third.status?.phase, "Succeeded", `cache-3 exit ${third.status?.exitCode}`);
+    const dir = join(agent.stateDir, "caches", NS, cache.volume, String(128 * 1024 * 1024));
+    const files = await readdir(dir);
+    assert.deepEqual(files, ["gen-0000000000000-empty.raw"], "one generation, made once for two VMs asking at once, and no partial file");
+    assert.equal((await stat(join(dir, files[0] ?? ""))).mode & 0o777, 0o400);
+    for (const name of ["cache-1", "cache-2", "cache-3"]) await assertNothingLeft(await waitForReleased(name));
   });
 
   it("SIGKILL of the VMM ends the VM Failed with VmmExited", async () => {
