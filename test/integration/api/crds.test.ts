@@ -134,6 +134,16 @@ describe("valid objects", () => {
     assert.deepEqual(node.spec, { unschedulable: false });
   });
 
+  test("pools with a cache volume at each end of its size range, and dotted cache paths, are accepted", async () => {
+    for (const [i, size] of ["64Mi", "1048576Mi", "1024Gi", "1Ti"].entries()) {
+      const pool = sample("impvmrunnerpool-org.yaml");
+      pool.metadata.name = `cached-${i}`;
+      (pool.spec as Record<string, unknown>)["cache"] = { size, paths: ["/var/lib/docker", "/home/runner/.cache", "/opt/.tool-cache/v1.2"] };
+      const created = await imp.create(pool).catch((err: unknown) => Promise.reject(new Error(`cache size ${size} was rejected: ${err instanceof ApiException ? String(err.body) : String(err)}`)));
+      assert.deepEqual((created.spec as { cache?: unknown }).cache, { size, paths: ["/var/lib/docker", "/home/runner/.cache", "/opt/.tool-cache/v1.2"] });
+    }
+  });
+
   test("a VM status walking every phase to Succeeded is accepted", async () => {
     const vm = await imp.create({ ...sample("impvm-hello.yaml"), metadata: { name: "walker" } });
     const status: Record<string, unknown> = { phaseTimestamps: {} };
