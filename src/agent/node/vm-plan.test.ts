@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import type { ImpVM, ImpVMClassSpec, ImpVMTemplateSpec } from "../../api/index.ts";
 import type { Stored } from "../../kube/index.ts";
 import { ImpError } from "../../shared/index.ts";
-import { planVm, type PlanInputs } from "./vm-plan.ts";
+import { bootRequestOf, planVm, type PlanInputs } from "./vm-plan.ts";
 
 const template: ImpVMTemplateSpec = { classRef: { name: "small" }, image: "127.0.0.1:5000/ci/base:1", extraLayers: [{ image: "127.0.0.1:5000/ci/runner:1" }], kernel: "default", expireAfter: "1h", bootArgs: "quiet loglevel=3" };
 const vmClass: ImpVMClassSpec = { vcpu: 2, memoryMiB: 1024, scratchDisk: "2Gi", arch: "amd64" };
@@ -50,4 +50,18 @@ test("what a plan refuses: unknown kernel, reserved boot args, a missing Secret,
   assert.throws(() => planVm(inputs({ vm: vm({ workload: { command: ["x"], user: "runner" } }) })), code("UserNotNumeric"));
   assert.throws(() => planVm(inputs({ secrets: new Map([["creds", { token: "t" }], ["bulk", { RUNNER_JITCONFIG: "x" }]]), vm: vm({ workload: { command: ["x"], envFrom: [{ secretRef: { name: "bulk" }, prefix: "IMP_" }] } }) })), code("ReservedEnv"));
   assert.throws(() => planVm(inputs({ template: undefined })), code("TemplateNotFound"));
+});
+
+test("a VM's cache volume is planned in its own namespace, in bytes, and makes its boot a boot (a snapshot has no cache disk)", () => {
+  const cache = { volume: "pool-uid-1", size: "2Gi", paths: ["/var/lib/docker", "/home/runner/.cache"] };
+  const plan = planVm(inputs({ vm: vm({ cache }), vmClass: { ...vmClass, startFrom: "Snapshot" } }));
+  assert.deepEqual(plan.cache, { namespace: "ci", volume: "pool-uid-1", sizeBytes: 2 * 1024 ** 3, paths: ["/var/lib/docker", "/home/runner/.cache"] });
+  assert.equal(plan.startFrom, "Snapshot");
+  const request = bootRequestOf(plan, "qemu");
+  assert.deepEqual(request.cache, plan.cache);
+  assert.equal(request.startFrom, "Boot");
+  const plain = planVm(inputs({ vmClass: { ...vmClass, startFrom: "Snapshot" } }));
+  assert.equal(plain.cache, undefined);
+  assert.equal(bootRequestOf(plain, "qemu").startFrom, "Snapshot", "without a cache the class's startFrom stands");
+  assert.throws(() => planVm(inputs({ template: { ...template, bootArgs: "imp.cache=/dev/vda" } })), code("BootArgRefused"), "a template cannot name the cache disk");
 });
