@@ -35,6 +35,7 @@ import { describeError, NO_FAULTS, ImpError, retryableError, systemClock, termin
 import type { SupervisorCgroupOptions } from "../supervisor/index.ts";
 import { DEFAULT_RUNTIME_TIMEOUTS, DEFAULT_WORKLOAD_ENV, VmDir, VmRuntime, type LocalSetupState, type LocalVm, type VmRef, type VmRuntimeOptions } from "../vm/index.ts";
 import { CacheVolumes } from "../cache/index.ts";
+import { CacheSettler } from "./cache-settler.ts";
 import type { VmmKind } from "../vmm/index.ts";
 import { AgentMetrics } from "./agent-metrics.ts";
 import { KubeSetupStore } from "./kube-setup-store.ts";
@@ -77,6 +78,8 @@ export interface NodeAgentOptions {
   readonly healthPort?: number;
   readonly healthHost?: string | undefined;
   readonly renewIntervalMs?: number | undefined;
+  /** How long a cache clone waits for the operator's decision after its VM ended (default 15 min). */
+  readonly cacheHoldMs?: number | undefined;
   readonly sweep?: { readonly intervalMs?: number; readonly cgroup?: SupervisorCgroupOptions | undefined; readonly sweepNetwork?: ((live: LiveSet) => Promise<readonly string[]>) | undefined; readonly sweepSnapshots?: (() => Promise<readonly string[]>) | undefined };
   /**
    * The fault points of the failure-proof suite (docs/failure-proof-points.md): `imp agent` reads
@@ -88,6 +91,7 @@ export interface NodeAgentOptions {
 export class NodeAgent {
   readonly runtime: VmRuntime;
   readonly #caches: CacheVolumes;
+  readonly #settler: CacheSettler;
   readonly metrics: AgentMetrics;
   readonly registry: Registry;
   readonly vms: ResourceClient<ImpVM>;
@@ -129,6 +133,7 @@ export class NodeAgent {
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.#setups = new KubeSetupStore({ vms: this.vms, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
     this.#caches = options.runtime.caches ?? new CacheVolumes(options.runtime.stateDir);
+    this.#settler = new CacheSettler({ caches: this.#caches, vmCache: this.#cache, vms: this.vms, clock: this.#clock, logger: this.#log, ...(options.cacheHoldMs === undefined ? {} : { holdMs: options.cacheHoldMs }) });
     this.runtime = new VmRuntime({
       ...options.runtime,
       caches: this.#caches,
@@ -186,7 +191,7 @@ export class NodeAgent {
     const swept = await this.#caches.sweep();
     if (swept.length > 0) this.#log.info({ files: swept }, "removed partial cache files an earlier run left");
     await this.reporter.reportOnce(signal);
-    const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) }).addServer(this.sweeper);
+    const manager = new Manager({ logger: this.#log }).addCache(this.#cache).addController(this.#controller).addServer({ start: (s) => this.reporter.start(s) }).addServer(this.sweeper).addServer(this.#settler);
     if (this.health !== undefined) manager.addHealthServer(this.health);
     await manager.start(signal);
     await this.#releaseNodeIfIdle();

@@ -115,7 +115,20 @@ export function disksAndNetworkSteps(deps: BootDeps): Pipeline<Requested & Pick<
       await deps.faults.hit("agent.prepare", ctx.signal);
       return { disks: await deps.images.disks(s.dir.root, s.image, s.request.scratchBytes) };
     })
-    .step("cache", async (s, ctx) => ({ cache: await cacheClone(deps, s, ctx.signal) }))
+    .step("cache", async (s, ctx) => {
+      const cache = await cacheClone(deps, s, ctx.signal);
+      const caches = deps.caches;
+      const wanted = s.request.cache;
+      if (cache !== undefined && caches !== undefined && wanted !== undefined) {
+        // Kept past the VM (its directory goes) until the operator's decision on its job settles it.
+        ctx.onCleanup("hold cache clone", () =>
+          caches.hold(wanted, s.request.id, cache, deps.clock.now()).catch((err: unknown) => {
+            s.log.warn({ error: describeError(err) }, "cache clone not held: it is removed with the VM and cannot be promoted");
+          }),
+        );
+      }
+      return { cache };
+    })
     .step("network", async (s, ctx) => {
       const network = deps.network;
       if (s.request.network === undefined || network === undefined) return { lease: undefined };

@@ -5,7 +5,7 @@
  * volume's identity, which the pool sets, so one pool's cache is never mounted for another.
  */
 import { Type, type Static } from "@sinclair/typebox";
-import { cel, SIZE_PATTERN } from "./common.ts";
+import { cel, SIZE_PATTERN, StringEnum, Timestamp } from "./common.ts";
 
 /**
  * An absolute guest path of plain segments. No `.` or `..` segment, no commas (the paths travel
@@ -66,3 +66,36 @@ export const VmCacheVolume = Type.Object(
   { ...SIZE_RANGE, description: "The VM's cache volume: a clone of the volume's latest generation on its node, mounted at `paths` before the workload starts. Set by runner pools from their `spec.cache`. See docs/caches.md." },
 );
 export type VmCacheVolume = Static<typeof VmCacheVolume>;
+
+export const CACHE_DECISIONS = ["Promote", "Discard"] as const;
+export type CacheDecision = (typeof CACHE_DECISIONS)[number];
+
+/**
+ * What became of a VM's cache clone after its job. The operator writes `promotion` from what the
+ * forge says of the job (never from the VM); the node's agent, holding the clone, carries it out
+ * and writes `result`.
+ */
+export const VmCacheStatus = Type.Object(
+  {
+    promotion: Type.Optional(
+      Type.Object(
+        {
+          decision: StringEnum(CACHE_DECISIONS, { description: "`Promote`: the clone becomes the volume's next generation on the VM's node; `Discard`: it is deleted." }),
+          reason: Type.String({ maxLength: 128, pattern: "^[A-Za-z][A-Za-z0-9]*$", description: "Why, e.g. Trusted, NotSucceeded, UntrustedEvent, FromFork, FactsUnknown." }),
+          jobCompletedAt: Type.Optional(Timestamp("When the job completed, as the forge says: a promoted generation is ordered by it, so of two trusted jobs the later-completed one's cache is the newest.")),
+        },
+        {
+          description: "The operator's decision on the VM's clone, written once after the job ended.",
+          ...cel(
+            { rule: "self == oldSelf", message: "a cache decision is written once" },
+            { rule: "self.decision != 'Promote' || has(self.jobCompletedAt)", message: "a promotion names when its job completed", fieldPath: ".jobCompletedAt", reason: "FieldValueRequired" },
+          ),
+        },
+      ),
+    ),
+    result: Type.Optional(StringEnum(["Promoted", "Discarded"] as const, { description: "What the node's agent did with the clone." })),
+    generation: Type.Optional(Type.String({ maxLength: 63, pattern: "^[a-z0-9-]+$", description: "The generation the clone became (result Promoted)." })),
+  },
+  { description: "The VM's cache clone after its job (docs/caches.md)." },
+);
+export type VmCacheStatus = Static<typeof VmCacheStatus>;

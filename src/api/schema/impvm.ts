@@ -9,7 +9,7 @@ import { IMP_VM, MAX_VM_NAME_LENGTH } from "../constants.ts";
 import { BOUND_VM_PHASES, TERMINAL_VM_PHASES, VM_PHASE_TRANSITIONS, VM_PHASES } from "../phases.ts";
 import { VMMS } from "./impvmclass.ts";
 import { ImpVMTemplateSpec } from "./impvmtemplate.ts";
-import { VmCacheVolume } from "./cache.ts";
+import { VmCacheStatus, VmCacheVolume } from "./cache.ts";
 import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
@@ -171,6 +171,7 @@ export const ImpVMStatus = Type.Object(
         { description: "The VM's Secret inputs, sealed to its node. Set once.", ...cel({ rule: "self == oldSelf", message: "the sealed inputs are set once" }) },
       ),
     ),
+    cache: Type.Optional(VmCacheStatus),
     teardown: Type.Optional(
       Type.Object(
         {

@@ -304,10 +304,48 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     const third = await waitForPhase("cache-3", ["Succeeded", "Failed"]);
     assert.equal(third.status?.phase, "Succeeded", `cache-3 exit ${third.status?.exitCode}`);
     const dir = join(agent.stateDir, "caches", NS, cache.volume, String(128 * 1024 * 1024));
-    const files = await readdir(dir);
+    const files = (await readdir(dir)).filter((n) => n !== "held");
     assert.deepEqual(files, ["gen-0000000000000-empty.raw"], "one generation, made once for two VMs asking at once, and no partial file");
+    // Each clone waits for the operator's decision past its VM (a clone and its record each).
+    assert.equal((await readdir(join(dir, "held"))).length, 6);
     assert.equal((await stat(join(dir, files[0] ?? ""))).mode & 0o777, 0o400);
     for (const name of ["cache-1", "cache-2", "cache-3"]) await assertNothingLeft(await waitForReleased(name));
+  });
+
+  it("a held clone becomes the volume's next generation on the operator's Promote and is deleted on its Discard or when its VM goes; later VMs see only the promoted writes", async () => {
+    const cache = { volume: `pvol-${NODE}`, size: "128Mi", paths: ["/var/cache/imp-test"] };
+    const write = (file: string): string[] => ["/bin/sh", "-c", `grep -q "^/dev/vdc /var/cache/imp-test ext4 " /proc/mounts || exit 11; echo ${file} > /var/cache/imp-test/${file} || exit 13`];
+    const decide = async (name: string, promotion: Record<string, string>): Promise<ImpVM> => {
+      await vms.patchStatus({ namespace: NS, name }, { status: { cache: { promotion } } });
+      return waitFor(`${name}'s clone settled`, async () => {
+        const vm = await get(name);
+        return vm?.status?.cache?.result === undefined ? undefined : vm;
+      }, { timeoutMs: 60_000, intervalMs: 200 }).catch((err: unknown) => Promise.reject(new Error(`${String(err)}\nagent log:\n${agent.logs().slice(-3000)}`)));
+    };
+    await boundVm("promo-1", write("kept"), false, {}, cache);
+    assert.equal((await waitForPhase("promo-1", ["Succeeded", "Failed"])).status?.phase, "Succeeded");
+    await waitForReleased("promo-1");
+    const completedAt = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    const promoted = await decide("promo-1", { decision: "Promote", reason: "Trusted", jobCompletedAt: completedAt });
+    assert.equal(promoted.status?.cache?.result, "Promoted");
+    assert.match(promoted.status?.cache?.generation ?? "", new RegExp(`^${String(Date.parse(completedAt)).padStart(13, "0")}-`));
+
+    await boundVm("promo-2", write("dropped"), false, {}, cache);
+    assert.equal((await waitForPhase("promo-2", ["Succeeded", "Failed"])).status?.phase, "Succeeded");
+    await waitForReleased("promo-2");
+    assert.equal((await decide("promo-2", { decision: "Discard", reason: "UntrustedEvent" })).status?.cache?.result, "Discarded");
+
+    // 12: the promoted file is missing or wrong; 14: the discarded job's file is there.
+    await boundVm("promo-3", ["/bin/sh", "-c", "[ \"$(cat /var/cache/imp-test/kept)\" = kept ] || exit 12; [ ! -e /var/cache/imp-test/dropped ] || exit 14"], false, {}, cache);
+    const third = await waitForPhase("promo-3", ["Succeeded", "Failed"]);
+    assert.equal(third.status?.phase, "Succeeded", `promo-3 exit ${third.status?.exitCode} (12: the promoted write is missing, 14: the discarded write is there)`);
+    await waitForReleased("promo-3");
+    const dir = join(agent.stateDir, "caches", NS, cache.volume, String(128 * 1024 * 1024));
+    assert.deepEqual((await readdir(dir)).filter((n) => n.startsWith("gen-")), ["gen-0000000000000-empty.raw", `gen-${promoted.status?.cache?.generation ?? ""}.raw`]);
+    assert.equal((await readdir(join(dir, "held"))).length, 2, "promo-3's clone waits for its decision (a clone and its record)");
+    await vms.delete({ namespace: NS, name: "promo-3" });
+    await waitFor("promo-3's clone deleted with its VM", async () => ((await readdir(join(dir, "held"))).length === 0 ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
+    for (const name of ["promo-1", "promo-2"]) await vms.delete({ namespace: NS, name });
   });
 
   it("SIGKILL of the VMM ends the VM Failed with VmmExited", async () => {
