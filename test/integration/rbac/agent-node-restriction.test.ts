@@ -115,6 +115,12 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     assert.equal(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { phase: "Preparing" } })), "allowed");
     assert.equal(await attempt(() => vmsB.patch({ namespace: NS, name: "vm-b" }, { metadata: { finalizers: ["imp.dev/teardown"] } })), "allowed");
     assert.notEqual(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { nodeName: "node-a" } })), "allowed", "an agent cannot move a VM to another node");
+    // The cache decision is the operator's: a node (where a job may have escaped to) cannot promote
+    // its own VM's clone, nor remove the decision; it writes only what it did.
+    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: { decision: "Promote", reason: "Trusted", jobCompletedAt: now } } } })), /may not write or remove a VM's cache decision/);
+    await admin.vms.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: { decision: "Discard", reason: "UntrustedEvent" } } } });
+    assert.equal(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { result: "Discarded" } } })), "allowed");
+    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: null } } } as never)), /may not write or remove a VM's cache decision/);
     // Retiring its node (an uninstall): its own Lease and ImpNode.
     assert.equal(await attempt(() => leasesB.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })), "allowed");
     assert.equal(await attempt(() => nodesB.delete({ name: "node-b" })), "allowed");
