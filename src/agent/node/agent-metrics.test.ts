@@ -37,4 +37,17 @@ describe("agent metrics", () => {
     assert.equal(await ended("BootTimeout", "linux"), 1);
     assert.equal(await ended("BootTimeout", "docker"), undefined);
   });
+
+  it("counts cache clones by result, every result at 0 from the start", async () => {
+    const registry = new Registry();
+    const metrics = new AgentMetrics(registry);
+    const count = async (result: string): Promise<number | undefined> => (await registry.getSingleMetric("imp_agent_cache_clone_events_total")?.get())?.values.find((v) => v.labels["result"] === result)?.value;
+    for (const result of ["attached", "unsupported", "failed", "promoted", "discarded"]) assert.equal(await count(result), 0, result);
+    metrics.onRuntimeEvent({ kind: "cache", result: "attached" });
+    metrics.onRuntimeEvent({ kind: "cache", result: "attached" });
+    metrics.onRuntimeEvent({ kind: "cache", result: "promoted" });
+    assert.equal(await count("attached"), 2);
+    assert.equal(await count("promoted"), 1);
+    assert.equal(await count("failed"), 0);
+  });
 });

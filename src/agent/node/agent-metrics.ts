@@ -19,6 +19,7 @@ export class AgentMetrics {
   readonly exitDetection: Histogram;
   readonly snapshots: Counter<"result">;
   readonly snapshotCreate: Histogram;
+  readonly cache: Counter<"result">;
 
   /** `stateDir`: the node's state directory, whose filesystem's size and free space are read at each scrape. */
   constructor(registry: Registry, stateDir?: string) {
@@ -36,6 +37,8 @@ export class AgentMetrics {
     this.snapshots = new Counter({ name: "imp_agent_memory_snapshot_events_total", help: "VMs of startFrom: Snapshot classes restored or booted instead (fallback: no snapshot yet, or it failed to restore), and templates created or failed.", labelNames: ["result"], registers });
     for (const result of ["restored", "fallback", "created", "build-failed", "build-deferred"]) this.snapshots.inc({ result }, 0);
     this.snapshotCreate = new Histogram({ name: "imp_agent_memory_snapshot_create_seconds", help: "A template VM's boot, save and digests, for one memory snapshot.", buckets: SECONDS, registers });
+    this.cache = new Counter({ name: "imp_agent_cache_clone_events_total", help: "Cache volume clones: attached to a VM, not attached (unsupported: the VMM takes no clone; failed: it could not be made — the job ran cold), and after the VM promoted or discarded.", labelNames: ["result"], registers });
+    for (const result of ["attached", "unsupported", "failed", "promoted", "discarded"]) this.cache.inc({ result }, 0);
     if (stateDir !== undefined) {
       // Read at scrape time, as node_exporter's filesystem gauges are: VM disks, the image cache and
       // snapshots all live there, and a full one fails every VM of the node.
@@ -77,6 +80,9 @@ export class AgentMetrics {
         break;
       case "failed":
         this.errors.inc({ code: event.code });
+        break;
+      case "cache":
+        this.cache.inc({ result: event.result });
         break;
       case "snapshot":
         this.snapshots.inc({ result: event.result });

@@ -52,6 +52,8 @@ export interface CacheSettlerOptions {
   readonly logger: Logger;
   readonly intervalMs?: number;
   readonly holdMs?: number;
+  /** Told of each clone settled (metrics). */
+  readonly onSettled?: (result: "promoted" | "discarded") => void;
 }
 
 const BY_UID = "imp-agent/vm-by-uid";
@@ -95,6 +97,7 @@ export class CacheSettler {
         log.info({ reason: action.reason }, "cache clone discarded");
       }
       this.#failures.delete(held.uid);
+      this.#o.onSettled?.(action.type === "Promote" ? "promoted" : "discarded");
     } catch (err) {
       if (signal?.aborted === true) return;
       // A refusal (the generation exists already: an earlier run promoted it) will not change.

@@ -133,7 +133,7 @@ export class NodeAgent {
     this.#cache = new Informer<ImpVM>({ client: this.vms, fieldSelector: `status.nodeName=${options.nodeName}`, resyncPeriodMs: 5 * 60_000, clock: this.#clock, logger: this.#log });
     this.#setups = new KubeSetupStore({ vms: this.vms, lastSeen: (vm) => this.#vms.get(`${vm.namespace}/${vm.name}`)?.seen });
     this.#caches = options.runtime.caches ?? new CacheVolumes(options.runtime.stateDir);
-    this.#settler = new CacheSettler({ caches: this.#caches, vmCache: this.#cache, vms: this.vms, clock: this.#clock, logger: this.#log, ...(options.cacheHoldMs === undefined ? {} : { holdMs: options.cacheHoldMs }) });
+    this.#settler = new CacheSettler({ caches: this.#caches, vmCache: this.#cache, vms: this.vms, clock: this.#clock, logger: this.#log, onSettled: (result) => this.metrics.onRuntimeEvent({ kind: "cache", result }), ...(options.cacheHoldMs === undefined ? {} : { holdMs: options.cacheHoldMs }) });
     this.runtime = new VmRuntime({
       ...options.runtime,
       caches: this.#caches,

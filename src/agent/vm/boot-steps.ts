@@ -52,6 +52,8 @@ export interface BootDeps {
   readonly onVmStarted?: (id: string, vm: RunningVm) => void;
   /** The node's cache volumes; absent: no VM gets one (`imp run`). */
   readonly caches?: CacheVolumes;
+  /** Told whether a VM asking for a cache clone got one (metrics). */
+  readonly onCacheEvent?: (result: "attached" | "unsupported" | "failed") => void;
 }
 
 /** What every lifecycle starts from. */
@@ -146,13 +148,17 @@ async function cacheClone(deps: BootDeps, s: Requested & Pick<Prepared, "dir">, 
   const wanted = s.request.cache;
   if (wanted === undefined || deps.caches === undefined) return undefined;
   if (s.request.vmm !== "qemu") {
+    deps.onCacheEvent?.("unsupported");
     s.log.warn({ vmm: s.request.vmm, volume: wanted.volume }, "cache volume not attached: only QEMU takes a copy-on-write clone; the job runs without its cache");
     return undefined;
   }
   try {
-    return await deps.caches.cloneNewest(wanted, join(s.dir.root, "cache.qcow2"), { signal });
+    const clone = await deps.caches.cloneNewest(wanted, join(s.dir.root, "cache.qcow2"), { signal });
+    deps.onCacheEvent?.("attached");
+    return clone;
   } catch (err) {
     if (signal.aborted) throw err;
+    deps.onCacheEvent?.("failed");
     s.log.warn({ volume: wanted.volume, error: describeError(err) }, "cache volume not attached: the clone could not be made; the job runs without its cache");
     return undefined;
   }

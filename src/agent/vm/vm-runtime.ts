@@ -29,7 +29,11 @@ export type RuntimeEvent =
   | { readonly kind: "booted"; readonly ms: number; readonly vmm: VmmKind }
   | { readonly kind: "setup-delivered" }
   | { readonly kind: "ended"; readonly vm: VmRef; readonly outcome: VmOutcome; readonly runMs?: number }
-  | { readonly kind: "failed"; readonly code: string };
+  | { readonly kind: "failed"; readonly code: string }
+  /** A VM's cache clone: attached, not attached (the VMM cannot, or it could not be made), or settled after the VM. */
+  | { readonly kind: "cache"; readonly result: CacheEventResult };
+
+export type CacheEventResult = "attached" | "unsupported" | "failed" | "promoted" | "discarded";
 
 export interface VmRuntimeOptions {
   readonly stateDir: string;
@@ -139,6 +143,7 @@ export class VmRuntime {
       faults: this.#faults,
       clientName: "imp-agent",
       ...(options.caches === undefined ? {} : { caches: options.caches }),
+      onCacheEvent: (result) => options.observe?.({ kind: "cache", result }),
       onVmStarted: (id, vm) => {
         const task = this.#tasks.get(id);
         if (task === undefined) return;
