@@ -53,7 +53,7 @@ try {
   await cloneGeneration(gens.get(1) ?? "", clone);
   await run("qemu-io", ["-f", "qcow2", "-c", "write -P 0x6b 64M 64M", clone]);
   const t = performance.now();
-  const next = await promoteClone(clone, dir, "next");
+  const next = await promoteClone(clone, gens.get(1) ?? "", dir, "next");
   const promoteMs = performance.now() - t;
   const allocated = async (p: string): Promise<number> => ((await stat(p)).blocks * 512) / 2 ** 20;
 

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -84,7 +84,7 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     await cloneGeneration(gen, b);
     await write(a, "qcow2", 0x11);
     await write(b, "qcow2", 0x22);
-    const next = await promoteClone(a, dir, "g2");
+    const next = await promoteClone(a, gen, dir, "g2");
     assert.ok(await holds(next, "raw", 0x11), "the new generation holds the promoted clone's write");
     assert.ok(await holds(gen, "raw", 0), "the old generation does not");
     assert.ok(await holds(b, "qcow2", 0x22), "a clone of the old generation keeps its own view");
@@ -96,13 +96,27 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     assert.ok(await holds(c, "qcow2", 0x11), "the next VM's clone starts from the promoted data");
   });
 
+  it("promotes from the generation it is told, never from the one the clone's header names (a VM's QEMU wrote that header)", async () => {
+    const gen = await createEmptyGeneration(dir, "hdr1", 128 * MiB);
+    const other = await createEmptyGeneration(dir, "hdr-other", 128 * MiB);
+    await chmod(other, 0o600);
+    await write(other, "raw", 0x77);
+    const a = join(dir, "hdr1-a.qcow2");
+    await cloneGeneration(gen, a);
+    // The header now names another file as the backing (an unsafe rebase rewrites only the header).
+    await run("qemu-img", ["rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", other, a]);
+    const next = await promoteClone(a, gen, dir, "hdr2");
+    assert.ok(await holds(next, "raw", 0), "the promoted generation reads the generation it was told");
+    assert.equal(await holds(next, "raw", 0x77), false, "and nothing of the file the header names");
+  });
+
   it("refuses to promote over an existing generation, leaving it as it was", async () => {
     const gen = await createEmptyGeneration(dir, "p1", 128 * MiB);
     const a = join(dir, "p1-a.qcow2");
     await cloneGeneration(gen, a);
     await write(a, "qcow2", 0x33);
     const before = await sha(gen);
-    await assert.rejects(promoteClone(a, dir, "p1"), (err: unknown) => err instanceof ImpError && err.code === "CachePromoteFailed" && err.errorClass === "terminal" && /already exists/.test(err.message));
+    await assert.rejects(promoteClone(a, gen, dir, "p1"), (err: unknown) => err instanceof ImpError && err.code === "CachePromoteFailed" && err.errorClass === "terminal" && /already exists/.test(err.message));
     assert.equal(await sha(gen), before);
   });
 
@@ -122,7 +136,7 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
       });
     }, 2);
     try {
-      await assert.rejects(promoteClone(a, dir, "ab2", { signal: abort.signal }), /the test aborts it/);
+      await assert.rejects(promoteClone(a, gen, dir, "ab2", { signal: abort.signal }), /the test aborts it/);
     } finally {
       clearInterval(watch);
     }
@@ -139,7 +153,7 @@ describe("cache volumes: generations, copy-on-write clones, promotion", { skip: 
     await cloneGeneration(gen, b);
     await write(a, "qcow2", 0x61);
     await write(b, "qcow2", 0x62);
-    const results = await Promise.allSettled([promoteClone(a, dir, "two2"), promoteClone(b, dir, "two2")]);
+    const results = await Promise.allSettled([promoteClone(a, gen, dir, "two2"), promoteClone(b, gen, dir, "two2")]);
     assert.equal(results.filter((r) => r.status === "fulfilled").length, 1, JSON.stringify(results.map((r) => r.status)));
     const refused = results.find((r) => r.status === "rejected");
     assert.ok(refused?.status === "rejected" && refused.reason instanceof ImpError && refused.reason.code === "CachePromoteFailed" && /already exists/.test(refused.reason.message));

@@ -121,23 +121,27 @@ export async function cloneGeneration(generationPath: string, clonePath: string,
 }
 
 /**
- * Writes what `clonePath` holds (its generation plus the VM's writes) as the new generation
- * `dir/gen-<id>.raw`, sparse, synced, then linked into place; refused if that generation exists.
- * The clone and its generation are left as they were. Runs off any job's path: it costs a read of
- * the clone's data.
+ * Writes what `clonePath` holds (its generation `backingPath` plus the VM's writes) as the new
+ * generation `dir/gen-<id>.raw`, sparse, synced, then linked into place; refused if that
+ * generation exists. The clone and its generation are left as they were. Runs off any job's path:
+ * it costs a read of the clone's data.
+ *
+ * The backing file and its format are named here, as the QEMU driver names them: the clone's
+ * header was last written by a VM's QEMU, and what it names is not what promotion reads.
  */
-export async function promoteClone(clonePath: string, dir: string, id: string, options: CacheToolOptions = {}): Promise<string> {
-  const context = { clone: clonePath, dir, id };
+export async function promoteClone(clonePath: string, backingPath: string, dir: string, id: string, options: CacheToolOptions = {}): Promise<string> {
+  const context = { clone: clonePath, backing: backingPath, dir, id };
   let temp: string | undefined;
   try {
     absolute("CachePromoteFailed", "cache clone", clonePath);
+    absolute("CachePromoteFailed", "cache generation", backingPath);
     absolute("CachePromoteFailed", "cache directory", dir);
     const path = join(dir, generationFileName(id));
     if ((await stat(path).catch(() => undefined)) !== undefined) throw refuse("CachePromoteFailed", `Cannot promote cache clone ${clonePath}: generation ${path} already exists`, context);
     temp = `${path}.${randomBytes(4).toString("hex")}${TEMP_SUFFIX}`;
-    // The clone's backing format is named in its header by cloneGeneration (raw); -S 4k keeps zero
-    // runs sparse, so a promoted generation costs the disk its data, not its size.
-    await runTool("qemu-img", ["convert", "-q", "-f", "qcow2", "-O", "raw", "-S", "4k", clonePath, temp], { timeoutMs: options.timeoutMs ?? 600_000, ...signalOf(options) });
+    // -S 4k keeps zero runs sparse, so a promoted generation costs the disk its data, not its size.
+    const source = `driver=qcow2,file.filename=${optionValue(clonePath)},backing.driver=raw,backing.file.filename=${optionValue(backingPath)}`;
+    await runTool("qemu-img", ["convert", "-q", "--image-opts", source, "-O", "raw", "-S", "4k", temp], { timeoutMs: options.timeoutMs ?? 600_000, ...signalOf(options) });
     await publish(temp, path, GENERATION_MODE, "CachePromoteFailed");
     return path;
   } catch (err) {
@@ -182,5 +186,8 @@ async function publish(temp: string, path: string, mode: number, code: CacheCode
     await parent.close();
   }
 }
+
+/** A value inside QEMU's comma-separated options: a comma is written twice. */
+const optionValue = (value: string): string => value.replaceAll(",", ",,");
 
 const signalOf = (options: CacheToolOptions): { signal?: AbortSignal } => (options.signal === undefined ? {} : { signal: options.signal });

@@ -8,8 +8,8 @@
  * A size is a directory of its own, so a pool whose size changed starts a new, empty cache rather
  * than give a VM a clone of a different size than asked.
  */
-import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
+import { link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { terminalError } from "../../shared/index.ts";
 import { cloneGeneration, createEmptyGeneration, generationFileName, promoteClone, sweepPartials, type CacheToolOptions } from "./cache-volume.ts";
 
@@ -36,7 +36,11 @@ export interface CacheVolumeRef {
 }
 
 export interface CacheClone {
-  /** The generation the clone reads through to (raw, read-only): the VM's drive names it as its backing file. */
+  /**
+   * The VM's own hard link to the generation it was cloned from (raw, read-only), beside the
+   * clone: the VM's drive and its promotion name it as the backing file, and it keeps the
+   * generation's bytes for as long as the clone lives, whatever the volume's collection removes.
+   */
   readonly generation: string;
   /** The VM's own qcow2 file. */
   readonly clone: string;
@@ -68,27 +72,41 @@ export class CacheVolumes {
     return last === undefined ? undefined : join(dir, generationFileName(last));
   }
 
-  /** Clones the volume's newest generation (made empty first if there is none) into `clonePath`. */
-  async cloneNewest(ref: CacheVolumeRef, clonePath: string, options: CacheToolOptions = {}): Promise<CacheClone> {
-    const generation = (await this.newest(ref)) ?? (await this.#makeEmpty(ref, options));
-    await cloneGeneration(generation, clonePath, options);
-    return { generation, clone: clonePath };
+  /**
+   * Links the volume's newest generation (made empty first if there is none) into `vmDir` and
+   * clones it there: O(1) in the volume's size, and nothing of the VM's refers to the volume's
+   * directory afterwards.
+   */
+  async cloneNewest(ref: CacheVolumeRef, vmDir: string, options: CacheToolOptions = {}): Promise<CacheClone> {
+    const generation = join(vmDir, "cache-generation.raw");
+    const clone = join(vmDir, "cache.qcow2");
+    // A collection may remove the newest-but-two between the listing and the link: look again.
+    for (let attempt = 1; ; attempt++) {
+      const newest = (await this.newest(ref)) ?? (await this.#makeEmpty(ref));
+      const linked = await link(newest, generation).then(
+        () => true,
+        (err: NodeJS.ErrnoException) => (err.code === "ENOENT" && attempt < 3 ? false : Promise.reject(err)),
+      );
+      if (linked) break;
+    }
+    await cloneGeneration(generation, clone, options);
+    return { generation, clone };
   }
 
   /**
-   * Keeps VM `uid`'s clone past its VM (moved out of the VM's directory, which is removed) until
-   * `settle` promotes or discards it. Called as the VM's disks are released.
+   * Keeps VM `uid`'s clone and its generation link past its VM (moved out of the VM's directory,
+   * which is removed) until `settle` promotes or discards them. The record is written last, whole:
+   * a crash before it leaves files the start-up sweep removes, never a record without its clone.
    */
   async hold(ref: CacheVolumeRef, uid: string, clone: CacheClone, nowMs: number): Promise<void> {
     if (!VM_UID.test(uid)) throw terminalError("CacheCloneFailed", `Cannot hold the cache clone of VM ${JSON.stringify(uid.slice(0, 80))}: not a VM id`);
     const held = join(this.dirOf(ref), "held");
     await mkdir(held, { recursive: true, mode: 0o700 });
-    const record: HeldClone = { uid, ref: { namespace: ref.namespace, volume: ref.volume, sizeBytes: ref.sizeBytes }, generation: clone.generation, heldAtMs: nowMs };
-    // The record first, whole (renamed into place), then the clone: a crash between leaves a record
-    // whose clone is missing (settled as a discard), never a clone nothing records.
+    await rename(clone.clone, join(held, `${uid}.qcow2`));
+    await rename(clone.generation, join(held, `${uid}.raw`));
+    const record: HeldClone = { uid, ref: { namespace: ref.namespace, volume: ref.volume, sizeBytes: ref.sizeBytes }, generation: join(held, `${uid}.raw`), heldAtMs: nowMs };
     await writeFile(join(held, `${uid}.json.tmp`), JSON.stringify(record), { mode: 0o600 });
     await rename(join(held, `${uid}.json.tmp`), join(held, `${uid}.json`));
-    await rename(clone.clone, join(held, `${uid}.qcow2`));
   }
 
   /** Every clone held on this node (from disk: held clones outlive an agent restart). */
@@ -98,7 +116,15 @@ export class CacheVolumes {
       for (const name of await readdir(join(dir, "held")).catch(() => [] as string[])) {
         if (!name.endsWith(".json")) continue;
         const record = await readFile(join(dir, "held", name), "utf8").then((t) => JSON.parse(t) as HeldClone, () => undefined);
-        if (record !== undefined && VM_UID.test(record.uid) && `${record.uid}.json` === name) out.push(record);
+        // Only a record that names its own files in the directory it was found in.
+        if (record !== undefined && VM_UID.test(record.uid) && `${record.uid}.json` === name && record.generation === join(dir, "held", `${record.uid}.raw`)) {
+          const found = this.#safeDirOf(record.ref);
+          if (found === dir) {
+            out.push(record);
+            continue;
+          }
+        }
+        await this.#removeHeld(join(dir, "held"), name.slice(0, -".json".length));
       }
     }
     return out;
@@ -106,27 +132,42 @@ export class CacheVolumes {
 
   /**
    * Settles a held clone: with `promoteAs`, it becomes generation `promoteAs` of its volume (then
-   * older generations no held clone needs are removed); without, it is deleted. Returns the new
-   * generation's path when promoted.
+   * generations beyond the newest two are removed); without, it is deleted. Returns the new
+   * generation's path when promoted. A generation of that id already there is this promotion's own,
+   * published before a crash (the id is the job's): taken as done.
    */
   async settle(held: HeldClone, promoteAs: string | undefined, options: CacheToolOptions = {}): Promise<string | undefined> {
     const dir = this.dirOf(held.ref);
-    const clone = join(dir, "held", `${held.uid}.qcow2`);
+    const heldDir = join(dir, "held");
     let promoted: string | undefined;
-    if (promoteAs !== undefined) promoted = await promoteClone(clone, dir, promoteAs, options);
-    await rm(clone, { force: true });
-    await rm(join(dir, "held", `${held.uid}.json`), { force: true });
+    if (promoteAs !== undefined) {
+      const target = join(dir, generationFileName(promoteAs));
+      const exists = await stat(target).then(() => true, () => false);
+      promoted = exists ? target : await promoteClone(join(heldDir, `${held.uid}.qcow2`), join(heldDir, `${held.uid}.raw`), dir, promoteAs, options);
+    }
+    await this.#removeHeld(heldDir, held.uid);
     if (promoted !== undefined) await this.#collect(dir);
     return promoted;
   }
 
-  /** Removes generations beyond the newest KEEP_GENERATIONS that no held clone reads through to. */
+  /**
+   * Removes generations beyond the newest KEEP_GENERATIONS. Every clone, running or held, reads
+   * through its own hard link, so no VM loses its generation's bytes.
+   */
   async #collect(dir: string): Promise<void> {
     const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => GENERATION.test(n)).sort();
-    const needed = new Set((await this.held()).map((h) => basename(h.generation)).filter((g) => dirname(join(dir, g)) === dir));
-    for (const name of names.slice(0, Math.max(0, names.length - KEEP_GENERATIONS))) {
-      // A running VM's QEMU keeps its generation open: unlinking it does not take it away.
-      if (!needed.has(name)) await rm(join(dir, name), { force: true });
+    for (const name of names.slice(0, Math.max(0, names.length - KEEP_GENERATIONS))) await rm(join(dir, name), { force: true });
+  }
+
+  async #removeHeld(heldDir: string, uid: string): Promise<void> {
+    for (const suffix of [".json", ".qcow2", ".raw", ".json.tmp"]) await rm(join(heldDir, `${uid}${suffix}`), { force: true });
+  }
+
+  #safeDirOf(ref: CacheVolumeRef): string | undefined {
+    try {
+      return this.dirOf(ref);
+    } catch {
+      return undefined;
     }
   }
 
@@ -140,26 +181,48 @@ export class CacheVolumes {
     return dirs;
   }
 
-  /** Removes what a crash left in every volume directory (partial generations); for the agent's start only. */
+  /**
+   * Removes what a crash left in every volume directory: partial generations, and held files
+   * without their record. For the agent's start only, before any clone or promotion runs.
+   */
   async sweep(): Promise<string[]> {
     const removed: string[] = [];
-    for (const dir of await this.#volumeDirs()) removed.push(...(await sweepPartials(dir)).map((n) => join(dir, n)));
+    for (const dir of await this.#volumeDirs()) {
+      removed.push(...(await sweepPartials(dir)).map((n) => join(dir, n)));
+      const heldDir = join(dir, "held");
+      const names = await readdir(heldDir).catch(() => [] as string[]);
+      for (const name of names) {
+        const uid = name.replace(/\.(json\.tmp|json|qcow2|raw)$/, "");
+        if (name.endsWith(".json") || names.includes(`${uid}.json`)) continue;
+        await rm(join(heldDir, name), { force: true });
+        removed.push(join(heldDir, name));
+      }
+    }
     return removed;
   }
 
-  #makeEmpty(ref: CacheVolumeRef, options: CacheToolOptions): Promise<string> {
+  /**
+   * The volume's first, empty generation, made once however many VMs ask at once. Made without any
+   * one caller's signal (mkfs is bounded by its own timeout): a VM stopped while it runs must not
+   * fail the others waiting for it.
+   */
+  #makeEmpty(ref: CacheVolumeRef): Promise<string> {
     const dir = this.dirOf(ref);
     const pending = this.#making.get(dir);
     if (pending !== undefined) return pending;
-    const made = createEmptyGeneration(dir, EMPTY_GENERATION_ID, ref.sizeBytes, options)
+    const made = createEmptyGeneration(dir, EMPTY_GENERATION_ID, ref.sizeBytes)
       .catch(async (err: unknown) => {
-        // Made meanwhile by an earlier agent run's VM (or another process): use that one.
+        // Made meanwhile by another process: use that one.
         const existing = await this.newest(ref);
         if (existing !== undefined) return existing;
         throw err;
       })
       .finally(() => this.#making.delete(dir));
     this.#making.set(dir, made);
+    this.emptyGenerationsMade++;
     return made;
   }
+
+  /** How many empty generations this instance started making (tests: one per volume, however many ask). */
+  emptyGenerationsMade = 0;
 }

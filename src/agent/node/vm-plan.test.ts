@@ -63,5 +63,5 @@ test("a VM's cache volume is planned in its own namespace, in bytes, and makes i
   const plain = planVm(inputs({ vmClass: { ...vmClass, startFrom: "Snapshot" } }));
   assert.equal(plain.cache, undefined);
   assert.equal(bootRequestOf(plain, "qemu").startFrom, "Snapshot", "without a cache the class's startFrom stands");
-  assert.throws(() => planVm(inputs({ template: { ...template, bootArgs: "imp.cache=/dev/vda" } })), code("BootArgRefused"), "a template cannot name the cache disk");
+  for (const bootArgs of ["imp.cache=/dev/vda", "imp.cache", "imp.scratch"]) assert.throws(() => planVm(inputs({ template: { ...template, bootArgs } })), code("BootArgRefused"), `a template cannot set or clear ${bootArgs}`);
 });

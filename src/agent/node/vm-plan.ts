@@ -65,7 +65,7 @@ export interface PlanInputs {
 
 const SAFE_BOOT_ARG = /^[\x21-\x7e]+$/;
 /** Kernel arguments a template may not set: they decide the root, init and the agent's own channel. */
-const RESERVED_BOOT_ARGS = /^(root|rootfstype|rootflags|init|rdinit|imp\.[a-z_.]+|console|panic|reboot)=/;
+const RESERVED_BOOT_ARGS = /^(root|rootfstype|rootflags|init|rdinit|imp\.[a-z_.]+|console|panic|reboot)(=|$)/;
 
 export function planVm(inputs: PlanInputs): VmPlan {
   const { vm } = inputs;

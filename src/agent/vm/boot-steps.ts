@@ -7,7 +7,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import { RUNNER_SETUP } from "../../api/index.ts";
 import { describeError, ImpError, terminalError, type Clock, type FaultPoints, type Logger } from "../../shared/index.ts";
 import type { CacheClone, CacheVolumes } from "../cache/index.ts";
@@ -27,6 +26,9 @@ export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "cache" |
 
 /** Imp's kernel arguments: the read-only base as root, the guest agent as init, the scratch disk for the overlay. */
 export const IMP_KERNEL_ARGS: readonly string[] = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
+
+/** Of the kernel's 2,048 bytes of command line, what Imp's arguments, the template's and a cache's may take; the rest is the drivers' (console, reboot, …). */
+const CMDLINE_BUDGET = 1_800;
 
 /**
  * A cache clone's kernel arguments: the third disk, and where its directories go. The API allows
@@ -152,8 +154,16 @@ async function cacheClone(deps: BootDeps, s: Requested & Pick<Prepared, "dir">, 
     s.log.warn({ vmm: s.request.vmm, volume: wanted.volume }, "cache volume not attached: only QEMU takes a copy-on-write clone; the job runs without its cache");
     return undefined;
   }
+  // x86 kernels take 2,048 bytes of command line: the cache's paths, the template's arguments and
+  // the drivers' own must fit, or the VM runs without its cache rather than fail to start.
+  const cmdline = [...s.request.kernel.args, ...IMP_KERNEL_ARGS, ...cacheKernelArgs(wanted.paths), ...s.request.bootArgs].join(" ");
+  if (cmdline.length > CMDLINE_BUDGET) {
+    deps.onCacheEvent?.("failed");
+    s.log.warn({ volume: wanted.volume, bytes: cmdline.length }, "cache volume not attached: its paths would not fit on the kernel command line beside the template's arguments; the job runs without its cache");
+    return undefined;
+  }
   try {
-    const clone = await deps.caches.cloneNewest(wanted, join(s.dir.root, "cache.qcow2"), { signal });
+    const clone = await deps.caches.cloneNewest(wanted, s.dir.root, { signal });
     deps.onCacheEvent?.("attached");
     return clone;
   } catch (err) {

@@ -118,6 +118,22 @@ export const UPDATE_CASES: readonly UpdateCase[] = [
     change: (o) => { (o.status as Json)["phase"] = "Booting"; },
   },
   {
+    name: "VM cache decision flipped from Discard to Promote",
+    object: vm,
+    subresource: "status",
+    field: "status.cache.promotion",
+    initialStatus: { phase: "Succeeded", exitCode: 0, nodeName: "worker-1", cache: { promotion: { decision: "Discard", reason: "UntrustedEvent" } } },
+    change: (o) => { ((o.status as Json)["cache"] as Json)["promotion"] = { decision: "Promote", reason: "Trusted", jobCompletedAt: now }; },
+  },
+  {
+    name: "VM cache promotion without the job's completion time",
+    object: vm,
+    subresource: "status",
+    field: "status.cache.promotion.jobCompletedAt",
+    initialStatus: { phase: "Succeeded", exitCode: 0, nodeName: "worker-1" },
+    change: (o) => { (o.status as Json)["cache"] = { promotion: { decision: "Promote", reason: "Trusted" } }; },
+  },
+  {
     name: "VM status moves to another node",
     object: vm,
     subresource: "status",

@@ -99,7 +99,7 @@ describe("cache volume clones in real VMs", { timeout: 600_000, skip: missing },
     }
     const filled = (await stat(b)).size;
     assert.ok(filled <= 128 * 1024 ** 2 + 8 * 1024 ** 2, `a filled clone stays within its generation's size plus qcow2 metadata: ${filled} bytes`);
-    const next = await promoteClone(a, work, "g2");
+    const next = await promoteClone(a, gen, work, "g2");
     const c = join(work, "c.qcow2");
     await cloneGeneration(next, c);
     const d = join(work, "d.qcow2");
