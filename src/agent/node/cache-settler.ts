@@ -110,6 +110,6 @@ export class CacheSettler {
     const status = action.type === "Promote" ? { result: "Promoted" as const, generation: action.generationId } : { result: "Discarded" as const };
     await this.#o.vms
       .patchStatus({ namespace: vm.metadata.namespace ?? "", name: vm.metadata.name }, { status: { cache: { ...vm.status?.cache, ...status } } })
-      .catch((err: unknown) => log.debug({ error: describeError(err) }, "cache result not written to the VM's status"));
+      .catch((err: unknown) => log.warn({ error: describeError(err) }, "cache result not written to the VM's status (the clone is settled)"));
   }
 }

@@ -305,11 +305,11 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     assert.equal(third.status?.phase, "Succeeded", `cache-3 exit ${third.status?.exitCode}`);
     const dir = join(agent.stateDir, "caches", NS, cache.volume, String(128 * 1024 * 1024));
     const files = (await readdir(dir)).filter((n) => n !== "held");
-    assert.deepEqual(files, ["gen-0000000000000-empty.raw"], "one generation, made once for two VMs asking at once, and no partial file");
-    // Each clone waits for the operator's decision past its VM (a clone and its record each).
-    assert.equal((await readdir(join(dir, "held"))).length, 6);
+    assert.deepEqual(files, ["gen-0000000000000-empty.raw"], "one generation for two VMs asking at once, and no partial file");
     assert.equal((await stat(join(dir, files[0] ?? ""))).mode & 0o777, 0o400);
     for (const name of ["cache-1", "cache-2", "cache-3"]) await assertNothingLeft(await waitForReleased(name));
+    // Each clone waits for the operator's decision past its VM: its clone, its generation link, its record.
+    assert.equal((await readdir(join(dir, "held"))).length, 9);
   });
 
   it("a held clone becomes the volume's next generation on the operator's Promote and is deleted on its Discard or when its VM goes; later VMs see only the promoted writes", async () => {
@@ -342,7 +342,7 @@ describe(`node agent (${mode}): ImpVMs bound to the node, through to the end`, {
     await waitForReleased("promo-3");
     const dir = join(agent.stateDir, "caches", NS, cache.volume, String(128 * 1024 * 1024));
     assert.deepEqual((await readdir(dir)).filter((n) => n.startsWith("gen-")), ["gen-0000000000000-empty.raw", `gen-${promoted.status?.cache?.generation ?? ""}.raw`]);
-    assert.equal((await readdir(join(dir, "held"))).length, 2, "promo-3's clone waits for its decision (a clone and its record)");
+    assert.deepEqual((await readdir(join(dir, "held"))).sort(), [`${third.metadata.uid ?? ""}.json`, `${third.metadata.uid ?? ""}.qcow2`, `${third.metadata.uid ?? ""}.raw`], "promo-3's clone waits for its decision (clone, generation link, record)");
     await vms.delete({ namespace: NS, name: "promo-3" });
     await waitFor("promo-3's clone deleted with its VM", async () => ((await readdir(join(dir, "held"))).length === 0 ? true : undefined), { timeoutMs: 60_000, intervalMs: 200 });
     for (const name of ["promo-1", "promo-2"]) await vms.delete({ namespace: NS, name });
