@@ -6,7 +6,8 @@
  * node's writes. RBAC alone allows all of these: this is what the kubelet's NodeRestriction gives
  * kubelets, for Imp's agents. And what a compromised node reads: no Secret anywhere (kube-system, a
  * GitHub App key, a Gitea token), and another node's sealed setup and inputs only as ciphertext
- * that its own key cannot open.
+ * that its own key cannot open. And cache-restriction.yaml: only the operator gives a VM a cache
+ * volume or writes its clone's promotion decision.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -40,7 +41,7 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     plane = await startControlPlane({ controllerManager: false });
     dir = await mkdtemp(join(tmpdir(), "imp-node-restriction-"));
     await installCrds(plane.kubeConfig, buildAllCrds());
-    await installRbac(plane, { "imp-agent": path("unbound") }, { "node-a": path("node-a"), "node-b": path("node-b") });
+    await installRbac(plane, { "imp-agent": path("unbound"), "imp-operator": path("operator") }, { "node-a": path("node-a"), "node-b": path("node-b") });
     await execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, "create", "namespace", NS], { timeout: 60_000 });
   });
   after(async () => {
@@ -117,10 +118,10 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     assert.notEqual(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { nodeName: "node-a" } })), "allowed", "an agent cannot move a VM to another node");
     // The cache decision is the operator's: a node (where a job may have escaped to) cannot promote
     // its own VM's clone, nor remove the decision; it writes only what it did.
-    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: { decision: "Promote", reason: "Trusted", jobCompletedAt: now } } } })), /may not write or remove a VM's cache decision/);
+    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: { decision: "Promote", reason: "Trusted", jobCompletedAt: now } } } })), /only the Imp operator may write or remove a VM's cache decision/);
     await admin.vms.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: { decision: "Discard", reason: "UntrustedEvent" } } } });
     assert.equal(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { result: "Discarded" } } })), "allowed");
-    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: null } } } as never)), /may not write or remove a VM's cache decision/);
+    assert.match(await attempt(() => vmsB.patchStatus({ namespace: NS, name: "vm-b" }, { status: { cache: { promotion: null } } } as never)), /only the Imp operator may write or remove a VM's cache decision/);
     // Retiring its node (an uninstall): its own Lease and ImpNode.
     assert.equal(await attempt(() => leasesB.delete({ namespace: IMP_SYSTEM, name: "imp-agent-node-b" })), "allowed");
     assert.equal(await attempt(() => nodesB.delete({ name: "node-b" })), "allowed");
@@ -130,6 +131,33 @@ describe("deploy/rbac's admission policy: an agent writes only its own node's ob
     const noNode = await attempt(() => unbound.create({ apiVersion: API_VERSION, kind: "ImpNode", metadata: { name: "node-z" }, spec: { unschedulable: false } } as ImpNode));
     assert.match(noNode, /names no node: run the agent as its DaemonSet's Pod/);
     assert.ok(vm.metadata.uid !== undefined);
+  });
+
+  it("only the operator gives a VM a cache volume or decides its clone's promotion; a tenant who may write ImpVMs may do neither", async () => {
+    const kubectl = (args: string[], input?: string): Promise<string> => {
+      const child = execFileAsync(plane.binaries.kubectl, ["--kubeconfig", plane.kubeconfigPath, ...args], { timeout: 60_000 });
+      if (input !== undefined) child.child.stdin?.end(input);
+      return child.then((r) => r.stdout);
+    };
+    // A tenant: a ServiceAccount of the namespace allowed by RBAC to create ImpVMs and write their status.
+    await kubectl(["-n", NS, "create", "serviceaccount", "tenant"]);
+    await kubectl(["-n", NS, "create", "role", "vm-writer", "--verb=create,get,patch,update", "--resource=impvms.imp.dev,impvms.imp.dev/status"]);
+    await kubectl(["-n", NS, "create", "rolebinding", "vm-writer", "--role=vm-writer", `--serviceaccount=${NS}:tenant`]);
+    const token = (await kubectl(["-n", NS, "create", "token", "tenant", "--duration", "1h"])).trim();
+    const tenantConfig = as("unbound");
+    tenantConfig.users = [{ name: "tenant", token }];
+    tenantConfig.contexts = tenantConfig.contexts.map((c) => ({ ...c, user: "tenant" }));
+    const tenant = createResourceClient<ImpVM>(tenantConfig, IMP_VMS);
+    const operator = createResourceClient<ImpVM>(as("operator"), IMP_VMS);
+    const cached = (name: string): ImpVM => ({ apiVersion: API_VERSION, kind: "ImpVM", metadata: { name, namespace: NS }, spec: { templateRef: { name: "t" }, workload: { command: ["/bin/true"] }, cache: { volume: "pool-uid-1", size: "1Gi", paths: ["/var/lib/docker"] } } }) as unknown as ImpVM;
+
+    assert.match(await attempt(() => tenant.create(cached("tenant-cached"))), /only the Imp operator creates an ImpVM with spec.cache/);
+    assert.equal(await attempt(() => tenant.create({ ...cached("tenant-plain"), spec: { templateRef: { name: "t" }, workload: { command: ["/bin/true"] } } } as unknown as ImpVM)), "allowed", "the tenant's RBAC works: a VM without a cache is created");
+    assert.equal(await attempt(() => operator.create(cached("pool-vm"))), "allowed");
+    const completed = new Date().toISOString();
+    assert.match(await attempt(() => tenant.patchStatus({ namespace: NS, name: "pool-vm" }, { status: { cache: { promotion: { decision: "Promote", reason: "Trusted", jobCompletedAt: completed } } } })), /only the Imp operator may write or remove a VM's cache decision/);
+    assert.equal(await attempt(() => operator.patchStatus({ namespace: NS, name: "pool-vm" }, { status: { cache: { promotion: { decision: "Promote", reason: "Trusted", jobCompletedAt: completed } } } })), "allowed");
+    assert.match(await attempt(() => tenant.patchStatus({ namespace: NS, name: "pool-vm" }, { status: { cache: { promotion: null } } } as never)), /only the Imp operator may write or remove a VM's cache decision/);
   });
 
   it("a compromised node reads no Secret — kube-system's, the GitHub App key, a Gitea token — and another node's sealed setup and inputs do not open with its key", async () => {
