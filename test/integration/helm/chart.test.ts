@@ -201,6 +201,7 @@ describe("the Helm chart", { skip: unavailable, timeout: 600_000 }, () => {
       assert.match(await kubectl("get", "validatingadmissionpolicy", "imp-agent-node-restriction", "-o", "jsonpath={.spec.matchConstraints.resourceRules[*].resources}"), /impnodes/);
       // The admission policy names the release's ServiceAccount, not imp-system's.
       assert.match(await kubectl("get", "validatingadmissionpolicy", "imp-agent-node-restriction", "-o", "yaml"), /system:serviceaccount:imp-ci:imp-agent/);
+      assert.match(await kubectl("get", "validatingadmissionpolicy", "imp-cache-restriction", "-o", "yaml"), /system:serviceaccount:imp-ci:imp-operator/);
       // A user's object of an Imp kind, to outlive the uninstall.
       await exec(plane.binaries.kubectl, [...kube(), "apply", "-f", join(root, "deploy/samples/impvmclass-small.yaml")], { timeout: 60_000 });
 
