@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -59,7 +60,10 @@ func MountCache(log *slog.Logger, device string, paths []string) {
 		log.Warn("cache volume not mounted; the job runs without its cache", "device", device, "error", err)
 		return
 	}
-	for _, p := range paths {
+	// Shallower paths first: /a bound after /a/b would hide /a/b's binding.
+	sorted := append([]string(nil), paths...)
+	sort.SliceStable(sorted, func(i, j int) bool { return strings.Count(sorted[i], "/") < strings.Count(sorted[j], "/") })
+	for _, p := range sorted {
 		if err := bindCacheDir(filepath.Join(finalCache, "dirs", cacheDirName(p)), p); err != nil {
 			log.Warn("cache path not on the cache volume; it starts empty in this job", "path", p, "error", err)
 			continue
