@@ -53,6 +53,10 @@ type Server struct {
 	hub          *Hub
 	execs        *execmgr.Manager
 	shuttingDown atomic.Bool
+	// execRequests counts exec requests being answered (from decode until the reply is queued): an
+	// exec with shutdownAfterExit may exit before its reply is queued, and the shutdown must not
+	// overtake the reply (the host would see the stream close instead).
+	execRequests atomic.Int64
 }
 
 // New builds a Server; the reaper must be running for exec exits to be reported.
@@ -162,6 +166,10 @@ func (s *Server) handle(ctx context.Context, c *conn, body []byte) {
 		return
 	}
 	id, typ = req.ID, req.Type
+	if req.Type == proto.TypeExec {
+		s.execRequests.Add(1)
+		defer s.execRequests.Add(-1)
+	}
 	reply, perr := s.dispatch(ctx, req)
 	if perr != nil {
 		perr.ID = req.ID
@@ -263,11 +271,15 @@ func (s *Server) writeExitRecord(execID string, code int, signal string) {
 	}
 }
 
-// onExecExited shuts the guest down after an exec started with shutdownAfterExit, once its exit
-// event has been written to every connected stream (bounded).
+// onExecExited shuts the guest down after an exec started with shutdownAfterExit, once the exec's
+// reply and its exit event have been written to every connected stream (bounded).
 func (s *Server) onExecExited(execID, shutdownMode string) {
 	if shutdownMode == "" {
 		return
+	}
+	// Its reply first (queued on the same streams the flush below drains), bounded.
+	for deadline := time.Now().Add(s.opts.StallTimeout); s.execRequests.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	s.hub.Flush(s.opts.StallTimeout)
 	s.startShutdown(shutdownMode, "exec "+execID+" exited")
