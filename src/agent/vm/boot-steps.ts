@@ -27,15 +27,16 @@ export type BootStepName = "vm-dir" | "image" | "snapshot" | "disks" | "cache" |
 /** Imp's kernel arguments: the read-only base as root, the guest agent as init, the scratch disk for the overlay. */
 export const IMP_KERNEL_ARGS: readonly string[] = ["ro", "root=/dev/vda", `init=${GUEST_AGENT_INIT}`, "imp.scratch=/dev/vdb"];
 
-/** Of the kernel's 2,048 bytes of command line, what Imp's arguments, the template's and a cache's may take; the rest is the drivers' (console, reboot, …). */
+/** Of the kernel's 2,048 bytes, what a driver's command line (`VmmDriver.cmdline`) may take: the rest is for what a driver adds at launch (QEMU's TSC frequency). */
 const CMDLINE_BUDGET = 1_800;
 
 /**
- * A cache clone's kernel arguments: the third disk, and where its directories go. The API allows
- * only paths of plain segments (no commas, no spaces), so the list travels comma-separated.
+ * Imp's kernel arguments, with a cache clone's when the VM has one: the third disk, and where its
+ * directories go. The API allows only paths of plain segments (no commas, no spaces), so the list
+ * travels comma-separated.
  */
-export function cacheKernelArgs(paths: readonly string[]): string[] {
-  return ["imp.cache=/dev/vdc", `imp.cache.paths=${paths.join(",")}`];
+function impKernelArgs(cachePaths: readonly string[] | undefined): readonly string[] {
+  return cachePaths === undefined ? IMP_KERNEL_ARGS : [...IMP_KERNEL_ARGS, "imp.cache=/dev/vdc", `imp.cache.paths=${cachePaths.join(",")}`];
 }
 
 export interface BootDeps {
@@ -155,8 +156,8 @@ async function cacheClone(deps: BootDeps, s: Requested & Pick<Prepared, "dir">, 
     return undefined;
   }
   // x86 kernels take 2,048 bytes of command line: the cache's paths, the template's arguments and
-  // the drivers' own must fit, or the VM runs without its cache rather than fail to start.
-  const cmdline = [...s.request.kernel.args, ...IMP_KERNEL_ARGS, ...cacheKernelArgs(wanted.paths), ...s.request.bootArgs].join(" ");
+  // the driver's own must fit, or the VM runs without its cache rather than fail to start.
+  const cmdline = deps.launch.drivers.get(s.request.vmm)?.cmdline({ kernel: s.request.kernel.args, imp: impKernelArgs(wanted.paths), extra: s.request.bootArgs }) ?? "";
   if (cmdline.length > CMDLINE_BUDGET) {
     deps.onCacheEvent?.("failed");
     s.log.warn({ volume: wanted.volume, bytes: cmdline.length }, "cache volume not attached: its paths would not fit on the kernel command line beside the template's arguments; the job runs without its cache");
@@ -192,11 +193,11 @@ export function launchSteps(deps: BootDeps): Pipeline<Prepared, Prepared & Omit<
       memoryMiB: s.request.memoryMiB,
       kernel: kernel.kernel,
       ...(kernel.initrd === undefined ? {} : { initrd: kernel.initrd }),
-      cmdline: driver.cmdline({ kernel: kernel.args, imp: s.cache === undefined || s.request.cache === undefined ? IMP_KERNEL_ARGS : [...IMP_KERNEL_ARGS, ...cacheKernelArgs(s.request.cache.paths)], extra: s.request.bootArgs }),
+      cmdline: driver.cmdline({ kernel: kernel.args, imp: impKernelArgs(s.cache === undefined ? undefined : s.request.cache?.paths), extra: s.request.bootArgs }),
       drives: [
         { id: "root", path: s.disks.base, readOnly: true, isRoot: true },
         { id: "scratch", path: s.disks.scratch, readOnly: false, isRoot: false },
-        // Third, so the guest sees it as /dev/vdc (cacheKernelArgs); its backing file named here, never read from the clone.
+        // Third, so the guest sees it as /dev/vdc (impKernelArgs); its backing file named here, never read from the clone.
         ...(s.cache === undefined ? [] : [{ id: "cache", path: s.cache.clone, readOnly: false, isRoot: false, format: "qcow2" as const, backing: s.cache.generation }]),
       ],
       ...(s.lease === undefined ? {} : { network: { tap: s.lease.tap, mac: s.lease.mac } }),

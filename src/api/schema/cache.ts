@@ -5,7 +5,7 @@
  * volume's identity, which the pool sets, so one pool's cache is never mounted for another.
  */
 import { Type, type Static } from "@sinclair/typebox";
-import { cel, SIZE_PATTERN, StringEnum, Timestamp } from "./common.ts";
+import { cel, celList, SIZE_PATTERN, StringEnum, Timestamp } from "./common.ts";
 
 /**
  * An absolute guest path of plain segments. No `.` or `..` segment, no commas (the paths travel
@@ -19,8 +19,6 @@ const MAX_CACHE_PATH_LENGTH = 128;
 /** Directories a cache must never cover: the guest's own, or what every job writes from scratch. */
 export const REFUSED_CACHE_PATHS: readonly string[] = ["/", "/proc", "/sys", "/dev", "/run", "/tmp", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/boot", "/.imp"];
 
-const quoted = (xs: readonly string[]): string => `[${xs.map((x) => `'${x}'`).join(", ")}]`;
-
 export const CachePaths = Type.Array(Type.String({ minLength: 2, maxLength: MAX_CACHE_PATH_LENGTH, pattern: CACHE_PATH_PATTERN }), {
   minItems: 1,
   maxItems: MAX_CACHE_PATHS,
@@ -29,7 +27,7 @@ export const CachePaths = Type.Array(Type.String({ minLength: 2, maxLength: MAX_
     "Guest directories kept on the cache volume, e.g. `/var/lib/docker` (Docker's data root: layers and build cache), `/home/runner/.cache`, `/root/.npm`. Each is bind-mounted from the volume before the runner starts; a directory the image lacks is created, owned like its nearest existing parent.",
   ...cel(
     { rule: "self.all(p, !p.matches('(^|/)[.][.]?(/|$)'))", message: "a cache path has no . or .. segment" },
-    { rule: `self.all(p, !(p in ${quoted(REFUSED_CACHE_PATHS)}) && !p.startsWith('/.imp/') && !p.startsWith('/proc/') && !p.startsWith('/sys/') && !p.startsWith('/dev/'))`, message: `a cache path may not be one of ${REFUSED_CACHE_PATHS.join(", ")} or under /proc, /sys, /dev or /.imp` },
+    { rule: `self.all(p, !(p in ${celList(REFUSED_CACHE_PATHS)}) && !p.startsWith('/.imp/') && !p.startsWith('/proc/') && !p.startsWith('/sys/') && !p.startsWith('/dev/'))`, message: `a cache path may not be one of ${REFUSED_CACHE_PATHS.join(", ")} or under /proc, /sys, /dev or /.imp` },
   ),
 });
 

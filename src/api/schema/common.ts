@@ -18,6 +18,9 @@ export interface CelRule {
   readonly reason?: "FieldValueInvalid" | "FieldValueForbidden" | "FieldValueRequired" | "FieldValueDuplicate";
 }
 
+/** A CEL list literal of strings: `['a', 'b']`. */
+export const celList = (xs: readonly string[]): string => `[${xs.map((x) => `'${x}'`).join(", ")}]`;
+
 /** Schema options for attaching CEL rules to a node. */
 export const cel = (...rules: CelRule[]): { "x-kubernetes-validations": CelRule[] } => ({
   "x-kubernetes-validations": rules,

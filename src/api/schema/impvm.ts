@@ -10,7 +10,7 @@ import { BOUND_VM_PHASES, TERMINAL_VM_PHASES, VM_PHASE_TRANSITIONS, VM_PHASES } 
 import { VMMS } from "./impvmclass.ts";
 import { ImpVMTemplateSpec } from "./impvmtemplate.ts";
 import { VmCacheStatus, VmCacheVolume } from "./cache.ts";
-import { cel, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
+import { cel, celList, Conditions, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, objectRef, StringEnum, Timestamp, Workload } from "./common.ts";
 import { AGE_COLUMN, type ImpObject, type KindDefinition } from "./kind.ts";
 
 export const LIFECYCLES = ["ephemeral"] as const;
@@ -36,12 +36,10 @@ export type SetupDelivery = (typeof SETUP_DELIVERIES)[number];
 export const SETUP_STATES = ["Pending", "Minted", "Sent", "Delivered", "Failed", "Deleted"] as const;
 export type SetupState = (typeof SETUP_STATES)[number];
 
-const quoted = (xs: readonly string[]): string => `[${xs.map((x) => `'${x}'`).join(", ")}]`;
-
 /** VM_PHASE_TRANSITIONS as a CEL map literal over the non-final phases. */
 function celTransitionMap(): string {
   const entries = Object.entries(VM_PHASE_TRANSITIONS).filter(([, to]) => to.length > 0);
-  return `{${entries.map(([from, to]) => `'${from}': ${quoted(to)}`).join(", ")}}`;
+  return `{${entries.map(([from, to]) => `'${from}': ${celList(to)}`).join(", ")}}`;
 }
 
 export const ImpVMSpec = Type.Object(
@@ -187,12 +185,12 @@ export const ImpVMStatus = Type.Object(
     description: "Observed VM state.",
     ...cel(
       {
-        rule: `!has(oldSelf.phase) || !(oldSelf.phase in ${quoted(TERMINAL_VM_PHASES)}) || (has(self.phase) && self.phase == oldSelf.phase)`,
+        rule: `!has(oldSelf.phase) || !(oldSelf.phase in ${celList(TERMINAL_VM_PHASES)}) || (has(self.phase) && self.phase == oldSelf.phase)`,
         message: "phase Succeeded and Failed are final",
         fieldPath: ".phase",
       },
       {
-        rule: `!has(oldSelf.phase) || oldSelf.phase in ${quoted(TERMINAL_VM_PHASES)} || (has(self.phase) && (self.phase == oldSelf.phase || self.phase in ${celTransitionMap()}[oldSelf.phase]))`,
+        rule: `!has(oldSelf.phase) || oldSelf.phase in ${celList(TERMINAL_VM_PHASES)} || (has(self.phase) && (self.phase == oldSelf.phase || self.phase in ${celTransitionMap()}[oldSelf.phase]))`,
         message: "phase only moves forward (Pending, Scheduled, Preparing, Booting, Running, Succeeded), or to Failed or Terminating; Terminating ends in Succeeded or Failed",
         fieldPath: ".phase",
       },
@@ -202,7 +200,7 @@ export const ImpVMStatus = Type.Object(
         fieldPath: ".nodeName",
       },
       {
-        rule: `!has(self.phase) || !(self.phase in ${quoted(BOUND_VM_PHASES)}) || has(self.nodeName)`,
+        rule: `!has(self.phase) || !(self.phase in ${celList(BOUND_VM_PHASES)}) || has(self.nodeName)`,
         message: "nodeName is required in phases Scheduled, Preparing, Booting and Running",
         fieldPath: ".nodeName",
         reason: "FieldValueRequired",

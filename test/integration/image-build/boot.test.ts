@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { GuestClient, readHostTscKhz } from "../../../src/agent/index.ts";
+import { readHostTscKhz, type GuestClient } from "../../../src/agent/index.ts";
 import { QemuVm } from "../../../src/agent/vmm/index.ts";
 import { BaseImages, fileDigestOf, ImageCache } from "../../../src/agent/image/cache/index.ts";
 import { prepareVmDisks, ScratchTemplates, type VmDisks } from "../../../src/agent/image/disks/index.ts";
@@ -17,7 +17,7 @@ import { GUEST_AGENT_INIT, layerBlobsOf } from "../../../src/agent/image/layers/
 import { FsContentStore, pullImage } from "../../../src/agent/image/pull/index.ts";
 import { buildImage, busyboxLayer } from "../../harness/oci-image.ts";
 import { pushImage, startRegistry, type RunningRegistry } from "../../harness/registry.ts";
-import { loadBootKit, runExec, sha256File } from "../../harness/vm.ts";
+import { helloFrom, loadBootKit, runExec, sha256File } from "../../harness/vm.ts";
 import { debugfs } from "./ext4-inspect.ts";
 
 describe("a VM booted from an image built by the image builder", { timeout: 300_000 }, () => {
@@ -83,21 +83,9 @@ describe("a VM booted from an image built by the image builder", { timeout: 300_
   });
 });
 
-/** Connects over virtio-serial and says hello, asking again while the guest has not opened its port yet. */
+/** Connects and says hello (helloFrom asks again while the guest has not opened its port); a failure shows the console's tail. */
 async function connect(vm: QemuVm, timeoutMs: number): Promise<GuestClient> {
-  const deadline = Date.now() + timeoutMs;
-  const stream = await vm.connectGuest({ timeoutMs });
-  const client = new GuestClient(stream, { clientName: "imp-image-build-test" });
-  client.on("close", () => undefined);
-  for (;;) {
-    try {
-      await client.hello({ timeoutMs: 300, signal: vm.downSignal });
-      return client;
-    } catch (err) {
-      if (vm.downSignal.aborted || Date.now() >= deadline || client.closed) {
-        client.close();
-        throw new Error(`Cannot reach the guest agent: ${String(err)}\n--- serial console tail ---\n${vm.serial.tail(40)}`, { cause: err });
-      }
-    }
-  }
+  return helloFrom(vm, timeoutMs, "imp-image-build-test").catch((err: unknown) =>
+    Promise.reject(new Error(`Cannot reach the guest agent: ${String(err)}\n--- serial console tail ---\n${vm.serial.tail(40)}`, { cause: err })),
+  );
 }
